@@ -1,0 +1,1275 @@
+//! Request-head parsing (RFC 9112 §2-§7), strict on purpose: a cache sits in front of
+//! other servers, which is where request smuggling happens, so every ambiguity in message
+//! framing is an error rather than a guess.
+//!
+//! The tokenising is `httparse`'s (request line, field lines, token and value bytes, bare
+//! CR, obs-fold and whitespace before the colon are all refused by its default request
+//! configuration; the tests below pin that down so an upgrade cannot relax it silently).
+//! On top of it this module enforces the size limits, the framing rules of RFC 9112 §6
+//! (`Content-Length` / `Transfer-Encoding`), `Host` (§3.2), persistence (§9.3) and the
+//! at-most-once rule for the fields the server acts on.
+//!
+//! Not here: reading from the socket (the server owns the buffer) or the request body
+//! (the server discards or refuses it according to [`BodyFraming`]).
+
+use crate::syntax::{is_token, parse_u64, trim_ows};
+
+/// Longest request line accepted, in bytes. Longer gets 414 (RFC 9112 §3: "A server that
+/// receives a request-target longer than any URI it wishes to parse MUST respond with a
+/// 414"). 8 KiB matches nginx's `large_client_header_buffers` default and is far above any
+/// real segment URL.
+///
+/// Measured without the line terminator and without the empty lines RFC 9112 §2.2 lets a
+/// client send before the request line.
+pub const MAX_REQUEST_LINE: usize = 8 * 1024;
+
+/// Largest whole request head (request line + fields + blank line), in bytes. Larger
+/// gets 431 (RFC 6585 §5). 32 KiB leaves room for large cookies/tokens in signed URLs.
+///
+/// It also bounds the parser's work: only the first `MAX_HEAD_BYTES` of the buffer are
+/// ever scanned, however much the server has read.
+pub const MAX_HEAD_BYTES: usize = 32 * 1024;
+
+/// Most header fields accepted in one request. More gets 431. Players send about 10.
+pub const MAX_HEADERS: usize = 100;
+
+/// The request method, as far as this server cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `GET`
+    Get,
+    /// `HEAD`
+    Head,
+    /// Any other syntactically valid method token: answered 405 with `Allow`.
+    Other,
+}
+
+impl Method {
+    /// Short stable name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Other => "other",
+        }
+    }
+}
+
+/// The protocol version of the request (RFC 9112 §2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// `HTTP/1.0`: persistent only with `Connection: keep-alive`.
+    Http10,
+    /// `HTTP/1.1`: persistent unless `Connection: close`.
+    Http11,
+}
+
+impl Version {
+    /// Short stable name for logs and metric labels (`HTTP/1.0`, `HTTP/1.1`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::Http10 => "HTTP/1.0",
+            Version::Http11 => "HTTP/1.1",
+        }
+    }
+}
+
+/// Whether the connection may carry another request after this one (RFC 9112 §9.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// Keep the connection open for the next request.
+    KeepAlive,
+    /// Close after the response.
+    Close,
+}
+
+impl Persistence {
+    /// Short stable name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Persistence::KeepAlive => "keep_alive",
+            Persistence::Close => "close",
+        }
+    }
+}
+
+/// How the request body is framed (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body.
+    None,
+    /// `Content-Length: n` with n > 0.
+    Length(u64),
+    /// `Transfer-Encoding` present (chunked last). The server refuses these bodies.
+    Chunked,
+}
+
+impl BodyFraming {
+    /// Short stable name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BodyFraming::None => "none",
+            BodyFraming::Length(_) => "length",
+            BodyFraming::Chunked => "chunked",
+        }
+    }
+}
+
+/// A parsed request head. Borrowed slices point into the caller's buffer.
+///
+/// Field values are as `httparse` delivers them: leading and trailing whitespace
+/// removed, otherwise raw. Each of the fields below may appear at most once; a second
+/// field line for any of them makes the request invalid (see [`parse_request`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHead<'a> {
+    /// Method.
+    pub method: Method,
+    /// Version.
+    pub version: Version,
+    /// Raw request-target, as sent (not decoded).
+    pub target: &'a [u8],
+    /// Connection persistence after this request.
+    pub persistence: Persistence,
+    /// Body framing.
+    pub body: BodyFraming,
+    /// `Host` field value, if any (HTTP/1.0 may omit it). Its characters have been checked
+    /// against the `uri-host [":" port]` alphabet. With an absolute-form target RFC 9112
+    /// §3.2.2 says the target's authority wins over this field; the server maps only the
+    /// path, so it consults neither.
+    pub host: Option<&'a [u8]>,
+    /// `Range` field value, if any (only the first; a second one makes the request invalid).
+    pub range: Option<&'a [u8]>,
+    /// `If-Range`.
+    pub if_range: Option<&'a [u8]>,
+    /// `If-Match`.
+    pub if_match: Option<&'a [u8]>,
+    /// `If-None-Match`.
+    pub if_none_match: Option<&'a [u8]>,
+    /// `If-Modified-Since`.
+    pub if_modified_since: Option<&'a [u8]>,
+    /// `If-Unmodified-Since`.
+    pub if_unmodified_since: Option<&'a [u8]>,
+}
+
+/// Result of feeding the bytes read so far to the parser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParseOutcome<'a> {
+    /// A whole head was parsed; `head_len` bytes of the buffer belong to it.
+    Complete {
+        /// The head.
+        head: RequestHead<'a>,
+        /// Bytes consumed from the start of the buffer.
+        head_len: usize,
+    },
+    /// More bytes are needed (the buffer is within the limits so far).
+    Partial,
+}
+
+/// Why a request head was rejected. Each maps to one status; the connection is closed
+/// after the error response because framing can no longer be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestError {
+    /// Request line longer than [`MAX_REQUEST_LINE`]: 414.
+    UriTooLong,
+    /// Head larger than [`MAX_HEAD_BYTES`]: 431.
+    HeadTooLarge,
+    /// More than [`MAX_HEADERS`] fields: 431.
+    TooManyHeaders,
+    /// Syntax error in the request line or a field (invalid token byte, bare CR, obs-fold,
+    /// whitespace before the colon...): 400. Also a second field line for `Range`,
+    /// `If-Range`, `If-Match`, `If-None-Match`, `If-Modified-Since` or
+    /// `If-Unmodified-Since`.
+    Malformed,
+    /// Both `Content-Length` and `Transfer-Encoding` (RFC 9112 §6.3 ¶3): 400.
+    LengthAndTransferEncoding,
+    /// Several `Content-Length` values that differ, or one that is not a number (§6.3 ¶5): 400.
+    BadContentLength,
+    /// `Transfer-Encoding` whose final coding is not chunked (§6.3 ¶4): 400. Also chunked
+    /// applied twice (§7) and any `Transfer-Encoding` in an HTTP/1.0 request (§6.1).
+    BadTransferEncoding,
+    /// HTTP/1.1 without exactly one `Host` (RFC 9112 §3.2): 400. Also more than one `Host`
+    /// in HTTP/1.0, or a `Host` value with characters no `uri-host [":" port]` has.
+    BadHost,
+    /// A version other than HTTP/1.0 or HTTP/1.1: 505. Only a well-formed `HTTP/x.y`
+    /// (RFC 9112 §2.3) gets this; a garbled version is [`RequestError::Malformed`].
+    VersionNotSupported,
+}
+
+impl RequestError {
+    /// The status to answer with.
+    pub fn status(self) -> crate::StatusCode {
+        use crate::StatusCode;
+        match self {
+            RequestError::UriTooLong => StatusCode::UriTooLong,
+            RequestError::HeadTooLarge | RequestError::TooManyHeaders => {
+                StatusCode::RequestHeaderFieldsTooLarge
+            }
+            RequestError::Malformed
+            | RequestError::LengthAndTransferEncoding
+            | RequestError::BadContentLength
+            | RequestError::BadTransferEncoding
+            | RequestError::BadHost => StatusCode::BadRequest,
+            RequestError::VersionNotSupported => StatusCode::HttpVersionNotSupported,
+        }
+    }
+    /// Short stable name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestError::UriTooLong => "uri_too_long",
+            RequestError::HeadTooLarge => "head_too_large",
+            RequestError::TooManyHeaders => "too_many_headers",
+            RequestError::Malformed => "malformed",
+            RequestError::LengthAndTransferEncoding => "length_and_transfer_encoding",
+            RequestError::BadContentLength => "bad_content_length",
+            RequestError::BadTransferEncoding => "bad_transfer_encoding",
+            RequestError::BadHost => "bad_host",
+            RequestError::VersionNotSupported => "version_not_supported",
+        }
+    }
+}
+
+/// Parse one request head from the start of `buf`.
+///
+/// Checks run in this order, so each input gets one deterministic answer:
+/// 1. the request line's length ([`RequestError::UriTooLong`], even before it is complete);
+/// 2. syntax, by `httparse` ([`RequestError::Malformed`], [`RequestError::TooManyHeaders`],
+///    [`RequestError::VersionNotSupported`]);
+/// 3. the head's size ([`RequestError::HeadTooLarge`] once more than [`MAX_HEAD_BYTES`]
+///    are buffered without a complete head);
+/// 4. field semantics: duplicates, framing, then `Host`.
+///
+/// `Ok(ParseOutcome::Partial)` means "read more and call again with the longer buffer".
+/// Bytes after `head_len` (a body or a pipelined request) are not looked at.
+pub fn parse_request(buf: &[u8]) -> Result<ParseOutcome<'_>, RequestError> {
+    let line = scan_request_line(buf);
+    if line == LineScan::TooLong {
+        return Err(RequestError::UriTooLong);
+    }
+
+    // Parsing only a bounded window caps the work per call; a head that does not fit in
+    // it is too large whatever follows.
+    let window = &buf[..buf.len().min(MAX_HEAD_BYTES)];
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    match req.parse(window) {
+        Ok(httparse::Status::Complete(head_len)) => {
+            let head = interpret(&req)?;
+            Ok(ParseOutcome::Complete { head, head_len })
+        }
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
+            Err(RequestError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Partial) => Ok(ParseOutcome::Partial),
+        Err(httparse::Error::TooManyHeaders) => Err(RequestError::TooManyHeaders),
+        Err(httparse::Error::Version) => classify_version_error(buf, line),
+        Err(_) => Err(RequestError::Malformed),
+    }
+}
+
+/// Where the request line ends, as far as the buffer shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LineScan {
+    /// The line `buf[start..start + len]` (terminator excluded) is complete.
+    Complete { start: usize, len: usize },
+    /// No line terminator yet, and what is there is within the limit.
+    Incomplete { start: usize },
+    /// Longer than [`MAX_REQUEST_LINE`], complete or not.
+    TooLong,
+}
+
+/// Locate the request line without parsing it, so the 414 decision does not depend on
+/// how far the syntax check got.
+fn scan_request_line(buf: &[u8]) -> LineScan {
+    // RFC 9112 §2.2: a server SHOULD ignore at least one empty line before the request
+    // line. httparse skips any number (a bare CR among them is its error to report); the
+    // total is still bounded by MAX_HEAD_BYTES.
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let rest = &buf[start..];
+    // Room for the longest accepted line plus CRLF: not finding LF in there settles it.
+    let window = &rest[..rest.len().min(MAX_REQUEST_LINE + 2)];
+    match window.iter().position(|&b| b == b'\n') {
+        Some(lf) => {
+            let len = if lf > 0 && window[lf - 1] == b'\r' {
+                lf - 1
+            } else {
+                lf
+            };
+            if len > MAX_REQUEST_LINE {
+                LineScan::TooLong
+            } else {
+                LineScan::Complete { start, len }
+            }
+        }
+        None => {
+            // A trailing CR may be the first half of the terminator, not part of the line.
+            let so_far = match window.last() {
+                Some(b'\r') => window.len() - 1,
+                _ => window.len(),
+            };
+            if so_far > MAX_REQUEST_LINE {
+                LineScan::TooLong
+            } else {
+                LineScan::Incomplete { start }
+            }
+        }
+    }
+}
+
+/// httparse reports every version other than exactly `HTTP/1.0`/`HTTP/1.1` as
+/// `Error::Version`, including garbage. Look at the version token ourselves: a
+/// well-formed `HTTP/DIGIT.DIGIT` (RFC 9112 §2.3) is an unsupported version (505, which
+/// is what an HTTP/2 prior-knowledge preface `PRI * HTTP/2.0` gets); anything else is a
+/// syntax error (400). While the token could still grow into a well-formed version,
+/// wait for the rest of the line.
+fn classify_version_error(buf: &[u8], line: LineScan) -> Result<ParseOutcome<'_>, RequestError> {
+    let (text, complete) = match line {
+        LineScan::Complete { start, len } => (&buf[start..start + len], true),
+        LineScan::Incomplete { start } => {
+            let text = &buf[start..];
+            // A trailing CR is the first half of the terminator still in flight.
+            (text.strip_suffix(b"\r").unwrap_or(text), false)
+        }
+        LineScan::TooLong => return Err(RequestError::UriTooLong),
+    };
+    // httparse got as far as the version, so method and target were each followed by
+    // exactly one SP: the version is everything after the second SP.
+    let version = text
+        .splitn(3, |&b| b == b' ')
+        .nth(2)
+        .ok_or(RequestError::Malformed)?;
+    const PATTERN: &[u8; 8] = b"HTTP/D.D";
+    let fits = version.len() <= PATTERN.len()
+        && version.iter().zip(PATTERN.iter()).all(|(&b, &p)| match p {
+            b'D' => b.is_ascii_digit(),
+            _ => b == p,
+        });
+    match (fits, complete) {
+        (true, true) if version.len() == PATTERN.len() => Err(RequestError::VersionNotSupported),
+        (true, false) => Ok(ParseOutcome::Partial),
+        _ => Err(RequestError::Malformed),
+    }
+}
+
+/// What the `Content-Length` field lines say, combined (RFC 9110 §8.6, RFC 9112 §6.3 ¶5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ContentLength {
+    Absent,
+    Valid(u64),
+    Invalid,
+}
+
+/// What the `Transfer-Encoding` field lines say, combined across lines as one list
+/// (RFC 9110 §5.3).
+#[derive(Debug, Clone, Copy, Default)]
+struct TransferCodings {
+    present: bool,
+    codings: usize,
+    chunked: usize,
+    last_is_chunked: bool,
+    invalid: bool,
+}
+
+/// Field-level interpretation of a syntactically valid head.
+fn interpret<'b>(req: &httparse::Request<'_, 'b>) -> Result<RequestHead<'b>, RequestError> {
+    let method = match req.method {
+        // RFC 9110 §9.1: method names are case-sensitive; `get` is some other method.
+        Some("GET") => Method::Get,
+        Some("HEAD") => Method::Head,
+        Some(_) => Method::Other,
+        None => return Err(RequestError::Malformed),
+    };
+    let version = match req.version {
+        Some(0) => Version::Http10,
+        Some(1) => Version::Http11,
+        _ => return Err(RequestError::VersionNotSupported),
+    };
+    let target = req.path.ok_or(RequestError::Malformed)?.as_bytes();
+
+    let mut host = None;
+    let mut host_lines = 0usize;
+    let mut content_length = ContentLength::Absent;
+    let mut te = TransferCodings::default();
+    let mut close = false;
+    let mut keep_alive = false;
+    let mut range = None;
+    let mut if_range = None;
+    let mut if_match = None;
+    let mut if_none_match = None;
+    let mut if_modified_since = None;
+    let mut if_unmodified_since = None;
+
+    for field in req.headers.iter() {
+        let name = field.name.as_bytes();
+        let value = field.value;
+        if name.eq_ignore_ascii_case(b"host") {
+            host_lines += 1;
+            host.get_or_insert(value);
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            content_length = merge_content_length(content_length, value);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            add_transfer_codings(&mut te, value);
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for option in list_members(value) {
+                close |= option.eq_ignore_ascii_case(b"close");
+                keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if name.eq_ignore_ascii_case(b"range") {
+            set_once(&mut range, value)?;
+        } else if name.eq_ignore_ascii_case(b"if-range") {
+            set_once(&mut if_range, value)?;
+        } else if name.eq_ignore_ascii_case(b"if-match") {
+            set_once(&mut if_match, value)?;
+        } else if name.eq_ignore_ascii_case(b"if-none-match") {
+            set_once(&mut if_none_match, value)?;
+        } else if name.eq_ignore_ascii_case(b"if-modified-since") {
+            set_once(&mut if_modified_since, value)?;
+        } else if name.eq_ignore_ascii_case(b"if-unmodified-since") {
+            set_once(&mut if_unmodified_since, value)?;
+        }
+    }
+
+    let body = framing(version, content_length, te)?;
+
+    // RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status code to any
+    // HTTP/1.1 request message that lacks a Host header field and to any request message
+    // that contains more than one Host header field line or a Host header field with an
+    // invalid field value."
+    let host_count_ok = match version {
+        Version::Http11 => host_lines == 1,
+        Version::Http10 => host_lines <= 1,
+    };
+    if !host_count_ok || host.is_some_and(|h| !is_valid_host(h)) {
+        return Err(RequestError::BadHost);
+    }
+
+    // RFC 9112 §9.3: "close" always wins; HTTP/1.1 persists by default; HTTP/1.0 only
+    // with the "keep-alive" option.
+    let persistence = match (version, close, keep_alive) {
+        (_, true, _) => Persistence::Close,
+        (Version::Http11, false, _) => Persistence::KeepAlive,
+        (Version::Http10, false, true) => Persistence::KeepAlive,
+        (Version::Http10, false, false) => Persistence::Close,
+    };
+
+    Ok(RequestHead {
+        method,
+        version,
+        target,
+        persistence,
+        body,
+        host,
+        range,
+        if_range,
+        if_match,
+        if_none_match,
+        if_modified_since,
+        if_unmodified_since,
+    })
+}
+
+/// Decide the body framing (RFC 9112 §6.1, §6.3), refusing every ambiguous combination.
+fn framing(
+    version: Version,
+    content_length: ContentLength,
+    te: TransferCodings,
+) -> Result<BodyFraming, RequestError> {
+    if te.present {
+        // RFC 9112 §6.3 ¶3: CL + TE "ought to be handled as an error"; a server MAY reject
+        // it, and this one does (the classic smuggling vector).
+        if content_length != ContentLength::Absent {
+            return Err(RequestError::LengthAndTransferEncoding);
+        }
+        // RFC 9112 §6.1: a server that receives an HTTP/1.0 message with Transfer-Encoding
+        // "MUST treat the message as if the framing is faulty".
+        if version == Version::Http10 {
+            return Err(RequestError::BadTransferEncoding);
+        }
+        // RFC 9112 §6.3 ¶4: chunked not final in a request -> the server "MUST respond
+        // with the 400 (Bad Request) status code and then close the connection".
+        // RFC 9112 §7: "A sender MUST NOT apply the chunked transfer coding more than once".
+        if te.invalid || te.codings == 0 || !te.last_is_chunked || te.chunked > 1 {
+            return Err(RequestError::BadTransferEncoding);
+        }
+        return Ok(BodyFraming::Chunked);
+    }
+    match content_length {
+        ContentLength::Absent | ContentLength::Valid(0) => Ok(BodyFraming::None),
+        ContentLength::Valid(n) => Ok(BodyFraming::Length(n)),
+        // RFC 9112 §6.3 ¶5: an invalid Content-Length in a request -> "the server MUST
+        // respond with a 400 (Bad Request) status code and then close the connection".
+        ContentLength::Invalid => Err(RequestError::BadContentLength),
+    }
+}
+
+/// Fold one `Content-Length` field line into what earlier lines said. A list of the same
+/// decimal value (`5, 5`, or the same value on two lines) is that value (RFC 9110 §8.6
+/// lets a recipient accept it); differing values, non-digits, overflow or an empty member
+/// are invalid. Empty members are refused here, unlike in other lists, because this field
+/// decides framing.
+fn merge_content_length(acc: ContentLength, line: &[u8]) -> ContentLength {
+    let mut acc = acc;
+    for member in line.split(|&b| b == b',') {
+        let n = match parse_u64(trim_ows(member)) {
+            Some(n) => n,
+            None => return ContentLength::Invalid,
+        };
+        acc = match acc {
+            ContentLength::Absent => ContentLength::Valid(n),
+            ContentLength::Valid(m) if m == n => ContentLength::Valid(n),
+            _ => return ContentLength::Invalid,
+        };
+    }
+    acc
+}
+
+/// Fold one `Transfer-Encoding` field line into the running list of codings.
+fn add_transfer_codings(te: &mut TransferCodings, line: &[u8]) {
+    te.present = true;
+    for member in list_members(line) {
+        te.codings += 1;
+        if member.eq_ignore_ascii_case(b"chunked") {
+            te.chunked += 1;
+            te.last_is_chunked = true;
+        } else {
+            te.last_is_chunked = false;
+            // transfer-coding = token *( OWS ";" OWS transfer-parameter ) (RFC 9112 §7):
+            // the name at least must be a token, or the list itself is garbage.
+            let name = member.split(|&b| b == b';').next().unwrap_or(member);
+            if !is_token(trim_ows(name)) {
+                te.invalid = true;
+            }
+        }
+    }
+}
+
+/// Record a field that may appear once. RFC 9110 §5.3: a sender MUST NOT send several
+/// lines of a field that is not a list; for the list-valued `If-Match`/`If-None-Match`
+/// combining would be allowed, but no real client splits them and keeping one borrowed
+/// slice per field is worth refusing that oddity.
+fn set_once<'b>(slot: &mut Option<&'b [u8]>, value: &'b [u8]) -> Result<(), RequestError> {
+    if slot.is_some() {
+        return Err(RequestError::Malformed);
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// The non-empty members of a comma-separated list, OWS-trimmed (RFC 9110 §5.6.1:
+/// recipients tolerate empty members).
+fn list_members(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim_ows)
+        .filter(|m| !m.is_empty())
+}
+
+/// Whether `value` only uses characters of `uri-host [":" port]` (RFC 3986 §3.2.2: reg-name
+/// is unreserved / pct-encoded / sub-delims; IP-literal adds `[`, `]` and `:`). This keeps
+/// `/`, `@`, `?`, `#`, whitespace and non-ASCII out of anything that might later key a
+/// cache or a log line. An empty value is valid (RFC 9112 §3.2, for targets without an
+/// authority).
+fn is_valid_host(value: &[u8]) -> bool {
+    value.iter().all(|&b| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'['
+                    | b']'
+            )
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test, with its location.
+mod tests {
+    use super::*;
+    use crate::StatusCode;
+
+    fn complete(buf: &[u8]) -> (RequestHead<'_>, usize) {
+        match parse_request(buf) {
+            Ok(ParseOutcome::Complete { head, head_len }) => (head, head_len),
+            other => panic!(
+                "expected Complete for {:?}, got {other:?}",
+                String::from_utf8_lossy(buf)
+            ),
+        }
+    }
+
+    fn head(buf: &[u8]) -> RequestHead<'_> {
+        complete(buf).0
+    }
+
+    fn err(buf: &[u8]) -> RequestError {
+        match parse_request(buf) {
+            Err(e) => e,
+            other => panic!(
+                "expected an error for {:?}, got {other:?}",
+                String::from_utf8_lossy(buf)
+            ),
+        }
+    }
+
+    fn partial(buf: &[u8]) {
+        assert_eq!(
+            parse_request(buf),
+            Ok(ParseOutcome::Partial),
+            "{:?}",
+            String::from_utf8_lossy(buf)
+        );
+    }
+
+    // ---- happy paths ----
+
+    #[test]
+    fn simple_get() {
+        let buf = b"GET /live/seg1.ts HTTP/1.1\r\nHost: cdn.example\r\n\r\n";
+        let (h, len) = complete(buf);
+        assert_eq!(len, buf.len());
+        assert_eq!(h.method, Method::Get);
+        assert_eq!(h.version, Version::Http11);
+        assert_eq!(h.target, b"/live/seg1.ts");
+        assert_eq!(h.host, Some(&b"cdn.example"[..]));
+        assert_eq!(h.persistence, Persistence::KeepAlive);
+        assert_eq!(h.body, BodyFraming::None);
+        assert_eq!(h.range, None);
+    }
+
+    #[test]
+    fn head_len_excludes_pipelined_bytes() {
+        let buf = b"GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\n";
+        let (_, len) = complete(buf);
+        assert_eq!(len, b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n".len());
+    }
+
+    #[test]
+    fn bare_lf_line_endings_accepted() {
+        // RFC 9112 §2.2: a recipient MAY recognise a single LF as a line terminator.
+        let (h, len) = complete(b"GET / HTTP/1.1\nHost: h\n\n");
+        assert_eq!(len, 24);
+        assert_eq!(h.host, Some(&b"h"[..]));
+    }
+
+    #[test]
+    fn leading_empty_lines_ignored() {
+        // RFC 9112 §2.2: SHOULD ignore at least one empty line before the request line.
+        let h = head(b"\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!(h.method, Method::Get);
+    }
+
+    #[test]
+    fn methods() {
+        assert_eq!(
+            head(b"HEAD / HTTP/1.1\r\nHost: h\r\n\r\n").method,
+            Method::Head
+        );
+        assert_eq!(
+            head(b"POST / HTTP/1.1\r\nHost: h\r\n\r\n").method,
+            Method::Other
+        );
+        assert_eq!(
+            head(b"BREW / HTTP/1.1\r\nHost: h\r\n\r\n").method,
+            Method::Other
+        );
+        // RFC 9110 §9.1: case-sensitive.
+        assert_eq!(
+            head(b"get / HTTP/1.1\r\nHost: h\r\n\r\n").method,
+            Method::Other
+        );
+        assert_eq!(
+            head(b"Head / HTTP/1.1\r\nHost: h\r\n\r\n").method,
+            Method::Other
+        );
+    }
+
+    #[test]
+    fn field_names_case_insensitive() {
+        let h = head(
+            b"GET / HTTP/1.1\r\nHOST: h\r\nrAnGe: bytes=0-1\r\nif-none-match: \"x\"\r\n\
+              IF-MODIFIED-SINCE: Sun, 06 Nov 1994 08:49:37 GMT\r\nIf-Match: *\r\n\
+              if-unmodified-since: a\r\nIF-RANGE: \"x\"\r\n\r\n",
+        );
+        assert_eq!(h.host, Some(&b"h"[..]));
+        assert_eq!(h.range, Some(&b"bytes=0-1"[..]));
+        assert_eq!(h.if_none_match, Some(&b"\"x\""[..]));
+        assert_eq!(
+            h.if_modified_since,
+            Some(&b"Sun, 06 Nov 1994 08:49:37 GMT"[..])
+        );
+        assert_eq!(h.if_match, Some(&b"*"[..]));
+        assert_eq!(h.if_unmodified_since, Some(&b"a"[..]));
+        assert_eq!(h.if_range, Some(&b"\"x\""[..]));
+    }
+
+    #[test]
+    fn field_values_trimmed() {
+        let h = head(b"GET / HTTP/1.1\r\nHost: \t h \t\r\nRange:bytes=1-2  \r\n\r\n");
+        assert_eq!(h.host, Some(&b"h"[..]));
+        assert_eq!(h.range, Some(&b"bytes=1-2"[..]));
+    }
+
+    #[test]
+    fn absolute_form_target_kept_raw() {
+        let h = head(b"GET http://cdn.example/a/b.ts?x=1 HTTP/1.1\r\nHost: cdn.example\r\n\r\n");
+        assert_eq!(h.target, b"http://cdn.example/a/b.ts?x=1");
+    }
+
+    // ---- persistence (RFC 9112 §9.3) ----
+
+    #[test]
+    fn persistence_http11() {
+        let p = |b: &[u8]| head(b).persistence;
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"),
+            Persistence::KeepAlive
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"),
+            Persistence::Close
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: CLOSE\r\n\r\n"),
+            Persistence::Close
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade , Close\r\n\r\n"),
+            Persistence::Close
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: te\r\nConnection: close\r\n\r\n"),
+            Persistence::Close
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: closed\r\n\r\n"),
+            Persistence::KeepAlive
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n\r\n"),
+            Persistence::KeepAlive
+        );
+    }
+
+    #[test]
+    fn persistence_http10() {
+        let p = |b: &[u8]| head(b).persistence;
+        assert_eq!(p(b"GET / HTTP/1.0\r\n\r\n"), Persistence::Close);
+        assert_eq!(
+            p(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"),
+            Persistence::KeepAlive
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"),
+            Persistence::KeepAlive
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n"),
+            Persistence::Close
+        );
+        assert_eq!(
+            p(b"GET / HTTP/1.0\r\nConnection: keep-alive-ish\r\n\r\n"),
+            Persistence::Close
+        );
+    }
+
+    // ---- framing (RFC 9112 §6) ----
+
+    #[test]
+    fn content_length_framing() {
+        let b = |buf: &[u8]| head(buf).body;
+        assert_eq!(
+            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"),
+            BodyFraming::None
+        );
+        assert_eq!(
+            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n"),
+            BodyFraming::Length(5)
+        );
+        assert_eq!(
+            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\n\r\n"),
+            BodyFraming::Length(5)
+        );
+        assert_eq!(
+            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"),
+            BodyFraming::Length(5)
+        );
+        assert_eq!(
+            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 18446744073709551615\r\n\r\n"),
+            BodyFraming::Length(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn bad_content_length() {
+        for buf in [
+            &b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 6\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: abc\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0x10\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5 5\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5,\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length:\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 18446744073709551616\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+        ] {
+            assert_eq!(
+                err(buf),
+                RequestError::BadContentLength,
+                "{:?}",
+                String::from_utf8_lossy(buf)
+            );
+        }
+    }
+
+    #[test]
+    fn chunked_framing() {
+        let b = |buf: &[u8]| head(buf).body;
+        assert_eq!(
+            b(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            BodyFraming::Chunked
+        );
+        assert_eq!(
+            b(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n"),
+            BodyFraming::Chunked
+        );
+        assert_eq!(
+            b(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            BodyFraming::Chunked
+        );
+        assert_eq!(
+            b(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            BodyFraming::Chunked
+        );
+    }
+
+    #[test]
+    fn smuggling_cl_and_te() {
+        assert_eq!(
+            err(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            RequestError::LengthAndTransferEncoding
+        );
+        assert_eq!(
+            err(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n"),
+            RequestError::LengthAndTransferEncoding
+        );
+        // Even an invalid CL with TE is the CL+TE error: framing is ambiguous either way.
+        assert_eq!(
+            err(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            RequestError::LengthAndTransferEncoding
+        );
+    }
+
+    #[test]
+    fn smuggling_bad_transfer_encoding() {
+        for buf in [
+            &b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, identity\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: ,\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunkedx\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: \"chunked\"\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: g zip, chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked;x=1\r\n\r\n",
+            // RFC 9112 §6.1: any Transfer-Encoding in HTTP/1.0 means faulty framing.
+            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            assert_eq!(err(buf), RequestError::BadTransferEncoding, "{:?}", String::from_utf8_lossy(buf));
+        }
+    }
+
+    // ---- syntax errors httparse must keep refusing ----
+
+    #[test]
+    fn obs_fold_rejected() {
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost: h\r\nX-A: a\r\n  folded\r\n\r\n"),
+            RequestError::Malformed
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:\r\n\tchunked\r\n\r\n"),
+            RequestError::Malformed
+        );
+    }
+
+    #[test]
+    fn bare_cr_rejected() {
+        for buf in [
+            &b"GET / HTTP/1.1\r\nHost: h\rX: y\r\n\r\n"[..],
+            b"GET / HTTP/1.1\rHost: h\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\n\rX",
+            b"GET /a\rb HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"\rGET / HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX\r: y\r\nHost: h\r\n\r\n",
+        ] {
+            assert_eq!(
+                err(buf),
+                RequestError::Malformed,
+                "{:?}",
+                String::from_utf8_lossy(buf)
+            );
+        }
+    }
+
+    #[test]
+    fn whitespace_before_colon_rejected() {
+        // RFC 9112 §5.1: "A server MUST reject, with a response status code of 400 (Bad
+        // Request), any received request message that contains whitespace between a
+        // header field name and colon."
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost : h\r\n\r\n"),
+            RequestError::Malformed
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding\t: chunked\r\n\r\n"),
+            RequestError::Malformed
+        );
+    }
+
+    #[test]
+    fn whitespace_before_first_field_rejected() {
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\n Host: h\r\n\r\n"),
+            RequestError::Malformed
+        );
+    }
+
+    #[test]
+    fn invalid_bytes_rejected() {
+        for buf in [
+            // NUL and other CTLs in a value (RFC 9110 §5.5).
+            &b"GET / HTTP/1.1\r\nHost: h\r\nX: a\0b\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nHost: h\r\nX: a\x01b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nX: a\x7fb\r\n\r\n",
+            // Non-token bytes in a field name.
+            b"GET / HTTP/1.1\r\nHost: h\r\nX(y): z\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nX\0: z\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\n: z\r\n\r\n",
+            // Non-token bytes in the method.
+            b"G(T / HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET\0 / HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"G\xc3\xa9T / HTTP/1.1\r\nHost: h\r\n\r\n",
+            // Request-line shape.
+            b"GET  / HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET / HTTP/1.1 \r\nHost: h\r\n\r\n",
+            b"GET /\r\n\r\n",
+            b" GET / HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET /a\0b HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET /a\x7fb HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET /a\tb HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET / HTTP/1.10\r\nHost: h\r\n\r\n",
+            b"GET / http/1.1\r\nHost: h\r\n\r\n",
+            b"GET / HTTP/1\r\nHost: h\r\n\r\n",
+            b"GET / HTTP/11.1\r\nHost: h\r\n\r\n",
+            b"GET /a b HTTP/1.1\r\nHost: h\r\n\r\n",
+        ] {
+            assert_eq!(
+                err(buf),
+                RequestError::Malformed,
+                "{:?}",
+                String::from_utf8_lossy(buf)
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_singleton_fields_rejected() {
+        for name in [
+            "Range",
+            "If-Range",
+            "If-Match",
+            "If-None-Match",
+            "If-Modified-Since",
+            "If-Unmodified-Since",
+        ] {
+            let buf = format!(
+                "GET / HTTP/1.1\r\nHost: h\r\n{name}: a\r\n{}: b\r\n\r\n",
+                name.to_ascii_lowercase()
+            );
+            assert_eq!(err(buf.as_bytes()), RequestError::Malformed, "{name}");
+        }
+    }
+
+    // ---- Host (RFC 9112 §3.2) ----
+
+    #[test]
+    fn host_rules() {
+        assert_eq!(err(b"GET / HTTP/1.1\r\n\r\n"), RequestError::BadHost);
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"),
+            RequestError::BadHost
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n"),
+            RequestError::BadHost
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n"),
+            RequestError::BadHost
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost: user@a\r\n\r\n"),
+            RequestError::BadHost
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n"),
+            RequestError::BadHost
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost: \xc3\xa9\r\n\r\n"),
+            RequestError::BadHost
+        );
+        // HTTP/1.0 may omit Host.
+        assert_eq!(head(b"GET / HTTP/1.0\r\n\r\n").host, None);
+        // Empty Host is valid; ports and IPv6 literals too.
+        assert_eq!(
+            head(b"GET / HTTP/1.1\r\nHost:\r\n\r\n").host,
+            Some(&b""[..])
+        );
+        assert_eq!(
+            head(b"GET / HTTP/1.1\r\nHost: a.b:8080\r\n\r\n").host,
+            Some(&b"a.b:8080"[..])
+        );
+        assert_eq!(
+            head(b"GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n").host,
+            Some(&b"[::1]:80"[..])
+        );
+    }
+
+    // ---- versions ----
+
+    #[test]
+    fn versions() {
+        assert_eq!(head(b"GET / HTTP/1.0\r\n\r\n").version, Version::Http10);
+        assert_eq!(
+            err(b"GET / HTTP/2.0\r\nHost: h\r\n\r\n"),
+            RequestError::VersionNotSupported
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.2\r\nHost: h\r\n\r\n"),
+            RequestError::VersionNotSupported
+        );
+        assert_eq!(
+            err(b"GET / HTTP/0.9\r\n\r\n"),
+            RequestError::VersionNotSupported
+        );
+        assert_eq!(
+            err(b"GET / HTTP/3.0\n\n"),
+            RequestError::VersionNotSupported
+        );
+        assert_eq!(
+            err(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+            RequestError::VersionNotSupported
+        );
+        assert_eq!(err(b"GET / HTTP/2.x\r\n\r\n"), RequestError::Malformed);
+        assert_eq!(err(b"GET / HTTQ/1.1\r\n\r\n"), RequestError::Malformed);
+    }
+
+    #[test]
+    fn unsupported_version_waits_for_end_of_line() {
+        // Could still be `HTTP/2.0` (505) or `HTTP/2x` (400): wait.
+        partial(b"GET / HTTP/2");
+        partial(b"GET / HTTP/2.0");
+        partial(b"GET / HTTP/2.0\r");
+        assert_eq!(err(b"GET / HTTP/2x"), RequestError::Malformed);
+        assert_eq!(
+            err(b"GET / HTTP/2.0\r\n"),
+            RequestError::VersionNotSupported
+        );
+    }
+
+    // ---- partial input and limits ----
+
+    #[test]
+    fn every_prefix_is_partial() {
+        let buf = b"GET /a/b.ts HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\n\r\n";
+        for n in 0..buf.len() {
+            partial(&buf[..n]);
+        }
+        complete(buf);
+    }
+
+    #[test]
+    fn request_line_limit() {
+        let line_of = |len: usize| {
+            // "GET " + "/" + filler + " HTTP/1.1" is `len` bytes long.
+            let filler = len - b"GET / HTTP/1.1".len();
+            let mut v = b"GET /".to_vec();
+            v.extend(std::iter::repeat_n(b'a', filler));
+            v.extend_from_slice(b" HTTP/1.1");
+            v
+        };
+        let mut ok = line_of(MAX_REQUEST_LINE);
+        ok.extend_from_slice(b"\r\nHost: h\r\n\r\n");
+        complete(&ok);
+
+        let mut long = line_of(MAX_REQUEST_LINE + 1);
+        long.extend_from_slice(b"\r\nHost: h\r\n\r\n");
+        assert_eq!(err(&long), RequestError::UriTooLong);
+        // Detected as soon as the line itself is complete.
+        let mut long_line_only = line_of(MAX_REQUEST_LINE + 1);
+        long_line_only.extend_from_slice(b"\r\n");
+        assert_eq!(err(&long_line_only), RequestError::UriTooLong);
+
+        // Incomplete: within the limit is Partial, past it is 414, checked before syntax.
+        let mut v = line_of(MAX_REQUEST_LINE);
+        partial(&v);
+        v.push(b'\r');
+        partial(&v);
+        v.pop();
+        v.push(b'x');
+        assert_eq!(err(&v), RequestError::UriTooLong);
+        let mut w = b"GET /".to_vec();
+        w.resize(MAX_REQUEST_LINE + 1, b'a');
+        assert_eq!(err(&w), RequestError::UriTooLong);
+    }
+
+    #[test]
+    fn head_size_limit() {
+        // Many medium fields: fewer than MAX_HEADERS, more than MAX_HEAD_BYTES in total.
+        let mut v = b"GET / HTTP/1.1\r\nHost: h\r\n".to_vec();
+        let field = format!("X-Pad: {}\r\n", "p".repeat(1000));
+        while v.len() <= MAX_HEAD_BYTES {
+            v.extend_from_slice(field.as_bytes());
+        }
+        // Incomplete and over the limit.
+        assert_eq!(err(&v), RequestError::HeadTooLarge);
+        // Complete but over the limit.
+        v.extend_from_slice(b"\r\n");
+        assert_eq!(err(&v), RequestError::HeadTooLarge);
+
+        // Just under the limit is fine; the buffer may hold more (pipelining).
+        let mut w = b"GET / HTTP/1.1\r\nHost: h\r\nX-Pad: ".to_vec();
+        let pad = MAX_HEAD_BYTES - w.len() - 4;
+        w.extend(std::iter::repeat_n(b'p', pad));
+        w.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(w.len(), MAX_HEAD_BYTES);
+        let mut pipelined = w.clone();
+        pipelined.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        assert_eq!(complete(&pipelined).1, MAX_HEAD_BYTES);
+
+        // Partial at exactly the limit is still Partial.
+        w.truncate(MAX_HEAD_BYTES - 1);
+        partial(&w);
+    }
+
+    #[test]
+    fn header_count_limit() {
+        let mut v = b"GET / HTTP/1.1\r\nHost: h\r\n".to_vec();
+        for i in 1..MAX_HEADERS {
+            v.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        let mut ok = v.clone();
+        ok.extend_from_slice(b"\r\n");
+        complete(&ok);
+        v.extend_from_slice(b"X-Last: v\r\n\r\n");
+        assert_eq!(err(&v), RequestError::TooManyHeaders);
+    }
+
+    // ---- error mapping ----
+
+    #[test]
+    fn status_and_names() {
+        let all = [
+            (RequestError::UriTooLong, 414, "uri_too_long"),
+            (RequestError::HeadTooLarge, 431, "head_too_large"),
+            (RequestError::TooManyHeaders, 431, "too_many_headers"),
+            (RequestError::Malformed, 400, "malformed"),
+            (
+                RequestError::LengthAndTransferEncoding,
+                400,
+                "length_and_transfer_encoding",
+            ),
+            (RequestError::BadContentLength, 400, "bad_content_length"),
+            (
+                RequestError::BadTransferEncoding,
+                400,
+                "bad_transfer_encoding",
+            ),
+            (RequestError::BadHost, 400, "bad_host"),
+            (
+                RequestError::VersionNotSupported,
+                505,
+                "version_not_supported",
+            ),
+        ];
+        for (e, code, name) in all {
+            assert_eq!(e.status().code(), code);
+            assert_eq!(e.as_str(), name);
+        }
+        assert_eq!(
+            RequestError::VersionNotSupported.status(),
+            StatusCode::HttpVersionNotSupported
+        );
+        assert_eq!(Method::Head.as_str(), "HEAD");
+        assert_eq!(Version::Http10.as_str(), "HTTP/1.0");
+        assert_eq!(Persistence::KeepAlive.as_str(), "keep_alive");
+        assert_eq!(BodyFraming::Length(3).as_str(), "length");
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            #[test]
+            fn never_panics_on_arbitrary_bytes(buf in proptest::collection::vec(any::<u8>(), 0..600)) {
+                let _ = parse_request(&buf);
+            }
+
+            #[test]
+            fn never_panics_on_request_like_bytes(
+                method in "[A-Za-z]{1,6}",
+                target in "[ -~]{0,40}",
+                version in "HTTP/[0-9]\\.[0-9]",
+                fields in proptest::collection::vec(("[ -~]{0,12}", "[ -~\t\r\n]{0,20}"), 0..8),
+            ) {
+                let mut buf = format!("{method} {target} {version}\r\n").into_bytes();
+                for (n, v) in fields {
+                    buf.extend_from_slice(format!("{n}:{v}\r\n").as_bytes());
+                }
+                buf.extend_from_slice(b"\r\n");
+                if let Ok(ParseOutcome::Complete { head_len, .. }) = parse_request(&buf) {
+                    prop_assert!(head_len <= buf.len());
+                }
+            }
+
+            /// Splitting a valid request anywhere yields Partial, never an error.
+            #[test]
+            fn prefixes_of_valid_requests_are_partial(
+                path in "/[a-z0-9/._-]{0,30}",
+                range in "bytes=[0-9]{1,4}-[0-9]{0,4}",
+            ) {
+                let buf = format!("GET {path} HTTP/1.1\r\nHost: h\r\nRange: {range}\r\n\r\n").into_bytes();
+                for n in 0..buf.len() {
+                    prop_assert_eq!(parse_request(&buf[..n]), Ok(ParseOutcome::Partial));
+                }
+                let is_complete = matches!(parse_request(&buf), Ok(ParseOutcome::Complete { .. }));
+                prop_assert!(is_complete);
+            }
+        }
+    }
+}
