@@ -1,0 +1,254 @@
+//! One client connection: read a request head, discard or refuse its body, answer it,
+//! repeat while the connection persists (keep-alive, pipelining in order).
+//!
+//! Timeouts (each from [`crate::Timeouts`]): the whole head must arrive within
+//! `request_head` of its first byte (of accept, for the first request); an idle
+//! keep-alive connection waits `keepalive` for the next one; sending is bounded by
+//! `send` per stall (in `transfer`). An idle connection holds no buffer: its read buffer
+//! goes back to the worker's pool, so 10,000 idle players cost little more than their
+//! sockets.
+//!
+//! Not here: deciding the response (`route`) or moving its bytes (`transfer`).
+
+use std::rc::Rc;
+
+use linerate_http::request::MAX_HEAD_BYTES;
+use linerate_http::{parse_request, BodyFraming, ParseOutcome, Persistence, StatusCode};
+use tokio::net::TcpStream;
+use tokio::time::{timeout_at, Instant};
+
+use crate::route::{self, Response};
+use crate::transfer;
+use crate::worker::Worker;
+
+/// Bytes reserved per read into the head buffer. Players' heads are 200-800 bytes, so
+/// one 4 KiB read takes a whole head, and pipelined ones after it.
+const READ_CHUNK: usize = 4096;
+
+/// Why a connection ended. For logs (and the metrics of a later issue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Client closed between requests, or asked to close.
+    Done,
+    /// Idle keep-alive or first-request wait expired with no bytes.
+    Idle,
+    /// Head incomplete within the request-head timeout (slowloris): 408.
+    HeadTimeout,
+    /// Client closed in the middle of a head or body.
+    ClientClosed,
+    /// Malformed or oversized request: error status sent, then closed.
+    BadRequest,
+    /// The response could not be completed (client gone, send timeout, truncation).
+    Aborted,
+    /// Graceful stop.
+    Stopping,
+}
+
+impl Ending {
+    fn as_str(self) -> &'static str {
+        match self {
+            Ending::Done => "done",
+            Ending::Idle => "idle",
+            Ending::HeadTimeout => "head_timeout",
+            Ending::ClientClosed => "client_closed",
+            Ending::BadRequest => "bad_request",
+            Ending::Aborted => "aborted",
+            Ending::Stopping => "stopping",
+        }
+    }
+}
+
+/// Serve one connection to its end.
+pub(crate) async fn serve(worker: &Rc<Worker>, stream: TcpStream) {
+    let mut conn = Conn {
+        worker,
+        stream,
+        buf: Vec::new(),
+    };
+    let ending = conn.run().await;
+    worker.give_buffer(std::mem::take(&mut conn.buf));
+    tracing::trace!(ending = ending.as_str(), "connection closed");
+}
+
+struct Conn<'w> {
+    worker: &'w Rc<Worker>,
+    stream: TcpStream,
+    /// Unconsumed request bytes; empty (and unallocated) while idle.
+    buf: Vec<u8>,
+}
+
+/// What reading more bytes gave.
+enum Read {
+    /// Some bytes were appended.
+    Data,
+    /// End of stream.
+    Eof,
+    /// The deadline passed.
+    TimedOut,
+    /// A socket error (reset...).
+    Failed,
+}
+
+impl Conn<'_> {
+    async fn run(&mut self) -> Ending {
+        let timeouts = self.worker.shared.options.timeouts;
+        let mut first = true;
+        loop {
+            if self.buf.is_empty() {
+                if let Some(ending) = self.wait_for_request(first).await {
+                    return ending;
+                }
+            }
+            first = false;
+            let deadline = Instant::now() + timeouts.request_head;
+            // Read until a whole head parses (or fails to).
+            let (response, framing, head_len) = loop {
+                match parse_request(&self.buf) {
+                    Ok(ParseOutcome::Complete { head, head_len }) => {
+                        let framing = head.body;
+                        break (route::respond_to(self.worker, &head), framing, head_len);
+                    }
+                    Ok(ParseOutcome::Partial) => match self.read_more(deadline).await {
+                        Read::Data => {}
+                        Read::Eof | Read::Failed => {
+                            return if self.buf.is_empty() {
+                                Ending::Done
+                            } else {
+                                Ending::ClientClosed
+                            };
+                        }
+                        Read::TimedOut => {
+                            self.answer_and_close(StatusCode::RequestTimeout).await;
+                            return Ending::HeadTimeout;
+                        }
+                    },
+                    Err(e) => {
+                        tracing::debug!(error = e.as_str(), "bad request head");
+                        self.answer_and_close(e.status()).await;
+                        return Ending::BadRequest;
+                    }
+                }
+            };
+            self.buf.drain(..head_len);
+            // The body of a GET/HEAD (or of a refused method) is read and dropped so the
+            // next request starts where it should; bodies we cannot bound are refused.
+            match framing {
+                BodyFraming::None => {}
+                BodyFraming::Length(n) if n <= self.worker.shared.options.max_discarded_body => {
+                    match self.discard(n, deadline).await {
+                        Read::Data => {}
+                        Read::TimedOut => {
+                            self.answer_and_close(StatusCode::RequestTimeout).await;
+                            return Ending::HeadTimeout;
+                        }
+                        Read::Eof | Read::Failed => return Ending::ClientClosed,
+                    }
+                }
+                BodyFraming::Length(_) | BodyFraming::Chunked => {
+                    self.answer_and_close(StatusCode::ContentTooLarge).await;
+                    return Ending::BadRequest;
+                }
+            }
+            let persistence = response.persistence;
+            if let Err(e) = transfer::send(self.worker, &self.stream, response).await {
+                match e {
+                    // Our side failed: worth an operator's attention.
+                    transfer::TransferError::Disk(_) | transfer::TransferError::Truncated => {
+                        tracing::warn!(error = %e, kind = e.as_str(), "response aborted")
+                    }
+                    // The client's side: routine on the Internet.
+                    _ => tracing::debug!(error = %e, kind = e.as_str(), "response aborted"),
+                }
+                return Ending::Aborted;
+            }
+            match persistence {
+                Persistence::KeepAlive if !self.worker.stopping() => {}
+                Persistence::KeepAlive => return Ending::Stopping,
+                Persistence::Close => return Ending::Done,
+            }
+        }
+    }
+
+    /// Idle: give the buffer back and wait for the next request's first bytes, for the
+    /// keep-alive timeout (the head timeout before the first request), or until a
+    /// graceful stop. `None` when bytes arrived.
+    async fn wait_for_request(&mut self, first: bool) -> Option<Ending> {
+        let timeouts = self.worker.shared.options.timeouts;
+        let deadline = Instant::now()
+            + if first {
+                timeouts.request_head
+            } else {
+                timeouts.keepalive
+            };
+        let mut stop = self.worker.stop.clone();
+        loop {
+            self.worker.give_buffer(std::mem::take(&mut self.buf));
+            tokio::select! {
+                r = timeout_at(deadline, self.stream.readable()) => match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Some(Ending::ClientClosed),
+                    Err(_) => return Some(Ending::Idle),
+                },
+                _ = stop.wait_for(|s| *s) => return Some(Ending::Stopping),
+            }
+            self.buf = self.worker.take_buffer();
+            self.buf.reserve(READ_CHUNK);
+            match self.stream.try_read_buf(&mut self.buf) {
+                Ok(0) => return Some(Ending::Done),
+                Ok(_) => return None,
+                // Readiness can be spurious; wait again.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Some(Ending::ClientClosed),
+            }
+        }
+    }
+
+    /// Append whatever the socket has, waiting until `deadline`.
+    async fn read_more(&mut self, deadline: Instant) -> Read {
+        if self.buf.capacity() == 0 {
+            self.buf = self.worker.take_buffer();
+        }
+        // Never hold more than a maximal head plus one read: the parser rejects past it.
+        if self.buf.len() > MAX_HEAD_BYTES + READ_CHUNK {
+            return Read::Failed;
+        }
+        self.buf.reserve(READ_CHUNK);
+        loop {
+            match self.stream.try_read_buf(&mut self.buf) {
+                Ok(0) => return Read::Eof,
+                Ok(_) => return Read::Data,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return Read::Failed,
+            }
+            match timeout_at(deadline, self.stream.readable()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Read::Failed,
+                Err(_) => return Read::TimedOut,
+            }
+        }
+    }
+
+    /// Drop `n` body bytes, from the buffer first, then from the socket.
+    async fn discard(&mut self, mut n: u64, deadline: Instant) -> Read {
+        loop {
+            let here = (self.buf.len() as u64).min(n);
+            self.buf.drain(..here as usize);
+            n -= here;
+            if n == 0 {
+                return Read::Data;
+            }
+            match self.read_more(deadline).await {
+                Read::Data => {}
+                other => return other,
+            }
+        }
+    }
+
+    /// Best-effort error response, then close (framing can no longer be trusted).
+    async fn answer_and_close(&mut self, status: StatusCode) {
+        let response: Response = route::error(self.worker, status, Persistence::Close);
+        let _ = transfer::send(self.worker, &self.stream, response).await;
+    }
+}

@@ -1,0 +1,21 @@
+//! The linerate server runtime: thread per core, one `SO_REUSEPORT` listener per worker
+//! per address, HTTP/1.1 connections that answer from files with `sendfile(2)`, cold
+//! reads on a per-disk blocking pool, timeouts, and graceful stop.
+//!
+//! Protocol decisions live in `linerate-http` (sans-I/O) and syscalls in `linerate-sys`;
+//! this crate wires them to sockets and files. It does not parse configuration files
+//! (the binary does) and has no global lock or shared counter on the request path:
+//! everything a request writes belongs to the worker that accepted its connection.
+#![forbid(unsafe_code)]
+
+mod clock;
+mod coldpool;
+mod conn;
+pub mod options;
+mod route;
+mod server;
+mod transfer;
+mod worker;
+
+pub use options::{Pinning, ServerOptions, Timeouts};
+pub use server::{run, run_until, ServerError, Started};

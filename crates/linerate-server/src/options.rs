@@ -1,0 +1,170 @@
+//! Typed server options: what the binary's configuration file and flags turn into. Every
+//! field has a documented default (the `DEFAULT_*` constants) and unit. Parsing TOML and
+//! flags is the binary's job; this module only holds the validated result.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default listen address: loopback only, so a first run exposes nothing.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Default per-worker connection limit. 16,384 lets one worker hold the 10,000 idle
+/// player connections of the benchmark with room to spare; each idle connection costs
+/// about 1 KiB of user memory here plus the kernel's socket (see docs/benchmarks.md).
+pub const DEFAULT_MAX_CONNECTIONS_PER_WORKER: usize = 16_384;
+
+/// Default `listen(2)` backlog per worker socket. Connections past it are refused by the
+/// kernel (SYN dropped or reset), so the queue never grows without bound.
+pub const DEFAULT_BACKLOG: u32 = 1024;
+
+/// Default time allowed to receive a whole request head, from its first byte (or from
+/// accept, for the first request). The slowloris defence; nginx's `client_header_timeout`
+/// is 60 s, but a player sends its head in one packet, so 10 s is generous.
+pub const DEFAULT_REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default time an idle keep-alive connection waits for its next request. Players fetch a
+/// segment every 2-6 s; 60 s covers a paused player without holding dead ones forever
+/// (nginx `keepalive_timeout` is 75 s).
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default time a response may make no progress (socket never writable) before the
+/// connection is closed: a client that stopped reading. nginx `send_timeout` is 60 s.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default grace period on SIGTERM/SIGINT for in-flight responses to finish.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Default threads per disk for cold reads. Each blocks on one disk read at a time;
+/// 8 keeps an SSD's queue busy without thousands of threads (nginx's default thread
+/// pool has 32 for all disks).
+pub const DEFAULT_COLD_THREADS_PER_DISK: usize = 8;
+
+/// Default largest request body (on GET/HEAD) read and discarded to keep the connection
+/// in sync; larger bodies get 413 and the connection closes.
+pub const DEFAULT_MAX_DISCARDED_BODY: u64 = 64 * 1024;
+
+/// Everything a server run needs. Build with [`ServerOptions::new`] and adjust fields.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Addresses to listen on; each worker has its own `SO_REUSEPORT` socket for each.
+    pub listen: Vec<SocketAddr>,
+    /// Worker threads. Default: one per CPU this process may run on.
+    pub workers: usize,
+    /// Pin worker i to the i-th allowed CPU. Default: on.
+    pub pin_workers: Pinning,
+    /// Connections one worker holds at once; past it, new ones are closed at accept.
+    pub max_connections_per_worker: usize,
+    /// `listen(2)` backlog of each worker socket.
+    pub backlog: u32,
+    /// The directory served (appliance mode).
+    pub root: PathBuf,
+    /// Connection timeouts.
+    pub timeouts: Timeouts,
+    /// `Cache-Control` per lower-case file extension (no dot).
+    pub cache_control: Vec<(String, String)>,
+    /// `Cache-Control` for extensions not listed; `None` sends no header.
+    pub default_cache_control: Option<String>,
+    /// Blocking threads per disk for cold reads.
+    pub cold_threads_per_disk: usize,
+    /// Largest request body read and discarded (bytes).
+    pub max_discarded_body: u64,
+}
+
+/// Whether workers are pinned to CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pinning {
+    /// Worker i runs only on the i-th allowed CPU (wrapping).
+    Pinned,
+    /// The kernel schedules workers freely.
+    Unpinned,
+}
+
+/// Connection timeouts; see the `DEFAULT_*` constants for the defaults and why.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Receiving one whole request head.
+    pub request_head: Duration,
+    /// Waiting for the next request on an idle keep-alive connection.
+    pub keepalive: Duration,
+    /// A response making no progress.
+    pub send: Duration,
+    /// In-flight responses after SIGTERM/SIGINT.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            request_head: DEFAULT_REQUEST_HEAD_TIMEOUT,
+            keepalive: DEFAULT_KEEPALIVE_TIMEOUT,
+            send: DEFAULT_SEND_TIMEOUT,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// Default `Cache-Control` by extension: manifests change every segment duration
+/// (short), segments and files never change once published (long, immutable).
+pub fn default_cache_control() -> Vec<(String, String)> {
+    let manifest = "public, max-age=2";
+    let segment = "public, max-age=86400";
+    [
+        ("m3u8", manifest),
+        ("mpd", manifest),
+        ("ts", segment),
+        ("m4s", segment),
+        ("mp4", segment),
+        ("m4a", segment),
+        ("m4v", segment),
+        ("aac", segment),
+        ("cmfv", segment),
+        ("cmfa", segment),
+        ("vtt", segment),
+        ("webm", segment),
+    ]
+    .into_iter()
+    .map(|(e, v)| (e.to_owned(), v.to_owned()))
+    .collect()
+}
+
+impl ServerOptions {
+    /// Options with every default, serving `root`.
+    pub fn new(root: PathBuf) -> Self {
+        ServerOptions {
+            // The constant is a valid literal address.
+            #[allow(
+                clippy::unwrap_used,
+                reason = "constant literal, checked by a unit test"
+            )]
+            listen: vec![DEFAULT_LISTEN.parse().unwrap()],
+            workers: default_workers(),
+            pin_workers: Pinning::Pinned,
+            max_connections_per_worker: DEFAULT_MAX_CONNECTIONS_PER_WORKER,
+            backlog: DEFAULT_BACKLOG,
+            root,
+            timeouts: Timeouts::default(),
+            cache_control: default_cache_control(),
+            default_cache_control: None,
+            cold_threads_per_disk: DEFAULT_COLD_THREADS_PER_DISK,
+            max_discarded_body: DEFAULT_MAX_DISCARDED_BODY,
+        }
+    }
+}
+
+/// One worker per CPU this process may run on (respects taskset/cgroup cpusets).
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn defaults_are_valid() {
+        let o = super::ServerOptions::new("/srv".into());
+        assert_eq!(o.listen[0].to_string(), super::DEFAULT_LISTEN);
+        assert!(o.workers >= 1);
+    }
+}

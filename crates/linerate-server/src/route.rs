@@ -1,0 +1,292 @@
+//! From a parsed request to a response plan: method check, target → path, open beneath
+//! the root, preconditions, ranges, and the response head. The plan owns everything
+//! the transfer needs (head bytes, the open file, the ranges), so sending it involves no
+//! further decisions.
+//!
+//! Not here: sockets. Opening and `fstat`ing the file are the only I/O.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+
+use linerate_http::conditional::{self, IfRange, Precondition, Validators};
+use linerate_http::multipart::{self, MultipartPlan};
+use linerate_http::range::{self, ByteRange, RangeOutcome};
+use linerate_http::{
+    mime, path, HeadWriter, Method, Persistence, RequestHead, StatusCode, Version,
+};
+
+use crate::worker::Worker;
+
+/// `Server` field value.
+const SERVER: &[u8] = b"linerate";
+
+/// A response ready to send.
+pub(crate) struct Response {
+    /// Status line and fields, ending with the blank line.
+    pub(crate) head: Vec<u8>,
+    /// What follows the head.
+    pub(crate) body: Body,
+    /// Whether the connection continues after this response.
+    pub(crate) persistence: Persistence,
+}
+
+/// The bytes after the head.
+pub(crate) enum Body {
+    /// Nothing (HEAD, 304, or a body already appended to the head).
+    Empty,
+    /// One range of a file (the whole file for 200).
+    File {
+        /// The open file.
+        file: File,
+        /// What to send of it.
+        range: ByteRange,
+    },
+    /// multipart/byteranges parts of a file.
+    Multipart {
+        /// The open file.
+        file: File,
+        /// Part heads, ranges and trailer.
+        plan: MultipartPlan,
+    },
+}
+
+/// Decide the response to one request.
+pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
+    let persistence = if worker.stopping() {
+        Persistence::Close
+    } else {
+        copy_persistence(&req.persistence)
+    };
+    let head_only = match req.method {
+        Method::Get => false,
+        Method::Head => true,
+        Method::Other => return method_not_allowed(worker, persistence),
+    };
+    let Ok(target) = path::normalize_target(req.target) else {
+        return error(worker, StatusCode::BadRequest, Persistence::Close);
+    };
+    if target.is_directory_form {
+        // Directories are never listed.
+        return error(worker, StatusCode::NotFound, persistence);
+    }
+    let file = match linerate_sys::open::open_beneath(worker.shared.root.as_fd(), &target.relative)
+    {
+        Ok(f) => f,
+        Err(e) => return error(worker, open_error_status(&e, &target.relative), persistence),
+    };
+    let meta = match file.metadata() {
+        Ok(m) if m.is_file() => m,
+        Ok(_) => return error(worker, StatusCode::NotFound, persistence),
+        Err(e) => {
+            tracing::warn!(error = %e, "fstat failed");
+            return error(worker, StatusCode::InternalServerError, persistence);
+        }
+    };
+    let len = meta.len();
+    let mtime = u64::try_from(meta.mtime()).unwrap_or(0);
+    let mtime_nanos =
+        u128::from(mtime) * 1_000_000_000 + u128::try_from(meta.mtime_nsec()).unwrap_or(0);
+    let etag = conditional::file_etag(len, mtime_nanos);
+    let validators = Validators {
+        etag: &etag,
+        last_modified: mtime,
+    };
+    let last_modified = linerate_http::date::format(mtime);
+    let content_type = mime::content_type(&target.relative);
+    let cache_control = mime::extension(&target.relative)
+        .and_then(|ext| worker.shared.cache_control.get(&ext.to_ascii_lowercase()))
+        .or(worker.shared.options.default_cache_control.as_ref());
+
+    let mut head = Vec::with_capacity(512);
+    let common = |w: &mut HeadWriter<'_>| {
+        worker.date.with(|d| w.field("Date", d));
+        w.field("Server", SERVER);
+        w.field("ETag", etag.as_bytes());
+        w.field("Last-Modified", last_modified.as_bytes());
+        if let Some(cc) = cache_control {
+            w.field("Cache-Control", cc.as_bytes());
+        }
+        persistence_field(w, req, persistence);
+    };
+
+    match conditional::evaluate(req, &validators) {
+        Precondition::Proceed => {}
+        Precondition::NotModified => {
+            // RFC 9110 §15.4.5: a 304 carries the fields a 200 would have had that
+            // describe the representation's validators and caching, but no content.
+            let mut w = HeadWriter::new(&mut head, StatusCode::NotModified);
+            common(&mut w);
+            w.finish();
+            return Response {
+                head,
+                body: Body::Empty,
+                persistence,
+            };
+        }
+        Precondition::Failed => return error(worker, StatusCode::PreconditionFailed, persistence),
+    }
+
+    // RFC 9110 §14.2: Range is defined only for GET; ignored on HEAD.
+    let outcome = match (head_only, req.range) {
+        (false, Some(value))
+            if conditional::if_range(req.if_range, &validators) == IfRange::Apply =>
+        {
+            match range::parse_range(value) {
+                Some(specs) => range::resolve(&specs, len),
+                None => RangeOutcome::Full,
+            }
+        }
+        _ => RangeOutcome::Full,
+    };
+
+    let (status, body, body_len) = match outcome {
+        RangeOutcome::Full => (
+            StatusCode::Ok,
+            Body::File {
+                file,
+                range: ByteRange { start: 0, len },
+            },
+            len,
+        ),
+        RangeOutcome::Single(r) => (
+            StatusCode::PartialContent,
+            Body::File { file, range: r },
+            r.len,
+        ),
+        RangeOutcome::Multi(ranges) => {
+            let plan = multipart::plan(&ranges, len, content_type, &worker.next_boundary());
+            let body_len = plan.body_len;
+            (
+                StatusCode::PartialContent,
+                Body::Multipart { file, plan },
+                body_len,
+            )
+        }
+        RangeOutcome::Unsatisfiable => {
+            let mut w = HeadWriter::new(&mut head, StatusCode::RangeNotSatisfiable);
+            common(&mut w);
+            w.content_range_unsatisfied(len);
+            w.field_u64("Content-Length", 0);
+            w.finish();
+            return Response {
+                head,
+                body: Body::Empty,
+                persistence,
+            };
+        }
+    };
+    let mut w = HeadWriter::new(&mut head, status);
+    common(&mut w);
+    w.field("Accept-Ranges", b"bytes");
+    match &body {
+        Body::Multipart { plan, .. } => {
+            w.field("Content-Type", plan.content_type.as_bytes());
+        }
+        Body::File { range: r, .. } => {
+            w.field("Content-Type", content_type.as_bytes());
+            if status == StatusCode::PartialContent {
+                w.content_range(r.start, r.last(), len);
+            }
+        }
+        Body::Empty => {}
+    }
+    w.field_u64("Content-Length", body_len);
+    w.finish();
+    let body = if head_only || body_len == 0 {
+        Body::Empty
+    } else {
+        body
+    };
+    Response {
+        head,
+        body,
+        persistence,
+    }
+}
+
+/// A short text response for an error status.
+pub(crate) fn error(worker: &Worker, status: StatusCode, persistence: Persistence) -> Response {
+    simple(worker, status, persistence, None)
+}
+
+fn method_not_allowed(worker: &Worker, persistence: Persistence) -> Response {
+    // RFC 9110 §15.5.6: a 405 MUST carry Allow.
+    simple(
+        worker,
+        StatusCode::MethodNotAllowed,
+        persistence,
+        Some(("Allow", b"GET, HEAD")),
+    )
+}
+
+fn simple(
+    worker: &Worker,
+    status: StatusCode,
+    persistence: Persistence,
+    extra: Option<(&str, &[u8])>,
+) -> Response {
+    let mut head = Vec::with_capacity(256);
+    let reason = status.reason();
+    let body_len = 4 + reason.len() + 1; // "NNN " + reason + "\n"
+    let mut w = HeadWriter::new(&mut head, status);
+    worker.date.with(|d| w.field("Date", d));
+    w.field("Server", SERVER);
+    if let Some((name, value)) = extra {
+        w.field(name, value);
+    }
+    w.field("Content-Type", b"text/plain; charset=utf-8");
+    w.field_u64("Content-Length", body_len as u64);
+    if matches!(persistence, Persistence::Close) {
+        w.field("Connection", b"close");
+    }
+    w.finish();
+    head.extend_from_slice(format!("{} {}\n", status.code(), reason).as_bytes());
+    Response {
+        head,
+        body: Body::Empty,
+        persistence,
+    }
+}
+
+/// Map an open error to a status. Escapes (EXDEV from RESOLVE_BENEATH, ELOOP) look like
+/// any missing file from outside: 404, logged at debug.
+fn open_error_status(e: &io::Error, rel: &[u8]) -> StatusCode {
+    match e.raw_os_error() {
+        Some(libc::ENOENT)
+        | Some(libc::ENOTDIR)
+        | Some(libc::ENAMETOOLONG)
+        | Some(libc::EISDIR) => StatusCode::NotFound,
+        Some(libc::EXDEV) | Some(libc::ELOOP) => {
+            tracing::debug!(path = %String::from_utf8_lossy(rel), "path resolves outside the root");
+            StatusCode::NotFound
+        }
+        Some(libc::EACCES) | Some(libc::EPERM) => StatusCode::Forbidden,
+        _ => {
+            tracing::warn!(path = %String::from_utf8_lossy(rel), error = %e, "open failed");
+            StatusCode::InternalServerError
+        }
+    }
+}
+
+/// `Connection: close` when closing; `Connection: keep-alive` to HTTP/1.0 clients that
+/// asked for it (RFC 9112 §9.3: 1.0 persistence must be announced).
+fn persistence_field(w: &mut HeadWriter<'_>, req: &RequestHead<'_>, persistence: Persistence) {
+    match (persistence, &req.version) {
+        (Persistence::Close, _) => {
+            w.field("Connection", b"close");
+        }
+        (Persistence::KeepAlive, Version::Http10) => {
+            w.field("Connection", b"keep-alive");
+        }
+        (Persistence::KeepAlive, Version::Http11) => {}
+    }
+}
+
+fn copy_persistence(p: &Persistence) -> Persistence {
+    match p {
+        Persistence::KeepAlive => Persistence::KeepAlive,
+        Persistence::Close => Persistence::Close,
+    }
+}

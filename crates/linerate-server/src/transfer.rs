@@ -1,0 +1,173 @@
+//! Moving a response onto the socket: the head with `MSG_MORE`, then file bytes with
+//! `sendfile(2)` straight from the page cache (never through a user-space buffer),
+//! multipart part heads between them.
+//!
+//! Before each inline sendfile window the range's residency is checked (`cachestat`);
+//! a cold window is first read into the page cache by the disk's blocking pool, so this
+//! core's other connections keep being served meanwhile. Short writes, `EAGAIN` and
+//! `EINTR` are resumed; a send that makes no progress for the send timeout ends the
+//! connection; a file that shrinks under us ends it too (the client sees fewer bytes than
+//! `Content-Length`, never padding).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+
+use linerate_http::range::ByteRange;
+use linerate_sys::net::{self, Flush};
+use linerate_sys::pagecache::Residency;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+use crate::route::{Body, Response};
+use crate::worker::Worker;
+
+/// Most bytes asked of one `sendfile` call. Loopback and fast NICs take several MiB per
+/// call once the socket buffer has grown; nginx's `sendfile_max_chunk` default is 2 MiB.
+const SENDFILE_CHUNK: usize = 2 * 1024 * 1024;
+
+/// Bytes whose page-cache residency is checked at once (one `cachestat` call). A cold
+/// window is read by the pool in one job, so this is also the cold-read size.
+const RESIDENCY_WINDOW: u64 = 2 * 1024 * 1024;
+
+/// Why a response could not be completed. The connection is closed in every case.
+#[derive(Debug)]
+pub(crate) enum TransferError {
+    /// The client reset or closed the connection.
+    ClientGone(io::Error),
+    /// No progress for the send timeout: the client stopped reading.
+    SendTimeout,
+    /// The file ended before the promised length (truncated while being sent).
+    Truncated,
+    /// The disk failed reading a cold range.
+    Disk(io::Error),
+}
+
+impl std::fmt::Display for TransferError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TransferError::ClientGone(e) => write!(f, "client gone: {e}"),
+            TransferError::SendTimeout => f.write_str("send timeout: client stopped reading"),
+            TransferError::Truncated => {
+                f.write_str("file shorter than promised (truncated while sending)")
+            }
+            TransferError::Disk(e) => write!(f, "disk read failed: {e}"),
+        }
+    }
+}
+
+impl TransferError {
+    /// Short stable name for logs and metric labels.
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            TransferError::ClientGone(_) => "client_gone",
+            TransferError::SendTimeout => "send_timeout",
+            TransferError::Truncated => "truncated",
+            TransferError::Disk(_) => "disk",
+        }
+    }
+}
+
+/// Send one response completely.
+pub(crate) async fn send(
+    worker: &Worker,
+    stream: &TcpStream,
+    response: Response,
+) -> Result<(), TransferError> {
+    let mut out = Sender { worker, stream };
+    match response.body {
+        Body::Empty => out.bytes(&response.head, Flush::Now).await,
+        Body::File { file, range } => {
+            out.bytes(&response.head, Flush::More).await?;
+            out.file(&file, range).await
+        }
+        Body::Multipart { file, plan } => {
+            out.bytes(&response.head, Flush::More).await?;
+            for part in &plan.parts {
+                out.bytes(&part.head, Flush::More).await?;
+                out.file(&file, part.range).await?;
+            }
+            out.bytes(&plan.trailer, Flush::Now).await
+        }
+    }
+}
+
+struct Sender<'a> {
+    worker: &'a Worker,
+    stream: &'a TcpStream,
+}
+
+impl Sender<'_> {
+    /// Send all of `bytes`.
+    async fn bytes(&mut self, mut bytes: &[u8], flush: Flush) -> Result<(), TransferError> {
+        while !bytes.is_empty() {
+            let sock = self.stream.as_fd();
+            match self
+                .stream
+                .try_io(Interest::WRITABLE, || net::send(sock, bytes, flush))
+            {
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) => self.on_error(e).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Send `range` of `file` with sendfile, warming cold windows on the pool first.
+    async fn file(&mut self, file: &File, range: ByteRange) -> Result<(), TransferError> {
+        let end = range.start + range.len;
+        let mut offset = range.start;
+        let mut resident_until = offset;
+        while offset < end {
+            if offset >= resident_until {
+                let window = (end - offset).min(RESIDENCY_WINDOW);
+                let shared = &self.worker.shared;
+                if shared.probe.residency(file.as_fd(), offset, window) == Residency::Cold {
+                    // The pool gets its own descriptor: this connection may die meanwhile.
+                    let dup = file.try_clone().map_err(TransferError::Disk)?;
+                    tracing::debug!(
+                        offset,
+                        len = window,
+                        "cold window: reading on the disk pool"
+                    );
+                    shared
+                        .cold
+                        .warm(dup, offset, window)
+                        .await
+                        .map_err(TransferError::Disk)?;
+                }
+                resident_until = offset + window;
+            }
+            let count = usize::try_from(resident_until - offset)
+                .unwrap_or(SENDFILE_CHUNK)
+                .min(SENDFILE_CHUNK);
+            let sock = self.stream.as_fd();
+            let fd = file.as_fd();
+            match self.stream.try_io(Interest::WRITABLE, || {
+                net::sendfile(sock, fd, &mut offset, count)
+            }) {
+                Ok(0) => return Err(TransferError::Truncated),
+                Ok(_) => {}
+                Err(e) => self.on_error(e).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Resume after `EAGAIN`/`EINTR` (waiting for writability, bounded by the send
+    /// timeout); anything else means the client is gone.
+    async fn on_error(&mut self, e: io::Error) -> Result<(), TransferError> {
+        match e.kind() {
+            io::ErrorKind::WouldBlock => {
+                let limit = self.worker.shared.options.timeouts.send;
+                match tokio::time::timeout(limit, self.stream.writable()).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(TransferError::ClientGone(e)),
+                    Err(_) => Err(TransferError::SendTimeout),
+                }
+            }
+            io::ErrorKind::Interrupted => Ok(()),
+            _ => Err(TransferError::ClientGone(e)),
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! The configuration file (TOML) → [`ServerOptions`]. Parsed once, at the edge: unknown
+//! keys and bad values are errors that name the key and its line (the `toml` crate puts
+//! the span in every deserialisation error, including the custom ones raised here), and
+//! the result is a typed value with every default filled in, which `check-config`
+//! prints back. Reference: docs/config.md.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use linerate_server::options::{self as defaults, Pinning, ServerOptions, Timeouts};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Most workers accepted: far above any CPU count we would pin to, low enough to catch
+/// a typo like `workers = 40000`.
+const MAX_WORKERS: u64 = 1024;
+
+/// The bundled sample library, served when no root is configured. It is found next to
+/// the sources this binary was built from (`cargo run` from a checkout).
+pub const SAMPLE_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../sample");
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `[server]`
+    pub server: ServerSection,
+    /// `[timeouts]`
+    pub timeouts: TimeoutsSection,
+    /// `[appliance]`
+    pub appliance: ApplianceSection,
+    /// `[cache_control]`
+    pub cache_control: CacheControlSection,
+}
+
+/// `[server]`: listeners and workers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    /// Addresses to listen on. Default `["127.0.0.1:8080"]`.
+    pub listen: Vec<SocketAddr>,
+    /// Worker threads; 0 = one per allowed CPU. Default 0.
+    #[serde(deserialize_with = "workers")]
+    pub workers: u64,
+    /// Pin workers to CPUs. Default true.
+    pub pin_workers: bool,
+    /// Connections per worker. Default 16384.
+    #[serde(deserialize_with = "positive")]
+    pub max_connections_per_worker: u64,
+    /// listen(2) backlog per worker socket. Default 1024.
+    #[serde(deserialize_with = "positive")]
+    pub backlog: u64,
+    /// Blocking threads per disk for cold reads. Default 8.
+    #[serde(deserialize_with = "positive")]
+    pub cold_threads_per_disk: u64,
+    /// Largest GET/HEAD request body read and dropped, bytes. Default 65536.
+    pub max_discarded_body: u64,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        let o = ServerOptions::new(PathBuf::new());
+        ServerSection {
+            listen: o.listen,
+            workers: 0,
+            pin_workers: true,
+            max_connections_per_worker: o.max_connections_per_worker as u64,
+            backlog: u64::from(o.backlog),
+            cold_threads_per_disk: o.cold_threads_per_disk as u64,
+            max_discarded_body: o.max_discarded_body,
+        }
+    }
+}
+
+/// `[timeouts]`, in milliseconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutsSection {
+    /// Whole request head. Default 10000.
+    #[serde(deserialize_with = "positive")]
+    pub request_head_ms: u64,
+    /// Idle keep-alive. Default 60000.
+    #[serde(deserialize_with = "positive")]
+    pub keepalive_ms: u64,
+    /// No send progress. Default 30000.
+    #[serde(deserialize_with = "positive")]
+    pub send_ms: u64,
+    /// Graceful stop. Default 30000.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for TimeoutsSection {
+    fn default() -> Self {
+        let ms = |d: Duration| d.as_millis() as u64;
+        TimeoutsSection {
+            request_head_ms: ms(defaults::DEFAULT_REQUEST_HEAD_TIMEOUT),
+            keepalive_ms: ms(defaults::DEFAULT_KEEPALIVE_TIMEOUT),
+            send_ms: ms(defaults::DEFAULT_SEND_TIMEOUT),
+            shutdown_grace_ms: ms(defaults::DEFAULT_SHUTDOWN_GRACE),
+        }
+    }
+}
+
+/// `[appliance]`: the library served from local disk.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApplianceSection {
+    /// Directory served. Default: the bundled sample library.
+    pub root: PathBuf,
+}
+
+impl Default for ApplianceSection {
+    fn default() -> Self {
+        ApplianceSection {
+            root: PathBuf::from(SAMPLE_ROOT),
+        }
+    }
+}
+
+/// `[cache_control]`: the `Cache-Control` sent per file extension.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheControlSection {
+    /// For extensions not listed; empty = no header. Default empty.
+    #[serde(deserialize_with = "field_value")]
+    pub default: String,
+    /// Extension (no dot, case-insensitive) → value; merged over the built-in table;
+    /// an empty value removes the header for that extension.
+    #[serde(deserialize_with = "extension_map")]
+    pub extensions: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for CacheControlSection {
+    fn default() -> Self {
+        CacheControlSection {
+            default: String::new(),
+            extensions: defaults::default_cache_control().into_iter().collect(),
+        }
+    }
+}
+
+impl Config {
+    /// Read and parse a file. The error text names the file, key and line.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Parse TOML text.
+    pub fn parse(text: &str) -> Result<Config, toml::de::Error> {
+        let mut config: Config = toml::from_str(text)?;
+        // Configured extensions merge over the built-in table.
+        let mut merged: std::collections::BTreeMap<String, String> =
+            defaults::default_cache_control().into_iter().collect();
+        merged.extend(std::mem::take(&mut config.cache_control.extensions));
+        config.cache_control.extensions = merged;
+        Ok(config)
+    }
+
+    /// The effective configuration as TOML (what `check-config` prints).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot print configuration: {e}\n"))
+    }
+
+    /// Typed server options.
+    pub fn to_options(&self) -> ServerOptions {
+        let mut o = ServerOptions::new(self.appliance.root.clone());
+        o.listen = self.server.listen.clone();
+        if self.server.workers > 0 {
+            o.workers = self.server.workers as usize;
+        }
+        o.pin_workers = if self.server.pin_workers {
+            Pinning::Pinned
+        } else {
+            Pinning::Unpinned
+        };
+        o.max_connections_per_worker = self.server.max_connections_per_worker as usize;
+        o.backlog = u32::try_from(self.server.backlog).unwrap_or(u32::MAX);
+        o.cold_threads_per_disk = self.server.cold_threads_per_disk as usize;
+        o.max_discarded_body = self.server.max_discarded_body;
+        o.timeouts = Timeouts {
+            request_head: Duration::from_millis(self.timeouts.request_head_ms),
+            keepalive: Duration::from_millis(self.timeouts.keepalive_ms),
+            send: Duration::from_millis(self.timeouts.send_ms),
+            shutdown_grace: Duration::from_millis(self.timeouts.shutdown_grace_ms),
+        };
+        o.cache_control = self
+            .cache_control
+            .extensions
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .collect();
+        o.default_cache_control =
+            Some(self.cache_control.default.clone()).filter(|v| !v.is_empty());
+        o
+    }
+}
+
+fn workers<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n > MAX_WORKERS {
+        return Err(serde::de::Error::custom(format!(
+            "must be between 0 (one per CPU) and {MAX_WORKERS}"
+        )));
+    }
+    Ok(n)
+}
+
+fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n == 0 {
+        return Err(serde::de::Error::custom("must be greater than 0"));
+    }
+    Ok(n)
+}
+
+/// A header field value we will send verbatim: visible ASCII and spaces only (RFC 9110
+/// §5.5), so configuration can never inject a CR/LF into a response.
+fn field_value<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    check_field_value(&s).map_err(serde::de::Error::custom)?;
+    Ok(s)
+}
+
+fn check_field_value(s: &str) -> Result<(), &'static str> {
+    if s.bytes()
+        .all(|b| b == b' ' || b == b'\t' || (0x21..0x7f).contains(&b))
+    {
+        Ok(())
+    } else {
+        Err("header values may contain only visible ASCII, spaces and tabs")
+    }
+}
+
+/// A configured file extension: letters and digits, no dot. Its own type so that the
+/// error span points at the offending key, not at the table header.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+struct Extension(String);
+
+impl<'de> Deserialize<'de> for Extension {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let k = String::deserialize(d)?;
+        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(serde::de::Error::custom(format!(
+                "extension `{k}`: letters and digits only, no dot"
+            )));
+        }
+        Ok(Extension(k))
+    }
+}
+
+/// A `Cache-Control` value, validated where it is written (see [`check_field_value`]).
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+struct FieldValue(String);
+
+impl<'de> Deserialize<'de> for FieldValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        field_value(d).map(FieldValue)
+    }
+}
+
+fn extension_map<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
+    let m = std::collections::BTreeMap::<Extension, FieldValue>::deserialize(d)?;
+    Ok(m.into_iter().map(|(k, v)| (k.0, v.0)).collect())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        let c = Config::parse("").unwrap();
+        let o = c.to_options();
+        assert_eq!(o.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
+        assert_eq!(o.root, PathBuf::from(SAMPLE_ROOT));
+        assert_eq!(
+            o.timeouts.request_head,
+            defaults::DEFAULT_REQUEST_HEAD_TIMEOUT
+        );
+        assert!(o.cache_control.iter().any(|(e, _)| e == "m3u8"));
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let e = Config::parse("[server]\nworkers = 2\nworkres = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3"), "{e}");
+        assert!(e.contains("workres"), "{e}");
+        let e = Config::parse("[sever]\n").unwrap_err().to_string();
+        assert!(e.contains("sever") && e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_the_line() {
+        for (text, line, what) in [
+            (
+                "[server]\nlisten = [\"nope\"]\n",
+                "line 2",
+                "invalid socket address",
+            ),
+            ("\n[server]\n\nworkers = 5000\n", "line 4", "between 0"),
+            ("[timeouts]\nsend_ms = 0\n", "line 2", "greater than 0"),
+            ("[timeouts]\nsend_ms = -1\n", "line 2", ""),
+            (
+                "[cache_control.extensions]\n\"m3.u8\" = \"x\"\n",
+                "line 2",
+                "letters and digits",
+            ),
+            (
+                "[cache_control]\ndefault = \"a\\r\\nSet-Cookie: x\"\n",
+                "line 2",
+                "visible ASCII",
+            ),
+        ] {
+            let e = Config::parse(text).unwrap_err().to_string();
+            assert!(e.contains(line) && e.contains(what), "{text:?} -> {e}");
+        }
+    }
+
+    #[test]
+    fn extensions_merge_over_defaults_and_empty_removes() {
+        let c = Config::parse(
+            "[cache_control.extensions]\nts = \"max-age=5\"\nmpd = \"\"\nbin = \"no-store\"\n",
+        )
+        .unwrap();
+        let o = c.to_options();
+        let get = |e: &str| {
+            o.cache_control
+                .iter()
+                .find(|(k, _)| k == e)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(get("ts").as_deref(), Some("max-age=5"));
+        assert_eq!(get("mpd"), None);
+        assert_eq!(get("bin").as_deref(), Some("no-store"));
+        assert!(get("m3u8").is_some());
+    }
+
+    #[test]
+    fn printed_config_parses_back_identically() {
+        let c = Config::parse("[server]\nworkers = 3\nlisten = [\"127.0.0.1:0\", \"[::1]:0\"]\n")
+            .unwrap();
+        let again = Config::parse(&c.to_toml()).unwrap();
+        assert_eq!(c.to_toml(), again.to_toml());
+        assert_eq!(again.server.workers, 3);
+    }
+}

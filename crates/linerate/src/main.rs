@@ -1,0 +1,108 @@
+//! The `linerate` command: parses the command line and configuration file into typed
+//! options and hands them to the server. No serving logic lives here.
+#![forbid(unsafe_code)]
+
+mod config;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use config::Config;
+
+/// linerate: a video edge cache that serves HLS/DASH segments and byte ranges with
+/// sendfile, one pinned worker per core.
+#[derive(Parser)]
+#[command(name = "linerate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve (with no configuration: the bundled sample library on 127.0.0.1:8080).
+    Serve(ServeArgs),
+    /// Validate a configuration file and print the effective configuration; exit 0 if valid.
+    CheckConfig {
+        /// The configuration file (TOML).
+        file: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Configuration file (TOML; see docs/config.md). Flags below override it.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Listen address (repeatable); replaces `server.listen`.
+    #[arg(long)]
+    listen: Vec<SocketAddr>,
+    /// Directory to serve; replaces `appliance.root`.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Worker threads (0 = one per CPU); replaces `server.workers`.
+    #[arg(long)]
+    workers: Option<u64>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::CheckConfig { file } => check_config(&file),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("linerate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if !args.listen.is_empty() {
+        config.server.listen = args.listen;
+    }
+    if let Some(root) = args.root {
+        config.appliance.root = root;
+    }
+    if let Some(w) = args.workers {
+        config.server.workers = w;
+    }
+    let options = config.to_options();
+    linerate_server::run(options, |started| {
+        for addr in &started.local_addrs {
+            tracing::info!(workers = started.workers, "listening on http://{addr}");
+        }
+    })?;
+    Ok(())
+}
+
+fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
+    let config = Config::load(file)?;
+    let root = &config.appliance.root;
+    if !root.is_dir() {
+        anyhow::bail!(
+            "{}: appliance.root {} is not a directory",
+            file.display(),
+            root.display()
+        );
+    }
+    print!("{}", config.to_toml());
+    Ok(())
+}

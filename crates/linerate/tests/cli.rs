@@ -1,0 +1,180 @@
+//! End to end: the command line — `--version`, `check-config` (valid, unknown key, bad
+//! value), quick-start flags, and the out-of-the-box default that serves the bundled
+//! sample library on 127.0.0.1:8080.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use support::{binary, read_response, wait_for_listening, wait_timeout};
+
+#[test]
+fn version_prints_the_crate_version() {
+    let out = Command::new(binary()).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("linerate {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn check_config_prints_effective_configuration_or_names_the_error() {
+    let root = tempfile::tempdir().unwrap();
+    let mut good = tempfile::NamedTempFile::new().unwrap();
+    write!(
+        good,
+        "[server]\nworkers = 3\n[appliance]\nroot = {:?}\n",
+        root.path().to_str().unwrap()
+    )
+    .unwrap();
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(good.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("workers = 3"), "{printed}");
+    assert!(
+        printed.contains("keepalive_ms = 60000"),
+        "defaults are filled in: {printed}"
+    );
+    assert!(
+        printed.contains("m3u8 = \"public, max-age=2\""),
+        "{printed}"
+    );
+
+    let mut bad = tempfile::NamedTempFile::new().unwrap();
+    write!(bad, "[server]\nworkers = 3\nlisten_addr = \"x\"\n").unwrap();
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(bad.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("listen_addr") && err.contains("line 3"),
+        "{err}"
+    );
+
+    let mut bad = tempfile::NamedTempFile::new().unwrap();
+    write!(bad, "[timeouts]\nsend_ms = \"soon\"\n").unwrap();
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(bad.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
+
+    let mut missing_root = tempfile::NamedTempFile::new().unwrap();
+    write!(
+        missing_root,
+        "[appliance]\nroot = \"/nonexistent/linerate\"\n"
+    )
+    .unwrap();
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(missing_root.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("appliance.root"));
+}
+
+#[test]
+fn serve_fails_clearly_on_a_missing_root_or_busy_port() {
+    let out = Command::new(binary())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            "/nonexistent/linerate",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/linerate"));
+}
+
+#[test]
+fn a_port_already_served_is_refused_even_by_a_reuseport_listener() {
+    // The first server's sockets have SO_REUSEPORT; without the start-up probe a second
+    // server of the same user would silently share its port and split its traffic.
+    let lib = support::library(&[("a.ts", b"A")]);
+    let first = support::Server::start(lib.path(), "");
+    let out = Command::new(binary())
+        .args(["serve", "--listen", &first.addr.to_string(), "--root"])
+        .arg(lib.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Address already in use") && err.contains(&first.addr.to_string()),
+        "{err}"
+    );
+    assert_eq!(first.get("/a.ts", &[]).body, b"A");
+}
+
+/// `linerate serve` with no configuration at all serves the bundled sample library on
+/// 127.0.0.1:8080 (README's first command). Needs port 8080 free on this machine.
+#[test]
+fn default_serve_plays_the_bundled_sample() {
+    let mut child = Command::new(binary())
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("RUST_LOG", "info")
+        .spawn()
+        .unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let addr = wait_for_listening(child.stderr.take().unwrap(), log.clone());
+    let result = std::panic::catch_unwind(|| {
+        assert_eq!(
+            addr,
+            Some("127.0.0.1:8080".parse().unwrap()),
+            "log: {:?}",
+            log.lock().unwrap()
+        );
+        let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample");
+        let mut checked = 0;
+        for rel in [
+            "hls/index.m3u8",
+            "dash/manifest.mpd",
+            "hls-byterange/index.m3u8",
+        ] {
+            let Ok(want) = std::fs::read(sample.join(rel)) else {
+                continue;
+            };
+            let mut s = std::net::TcpStream::connect("127.0.0.1:8080").unwrap();
+            write!(s, "GET /{rel} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+            let r = read_response(&mut s, false).unwrap();
+            assert_eq!((r.status, r.body == want), (200, true), "{rel}");
+            checked += 1;
+        }
+        assert!(
+            checked >= 2,
+            "the sample library has HLS and DASH manifests"
+        );
+    });
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = wait_timeout(&mut child, std::time::Duration::from_secs(20));
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+    assert!(status.unwrap().success());
+}

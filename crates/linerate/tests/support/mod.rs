@@ -1,0 +1,283 @@
+//! Test support for end-to-end tests: start the real `linerate` binary on 127.0.0.1
+//! with a temporary configuration, speak raw HTTP/1.1 to it over real sockets, and stop
+//! it (SIGTERM, then kill on drop so no test leaves a server behind).
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test harness: a failed step should fail the test loudly"
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long the server gets to announce its listener.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running server process.
+pub struct Server {
+    child: Option<Child>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Every line it logged so far.
+    pub log: Arc<Mutex<Vec<String>>>,
+    _config: tempfile::NamedTempFile,
+}
+
+/// The path of the built binary.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_linerate"))
+}
+
+impl Server {
+    /// Serve `root` with two workers on an ephemeral loopback port; `extra` is TOML
+    /// appended to the generated configuration (sections other than [server] and
+    /// [appliance], or use [`Server::start_with`]).
+    pub fn start(root: &Path, extra: &str) -> Server {
+        Server::start_with(root, "workers = 2\n", extra, &[])
+    }
+
+    /// Full control: `server_keys` go under `[server]`, `extra` after, `env` to the process.
+    pub fn start_with(root: &Path, server_keys: &str, extra: &str, env: &[(&str, &str)]) -> Server {
+        let mut config = tempfile::NamedTempFile::new().unwrap();
+        write!(
+            config,
+            "[server]\nlisten = [\"127.0.0.1:0\"]\n{server_keys}\n[appliance]\nroot = {:?}\n{extra}\n",
+            root.to_str().unwrap()
+        )
+        .unwrap();
+        let mut cmd = Command::new(binary());
+        cmd.arg("serve").arg("--config").arg(config.path());
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        cmd.env("RUST_LOG", "info");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let Some(addr) = wait_for_listening(child.stderr.take().unwrap(), log.clone()) else {
+            // Never leave a server behind, even when it failed to announce itself.
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no listening line; log: {:?}", log.lock().unwrap());
+        };
+        Server {
+            child: Some(child),
+            addr,
+            log,
+            _config: config,
+        }
+    }
+
+    /// A new connection with sane test timeouts.
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    /// Send raw bytes on a new connection and read until the server closes it.
+    pub fn raw(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut s = self.connect();
+        s.write_all(bytes).unwrap();
+        read_to_close(&mut s)
+    }
+
+    /// GET `path` with extra header lines (each without CRLF) on a new connection.
+    pub fn get(&self, path: &str, headers: &[&str]) -> Response {
+        self.request("GET", path, headers)
+    }
+
+    /// Any method on a new connection, `Connection: close`.
+    pub fn request(&self, method: &str, path: &str, headers: &[&str]) -> Response {
+        let mut s = self.connect();
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+        for h in headers {
+            req.push_str(h);
+            req.push_str("\r\n");
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        read_response(&mut s, method == "HEAD").unwrap()
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Send a signal by name (TERM, INT...).
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// SIGTERM and wait (bounded) for exit.
+    pub fn stop(mut self) -> ExitStatus {
+        self.signal("TERM");
+        let mut child = self.child.take().unwrap();
+        wait_timeout(&mut child, Duration::from_secs(20))
+            .expect("server did not exit after SIGTERM")
+    }
+
+    /// Wait (bounded) for exit after a signal was already sent.
+    pub fn stop_waiting(mut self) -> ExitStatus {
+        let mut child = self.child.take().unwrap();
+        wait_timeout(&mut child, Duration::from_secs(20)).expect("server did not exit")
+    }
+
+    /// Whether any logged line contains `needle`.
+    pub fn logged(&self, needle: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Wait for a child with a deadline.
+pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    None
+}
+
+/// Collect the child's stderr in a thread; return the address from "listening on http://ADDR".
+pub fn wait_for_listening(
+    stderr: impl Read + Send + 'static,
+    log: Arc<Mutex<Vec<String>>>,
+) -> Option<SocketAddr> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(addr.parse::<SocketAddr>().ok());
+                }
+            }
+            log.lock().unwrap().push(line);
+        }
+    });
+    rx.recv_timeout(START_TIMEOUT).ok().flatten()
+}
+
+/// Read until EOF, a reset or the read timeout.
+pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return out,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A parsed response.
+#[derive(Debug)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Fields (lower-case names), in order.
+    pub headers: Vec<(String, String)>,
+    /// Body (exactly Content-Length bytes, or empty for HEAD/304).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// First value of a field (name case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Read one response from a keep-alive connection. `None` on EOF before a head.
+pub fn read_response(s: &mut TcpStream, head_only: bool) -> Option<Response> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut parsed = httparse::Response::new(&mut fields);
+    parsed.parse(&head).unwrap();
+    let status = parsed.code.unwrap();
+    let headers: Vec<(String, String)> = parsed
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_ascii_lowercase(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map(|(_, v)| v.parse().unwrap())
+        .unwrap_or(0);
+    let mut body = vec![0u8; if head_only || status == 304 { 0 } else { len }];
+    s.read_exact(&mut body).ok()?;
+    Some(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// Deterministic pseudo-random content of `len` bytes (so ranges are distinguishable).
+pub fn content(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A temporary directory with files written from `(relative path, bytes)`.
+pub fn library(files: &[(&str, &[u8])]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (rel, bytes) in files {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    dir
+}
