@@ -42,6 +42,8 @@ enum Ending {
     Aborted,
     /// Graceful stop.
     Stopping,
+    /// Idle long enough to leave the runtime, until this keep-alive deadline.
+    Parked(Instant),
 }
 
 impl Ending {
@@ -54,20 +56,39 @@ impl Ending {
             Ending::BadRequest => "bad_request",
             Ending::Aborted => "aborted",
             Ending::Stopping => "stopping",
+            Ending::Parked(_) => "parked",
         }
     }
 }
 
-/// Serve one connection to its end.
-pub(crate) async fn serve(worker: &Rc<Worker>, stream: TcpStream) {
+/// How a connection's task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The socket is closed.
+    Closed,
+    /// The socket is parked (see `park`); the connection is still open.
+    Parked,
+}
+
+/// Serve one connection until it closes or parks. `first`: no request has been served
+/// on it yet (the head timeout applies to the wait, not the keep-alive timeout).
+pub(crate) async fn serve(worker: &Rc<Worker>, stream: TcpStream, first: bool) -> Outcome {
     let mut conn = Conn {
         worker,
         stream,
         buf: Vec::new(),
     };
-    let ending = conn.run().await;
+    let ending = conn.run(first).await;
     worker.give_buffer(std::mem::take(&mut conn.buf));
+    if let Ending::Parked(deadline) = ending {
+        match worker.parking.park(conn.stream, deadline) {
+            Ok(()) => return Outcome::Parked,
+            Err(e) => tracing::debug!(error = %e, "could not park; closing"),
+        }
+        return Outcome::Closed;
+    }
     tracing::trace!(ending = ending.as_str(), "connection closed");
+    Outcome::Closed
 }
 
 struct Conn<'w> {
@@ -90,9 +111,7 @@ enum Read {
 }
 
 impl Conn<'_> {
-    async fn run(&mut self) -> Ending {
-        let timeouts = self.worker.shared.options.timeouts;
-        let mut first = true;
+    async fn run(&mut self, mut first: bool) -> Ending {
         loop {
             if self.buf.is_empty() {
                 if let Some(ending) = self.wait_for_request(first).await {
@@ -100,72 +119,85 @@ impl Conn<'_> {
                 }
             }
             first = false;
-            let deadline = Instant::now() + timeouts.request_head;
-            // Read until a whole head parses (or fails to).
-            let (response, framing, head_len) = loop {
-                match parse_request(&self.buf) {
-                    Ok(ParseOutcome::Complete { head, head_len }) => {
-                        let framing = head.body;
-                        break (route::respond_to(self.worker, &head), framing, head_len);
-                    }
-                    Ok(ParseOutcome::Partial) => match self.read_more(deadline).await {
-                        Read::Data => {}
-                        Read::Eof | Read::Failed => {
-                            return if self.buf.is_empty() {
-                                Ending::Done
-                            } else {
-                                Ending::ClientClosed
-                            };
-                        }
-                        Read::TimedOut => {
-                            self.answer_and_close(StatusCode::RequestTimeout).await;
-                            return Ending::HeadTimeout;
-                        }
-                    },
-                    Err(e) => {
-                        tracing::debug!(error = e.as_str(), "bad request head");
-                        self.answer_and_close(e.status()).await;
-                        return Ending::BadRequest;
-                    }
+            // Boxed so that the (small) idle state above is all an idle connection's task
+            // holds: inline, the transfer's nested futures made every connection's task
+            // 1,200 bytes even while idle (measured with size_of_val; see
+            // docs/benchmarks.md, idle connections). One allocation per request instead.
+            if let Some(ending) = Box::pin(self.serve_one()).await {
+                return ending;
+            }
+        }
+    }
+
+    /// Read, answer and account for one request whose first bytes are buffered. `None`
+    /// when the connection continues.
+    async fn serve_one(&mut self) -> Option<Ending> {
+        let timeouts = self.worker.shared.options.timeouts;
+        let deadline = Instant::now() + timeouts.request_head;
+        // Read until a whole head parses (or fails to).
+        let (response, framing, head_len) = loop {
+            match parse_request(&self.buf) {
+                Ok(ParseOutcome::Complete { head, head_len }) => {
+                    let framing = head.body;
+                    break (route::respond_to(self.worker, &head), framing, head_len);
                 }
-            };
-            self.buf.drain(..head_len);
-            // The body of a GET/HEAD (or of a refused method) is read and dropped so the
-            // next request starts where it should; bodies we cannot bound are refused.
-            match framing {
-                BodyFraming::None => {}
-                BodyFraming::Length(n) if n <= self.worker.shared.options.max_discarded_body => {
-                    match self.discard(n, deadline).await {
-                        Read::Data => {}
-                        Read::TimedOut => {
-                            self.answer_and_close(StatusCode::RequestTimeout).await;
-                            return Ending::HeadTimeout;
-                        }
-                        Read::Eof | Read::Failed => return Ending::ClientClosed,
+                Ok(ParseOutcome::Partial) => match self.read_more(deadline).await {
+                    Read::Data => {}
+                    Read::Eof | Read::Failed => {
+                        return Some(if self.buf.is_empty() {
+                            Ending::Done
+                        } else {
+                            Ending::ClientClosed
+                        });
                     }
-                }
-                BodyFraming::Length(_) | BodyFraming::Chunked => {
-                    self.answer_and_close(StatusCode::ContentTooLarge).await;
-                    return Ending::BadRequest;
+                    Read::TimedOut => {
+                        self.answer_and_close(StatusCode::RequestTimeout).await;
+                        return Some(Ending::HeadTimeout);
+                    }
+                },
+                Err(e) => {
+                    tracing::debug!(error = e.as_str(), "bad request head");
+                    self.answer_and_close(e.status()).await;
+                    return Some(Ending::BadRequest);
                 }
             }
-            let persistence = response.persistence;
-            if let Err(e) = transfer::send(self.worker, &self.stream, response).await {
-                match e {
-                    // Our side failed: worth an operator's attention.
-                    transfer::TransferError::Disk(_) | transfer::TransferError::Truncated => {
-                        tracing::warn!(error = %e, kind = e.as_str(), "response aborted")
+        };
+        self.buf.drain(..head_len);
+        // The body of a GET/HEAD (or of a refused method) is read and dropped so the
+        // next request starts where it should; bodies we cannot bound are refused.
+        match framing {
+            BodyFraming::None => {}
+            BodyFraming::Length(n) if n <= self.worker.shared.options.max_discarded_body => {
+                match self.discard(n, deadline).await {
+                    Read::Data => {}
+                    Read::TimedOut => {
+                        self.answer_and_close(StatusCode::RequestTimeout).await;
+                        return Some(Ending::HeadTimeout);
                     }
-                    // The client's side: routine on the Internet.
-                    _ => tracing::debug!(error = %e, kind = e.as_str(), "response aborted"),
+                    Read::Eof | Read::Failed => return Some(Ending::ClientClosed),
                 }
-                return Ending::Aborted;
             }
-            match persistence {
-                Persistence::KeepAlive if !self.worker.stopping() => {}
-                Persistence::KeepAlive => return Ending::Stopping,
-                Persistence::Close => return Ending::Done,
+            BodyFraming::Length(_) | BodyFraming::Chunked => {
+                self.answer_and_close(StatusCode::ContentTooLarge).await;
+                return Some(Ending::BadRequest);
             }
+        }
+        let persistence = response.persistence;
+        if let Err(e) = transfer::send(self.worker, &self.stream, response).await {
+            match e {
+                // Our side failed: worth an operator's attention.
+                transfer::TransferError::Disk(_) | transfer::TransferError::Truncated => {
+                    tracing::warn!(error = %e, kind = e.as_str(), "response aborted")
+                }
+                // The client's side: routine on the Internet.
+                _ => tracing::debug!(error = %e, kind = e.as_str(), "response aborted"),
+            }
+            return Some(Ending::Aborted);
+        }
+        match persistence {
+            Persistence::KeepAlive if !self.worker.stopping() => None,
+            Persistence::KeepAlive => Some(Ending::Stopping),
+            Persistence::Close => Some(Ending::Done),
         }
     }
 
@@ -174,22 +206,24 @@ impl Conn<'_> {
     /// graceful stop. `None` when bytes arrived.
     async fn wait_for_request(&mut self, first: bool) -> Option<Ending> {
         let timeouts = self.worker.shared.options.timeouts;
-        let deadline = Instant::now()
+        let now = Instant::now();
+        let deadline = now
             + if first {
                 timeouts.request_head
             } else {
                 timeouts.keepalive
             };
-        let mut stop = self.worker.stop.clone();
+        let park_at = now + self.worker.shared.options.park_idle_after;
         loop {
             self.worker.give_buffer(std::mem::take(&mut self.buf));
             tokio::select! {
-                r = timeout_at(deadline, self.stream.readable()) => match r {
+                r = timeout_at(deadline.min(park_at), self.stream.readable()) => match r {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => return Some(Ending::ClientClosed),
-                    Err(_) => return Some(Ending::Idle),
+                    Err(_) if Instant::now() >= deadline => return Some(Ending::Idle),
+                    Err(_) => return Some(Ending::Parked(deadline)),
                 },
-                _ = stop.wait_for(|s| *s) => return Some(Ending::Stopping),
+                _ = self.worker.stopped() => return Some(Ending::Stopping),
             }
             self.buf = self.worker.take_buffer();
             self.buf.reserve(READ_CHUNK);

@@ -12,6 +12,7 @@ mod clock;
 mod coldpool;
 mod conn;
 pub mod options;
+mod park;
 mod route;
 mod server;
 mod transfer;

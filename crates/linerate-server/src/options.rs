@@ -35,6 +35,11 @@ pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default grace period on SIGTERM/SIGINT for in-flight responses to finish.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
+/// Default idle time after which a keep-alive connection is parked outside the async
+/// runtime (see the `park` module): long enough that a connection in active use never
+/// parks, short against a player's 2-6 s between segment fetches.
+pub const DEFAULT_PARK_IDLE_AFTER: Duration = Duration::from_secs(1);
+
 /// Default threads per disk for cold reads. Each blocks on one disk read at a time;
 /// 8 keeps an SSD's queue busy without thousands of threads (nginx's default thread
 /// pool has 32 for all disks).
@@ -69,6 +74,8 @@ pub struct ServerOptions {
     pub cold_threads_per_disk: usize,
     /// Largest request body read and discarded (bytes).
     pub max_discarded_body: u64,
+    /// Idle time before a connection is parked outside the runtime.
+    pub park_idle_after: Duration,
 }
 
 /// Whether workers are pinned to CPUs.
@@ -148,6 +155,7 @@ impl ServerOptions {
             default_cache_control: None,
             cold_threads_per_disk: DEFAULT_COLD_THREADS_PER_DISK,
             max_discarded_body: DEFAULT_MAX_DISCARDED_BODY,
+            park_idle_after: DEFAULT_PARK_IDLE_AFTER,
         }
     }
 }

@@ -18,6 +18,7 @@ use tokio::sync::{watch, Notify};
 use crate::clock::DateCache;
 use crate::coldpool::ColdPool;
 use crate::options::ServerOptions;
+use crate::park::Parking;
 
 /// After `accept` fails with EMFILE/ENFILE/ENOMEM, wait this long before accepting
 /// again, rather than spinning on a listener that stays readable (nginx waits too).
@@ -69,12 +70,26 @@ pub(crate) struct Worker {
     open: Cell<usize>,
     boundary_seq: Cell<u64>,
     pub(crate) index: usize,
-    pub(crate) stop: watch::Receiver<bool>,
+    /// Set once when a graceful stop begins. Worker-local on purpose: reading the
+    /// cross-thread `watch` channel per request would take its shared read lock.
+    stopping: Cell<bool>,
+    /// Wakes this worker's idle connections when `stopping` is set.
+    stop_notify: Notify,
     drained: Notify,
     buffers: RefCell<Vec<Vec<u8>>>,
+    /// Idle connections parked outside the runtime.
+    pub(crate) parking: Parking,
 }
 
 impl Worker {
+    /// Account for a connection that closed (from a task or from parking).
+    pub(crate) fn connection_closed(&self) {
+        self.open.set(self.open.get() - 1);
+        if self.open.get() == 0 {
+            self.drained.notify_one();
+        }
+    }
+
     /// An empty read buffer from the pool (or a new one).
     pub(crate) fn take_buffer(&self) -> Vec<u8> {
         self.buffers.borrow_mut().pop().unwrap_or_default()
@@ -101,7 +116,16 @@ impl Worker {
 
     /// Whether a graceful stop has begun.
     pub(crate) fn stopping(&self) -> bool {
-        *self.stop.borrow()
+        self.stopping.get()
+    }
+
+    /// Resolves once a graceful stop has begun (immediately if it already has).
+    pub(crate) async fn stopped(&self) {
+        let notified = self.stop_notify.notified();
+        if self.stopping.get() {
+            return;
+        }
+        notified.await;
     }
 }
 
@@ -137,16 +161,26 @@ impl WorkerPlan {
     }
 
     async fn serve(self) {
+        let parking = match Parking::new() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(worker = self.index, error = %e, "could not create the parking set");
+                return;
+            }
+        };
         let worker = Rc::new(Worker {
             shared: self.shared,
             date: DateCache::new(),
             open: Cell::new(0),
             boundary_seq: Cell::new(0),
             index: self.index,
-            stop: self.stop,
+            stopping: Cell::new(false),
+            stop_notify: Notify::new(),
             drained: Notify::new(),
             buffers: RefCell::new(Vec::new()),
+            parking,
         });
+        let parking_task = tokio::task::spawn_local(crate::park::watch(worker.clone()));
         let mut accepting = Vec::new();
         for l in self.listeners {
             match TcpListener::from_std(l) {
@@ -156,8 +190,10 @@ impl WorkerPlan {
                 }
             }
         }
-        let mut stop = worker.stop.clone();
+        let mut stop = self.stop;
         let _ = stop.wait_for(|s| *s).await;
+        worker.stopping.set(true);
+        worker.stop_notify.notify_waiters();
         // Stop accepting: dropping the listeners closes this worker's sockets.
         for a in &accepting {
             a.abort();
@@ -168,6 +204,7 @@ impl WorkerPlan {
             let _ =
                 tokio::time::timeout(crate::server::DRAIN_POLL, worker.drained.notified()).await;
         }
+        parking_task.abort();
         if worker.open.get() > 0 {
             tracing::warn!(
                 worker = worker.index,
@@ -202,15 +239,20 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
             tracing::debug!(error = %e, "TCP_NODELAY failed");
         }
         worker.open.set(worker.open.get() + 1);
-        let w = worker.clone();
-        tokio::task::spawn_local(async move {
-            crate::conn::serve(&w, stream).await;
-            w.open.set(w.open.get() - 1);
-            if w.open.get() == 0 {
-                w.drained.notify_one();
-            }
-        });
+        spawn_connection(&worker, stream, true);
     }
+}
+
+/// Run a connection (new, or resumed from parking) as a task of this worker. The
+/// connection is already counted in `open`; it is uncounted when it closes, not when it
+/// parks.
+pub(crate) fn spawn_connection(worker: &Rc<Worker>, stream: tokio::net::TcpStream, first: bool) {
+    let w = worker.clone();
+    tokio::task::spawn_local(async move {
+        if crate::conn::serve(&w, stream, first).await == crate::conn::Outcome::Closed {
+            w.connection_closed();
+        }
+    });
 }
 
 /// Errors about one incoming connection (it died before we accepted it): not the

@@ -9,6 +9,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cpu;
+pub mod epoll;
 pub mod fs;
 pub mod limits;
 pub mod net;

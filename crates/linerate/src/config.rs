@@ -87,6 +87,10 @@ pub struct TimeoutsSection {
     pub send_ms: u64,
     /// Graceful stop. Default 30000.
     pub shutdown_grace_ms: u64,
+    /// Idle time before a keep-alive connection is parked outside the runtime.
+    /// Default 1000.
+    #[serde(deserialize_with = "positive")]
+    pub park_idle_after_ms: u64,
 }
 
 impl Default for TimeoutsSection {
@@ -97,6 +101,7 @@ impl Default for TimeoutsSection {
             keepalive_ms: ms(defaults::DEFAULT_KEEPALIVE_TIMEOUT),
             send_ms: ms(defaults::DEFAULT_SEND_TIMEOUT),
             shutdown_grace_ms: ms(defaults::DEFAULT_SHUTDOWN_GRACE),
+            park_idle_after_ms: ms(defaults::DEFAULT_PARK_IDLE_AFTER),
         }
     }
 }
@@ -185,6 +190,7 @@ impl Config {
             send: Duration::from_millis(self.timeouts.send_ms),
             shutdown_grace: Duration::from_millis(self.timeouts.shutdown_grace_ms),
         };
+        o.park_idle_after = Duration::from_millis(self.timeouts.park_idle_after_ms);
         o.cache_control = self
             .cache_control
             .extensions

@@ -58,6 +58,63 @@ fn slowloris_gets_408_and_idle_connections_close() {
 }
 
 #[test]
+fn parked_idle_connections_resume_expire_and_close_on_stop() {
+    let lib = library(&[("a.ts", b"A")]);
+    let timeouts =
+        "[timeouts]\npark_idle_after_ms = 100\nkeepalive_ms = 1500\nrequest_head_ms = 1500\n";
+    let srv = Server::start_with(
+        lib.path(),
+        "workers = 1\n",
+        timeouts,
+        &[("RUST_LOG", "info,linerate_server=trace")],
+    );
+    // Idle well past the park delay, then ask again: the parked connection resumes.
+    let mut s = srv.connect();
+    for _ in 0..3 {
+        s.write_all(b"GET /a.ts HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut s, false).unwrap().body, b"A");
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    assert!(
+        srv.logged("connection parked") && srv.logged("connection resumed"),
+        "it really parked"
+    );
+    // A request split across the park boundary (bytes arrive while parked) still works.
+    s.write_all(b"GET /a.ts HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    s.write_all(b"Host: t\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().body, b"A");
+    // Parked past the keep-alive timeout: closed by the sweep (within about a second).
+    let t0 = Instant::now();
+    assert!(read_to_close(&mut s).is_empty());
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1400) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    // A client that hangs up while parked is cleaned up, and a fresh client is served.
+    let mut gone = srv.connect();
+    gone.write_all(b"GET /a.ts HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    read_response(&mut gone, false).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(gone);
+    // Parked connections are closed at once by a graceful stop.
+    let mut parked = srv.connect();
+    parked
+        .write_all(b"GET /a.ts HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    read_response(&mut parked, false).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    srv.signal("TERM");
+    let t0 = Instant::now();
+    assert!(read_to_close(&mut parked).is_empty());
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert!(srv.stop_waiting().success());
+}
+
+#[test]
 fn a_client_that_stops_reading_is_closed() {
     let big = content(64 * 1024 * 1024, 11);
     let lib = library(&[("big.mp4", &big)]);
