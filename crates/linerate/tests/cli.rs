@@ -21,27 +21,28 @@ fn version_prints_the_crate_version() {
     );
 }
 
+/// Run `linerate check-config` on a file holding `text`.
+fn check_config(text: &str) -> (Option<i32>, String, String) {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 #[test]
 fn check_config_prints_effective_configuration_or_names_the_error() {
     let root = tempfile::tempdir().unwrap();
-    let mut good = tempfile::NamedTempFile::new().unwrap();
-    write!(
-        good,
+    let good = format!(
         "[server]\nworkers = 3\n[appliance]\nroot = {:?}\n",
         root.path().to_str().unwrap()
-    )
-    .unwrap();
-    let out = Command::new(binary())
-        .arg("check-config")
-        .arg(good.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
-    let printed = String::from_utf8_lossy(&out.stdout);
+    let (code, printed, err) = check_config(&good);
+    assert_eq!(code, Some(0), "{err}");
     assert!(printed.contains("workers = 3"), "{printed}");
     assert!(
         printed.contains("keepalive_ms = 60000"),
@@ -52,43 +53,30 @@ fn check_config_prints_effective_configuration_or_names_the_error() {
         "{printed}"
     );
 
-    let mut bad = tempfile::NamedTempFile::new().unwrap();
-    write!(bad, "[server]\nworkers = 3\nlisten_addr = \"x\"\n").unwrap();
-    let out = Command::new(binary())
-        .arg("check-config")
-        .arg(bad.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("listen_addr") && err.contains("line 3"),
-        "{err}"
-    );
-
-    let mut bad = tempfile::NamedTempFile::new().unwrap();
-    write!(bad, "[timeouts]\nsend_ms = \"soon\"\n").unwrap();
-    let out = Command::new(binary())
-        .arg("check-config")
-        .arg(bad.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
-
-    let mut missing_root = tempfile::NamedTempFile::new().unwrap();
-    write!(
-        missing_root,
-        "[appliance]\nroot = \"/nonexistent/linerate\"\n"
-    )
-    .unwrap();
-    let out = Command::new(binary())
-        .arg("check-config")
-        .arg(missing_root.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("appliance.root"));
+    for (text, needles) in [
+        (
+            "[server]\nworkers = 3\nlisten_addr = \"x\"\n",
+            &["listen_addr", "line 3"][..],
+        ),
+        (
+            "[timeouts]\nsend_ms = \"soon\"\n",
+            &["send_ms", "line 2"][..],
+        ),
+        (
+            "[appliance]\nroot = \"/nonexistent/linerate\"\n",
+            &["appliance.root", "/nonexistent/linerate"][..],
+        ),
+    ] {
+        let (code, printed, err) = check_config(text);
+        assert_eq!(code, Some(1), "{text}");
+        assert!(
+            printed.is_empty(),
+            "nothing printed for an invalid file: {printed}"
+        );
+        for n in needles {
+            assert!(err.contains(n), "{text}: {err} lacks {n}");
+        }
+    }
 }
 
 #[test]
