@@ -1,0 +1,171 @@
+//! The in-memory index: key hash → [`Entry`] (which disk, how many bytes, the full key
+//! and the eviction state), split into mutex-protected shards chosen by the hash, so
+//! lookups on different cores almost never meet on one lock and no lock is global.
+//!
+//! It also tracks objects being written ("in flight") so readers can follow a writer.
+//! The index is a cache of what the disks hold, never the authority: a lookup still
+//! opens the file and checks its header. Persistence (journal and snapshot) and
+//! eviction order live elsewhere.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::key::KeyHash;
+use crate::policy::{PolicyState, Tracked};
+use crate::writer::Inflight;
+
+/// One stored object as the index knows it.
+#[derive(Debug)]
+pub struct Entry {
+    /// Hash of the key.
+    pub hash: KeyHash,
+    /// The full key (kept for prefix purge and for snapshots).
+    pub key: Box<[u8]>,
+    /// Disk index in the configuration.
+    pub disk: u16,
+    /// Bytes charged against the disk's capacity (file length rounded up to 4 KiB).
+    pub charge: u64,
+    /// When the object's write began, Unix milliseconds; newer wins on conflicts.
+    pub created_ms: u64,
+    /// Eviction state.
+    pub policy: PolicyState,
+}
+
+impl Tracked for Entry {
+    fn key_hash(&self) -> u128 {
+        self.hash.0
+    }
+    fn charge(&self) -> u64 {
+        self.charge
+    }
+    fn policy(&self) -> &PolicyState {
+        &self.policy
+    }
+}
+
+/// Identity hasher: keys are already uniform 128-bit hashes.
+#[derive(Default)]
+pub(crate) struct HashHasher(u64);
+
+impl Hasher for HashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = v as u64;
+    }
+}
+
+pub(crate) type HashMapOf<V> = HashMap<u128, V, BuildHasherDefault<HashHasher>>;
+
+/// Contents of one shard.
+#[derive(Default)]
+pub(crate) struct Shard {
+    pub(crate) objects: HashMapOf<Arc<Entry>>,
+    pub(crate) inflight: HashMapOf<Arc<Inflight>>,
+}
+
+/// The sharded index.
+pub(crate) struct Index {
+    shards: Box<[Mutex<Shard>]>,
+    shift: u32,
+}
+
+/// What an insert displaced.
+pub(crate) enum Inserted {
+    /// The key was new.
+    New,
+    /// An older entry was replaced; the caller releases it from its disk's policy.
+    Replaced(Arc<Entry>),
+    /// A newer entry was already there; the caller drops the one it offered.
+    KeptNewer(Arc<Entry>),
+}
+
+impl Index {
+    /// `shards` is rounded up to a power of two.
+    pub(crate) fn new(shards: usize) -> Index {
+        let n = shards.max(1).next_power_of_two();
+        let shards = (0..n).map(|_| Mutex::new(Shard::default())).collect();
+        Index {
+            shards,
+            shift: 128 - n.trailing_zeros(),
+        }
+    }
+
+    /// Lock the shard of `hash`. Holding time is a hash-map operation; no I/O is ever
+    /// done under a shard lock.
+    pub(crate) fn shard(&self, hash: KeyHash) -> MutexGuard<'_, Shard> {
+        // Top bits pick the shard; the map inside uses the low bits, so they are
+        // independent. `shift` is 128 for a single shard, where checked_shr gives None.
+        let i = hash.0.checked_shr(self.shift).unwrap_or(0) as usize;
+        lock(&self.shards[i])
+    }
+
+    /// Entry for `hash`, if indexed.
+    pub(crate) fn get(&self, hash: KeyHash) -> Option<Arc<Entry>> {
+        self.shard(hash).objects.get(&hash.0).cloned()
+    }
+
+    /// Insert `entry`; on a conflict the one with the newer `created_ms` stays (ties go
+    /// to the newcomer: a writer publishing now).
+    pub(crate) fn insert(&self, entry: Arc<Entry>) -> Inserted {
+        let mut shard = self.shard(entry.hash);
+        match shard.objects.get(&entry.hash.0) {
+            Some(old) if old.created_ms > entry.created_ms => {
+                let old = Arc::clone(old);
+                Inserted::KeptNewer(old)
+            }
+            _ => match shard.objects.insert(entry.hash.0, entry) {
+                Some(old) => Inserted::Replaced(old),
+                None => Inserted::New,
+            },
+        }
+    }
+
+    /// Remove `hash` only if it still maps to `entry`.
+    pub(crate) fn remove_if_same(&self, entry: &Arc<Entry>) -> bool {
+        let mut shard = self.shard(entry.hash);
+        match shard.objects.get(&entry.hash.0) {
+            Some(cur) if Arc::ptr_eq(cur, entry) => {
+                shard.objects.remove(&entry.hash.0);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Remove and return every entry matching `pred`, one shard at a time (each shard
+    /// lock is held only for its own scan).
+    pub(crate) fn drain_matching(&self, mut pred: impl FnMut(&Entry) -> bool) -> Vec<Arc<Entry>> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let mut shard = lock(s);
+            shard.objects.retain(|_, e| {
+                if pred(e) {
+                    out.push(Arc::clone(e));
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        out
+    }
+
+    /// Number of indexed objects (sums every shard; for tests and statistics).
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).objects.len()).sum()
+    }
+}
+
+/// Lock a mutex, recovering from poisoning: every critical section in this crate
+/// leaves its data consistent before anything that could panic.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

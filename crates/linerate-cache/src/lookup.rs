@@ -1,0 +1,301 @@
+//! Lookups: key → an open file positioned for sendfile, with the decoded metadata, after
+//! checking the header (magic, version, checksum, full key, length) on every hit.
+//!
+//! A lookup takes one shard lock for a hash-map probe and releases it before any I/O.
+//! A hit then costs `open` + one `pread` of the first page + `fstat`; the header page of
+//! a hot object is in the page cache, but a cold one is a disk read, so a server calls
+//! this from its blocking pool when the disk may be cold. While a disk's index is still
+//! loading after a restart, a key missing from the index is looked for by file name on
+//! the disk placement picks, so old objects are hits from the first request. Sending
+//! the body is the caller's job.
+
+use std::fs::File;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::format::{decode_complete, peek_header_len, HeaderError, HEADER_READ_LEN};
+use crate::health::DiskErrorKind;
+use crate::index::Entry;
+use crate::io::IoOp;
+use crate::key::KeyHash;
+use crate::meta::ObjectMeta;
+use crate::progress::BodyProgress;
+use crate::store::{Inner, Store};
+
+/// Result of a lookup.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A complete, verified object.
+    Hit(ObjectHandle),
+    /// The object is being written right now; follow it with the handle's progress.
+    Filling(ObjectHandle),
+    /// Not available; the caller fetches from origin.
+    Miss(MissReason),
+}
+
+impl Lookup {
+    /// Short stable name for logs and metric labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Lookup::Hit(_) => "hit",
+            Lookup::Filling(_) => "filling",
+            Lookup::Miss(r) => r.as_str(),
+        }
+    }
+}
+
+/// Why a lookup missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissReason {
+    /// Not stored.
+    NotCached,
+    /// Another key with the same hash is stored (a hash collision is a miss).
+    KeyMismatch,
+    /// The object's disk is out of service.
+    DiskOutOfService,
+    /// The file failed its header check (removed and counted as corrupt).
+    Corrupt(HeaderError),
+    /// Opening or reading the file failed (counted against the disk).
+    DiskError,
+}
+
+impl MissReason {
+    /// Short stable name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissReason::NotCached => "miss",
+            MissReason::KeyMismatch => "miss_key_mismatch",
+            MissReason::DiskOutOfService => "miss_disk_out_of_service",
+            MissReason::Corrupt(_) => "miss_corrupt",
+            MissReason::DiskError => "miss_disk_error",
+        }
+    }
+}
+
+/// How much of the body there is.
+#[derive(Debug)]
+pub enum Body {
+    /// Complete object of `len` bytes.
+    Complete {
+        /// Body length.
+        len: u64,
+    },
+    /// Still being written: wait with [`BodyProgress::wait_for`] before sending bytes.
+    Streaming(BodyProgress),
+}
+
+/// An open object: send `file` from `body_offset + start` for up to the body length.
+#[derive(Debug)]
+pub struct ObjectHandle {
+    /// Open, read-only file holding header and body. Owned: close by dropping. Remains
+    /// valid after eviction or purge (the inode lives until the last descriptor).
+    pub file: File,
+    /// Offset of body byte 0 within `file`.
+    pub body_offset: u64,
+    /// Body state.
+    pub body: Body,
+    /// Stored response metadata.
+    pub meta: Arc<ObjectMeta>,
+    /// When the object's write began, Unix milliseconds.
+    pub created_ms: u64,
+    /// Index of the disk in the configuration.
+    pub disk: u16,
+}
+
+impl ObjectHandle {
+    /// Body length if complete.
+    pub fn body_len(&self) -> Option<u64> {
+        match &self.body {
+            Body::Complete { len } => Some(*len),
+            Body::Streaming(_) => None,
+        }
+    }
+}
+
+impl Store {
+    /// Look `key` up. Never blocks on a global lock; may block on one small disk read
+    /// (see the file comment). Records a hit for the eviction policy.
+    pub fn lookup(&self, key: &[u8]) -> Lookup {
+        let inner = &*self.inner;
+        let hash = KeyHash::of(key);
+        let (entry, inflight) = {
+            let shard = inner.index.shard(hash);
+            (
+                shard.objects.get(&hash.0).cloned(),
+                shard.inflight.get(&hash.0).cloned(),
+            )
+        };
+        if let Some(e) = entry {
+            return inner.lookup_entry(key, &e);
+        }
+        if let Some(w) = inflight.filter(|w| *w.key == *key) {
+            let file = match w.file.try_clone() {
+                Ok(f) => f,
+                Err(_) => return Lookup::Miss(MissReason::DiskError),
+            };
+            return Lookup::Filling(ObjectHandle {
+                file,
+                body_offset: w.body_offset,
+                body: Body::Streaming(w.progress()),
+                meta: Arc::clone(&w.meta),
+                created_ms: w.created_ms,
+                disk: w.disk,
+            });
+        }
+        // Still loading: the file name is the key hash, so try the disk it belongs on.
+        if let Some(i) = inner.place(hash) {
+            if !inner.disks[i].loaded.load(Ordering::Acquire) {
+                return match inner.open_verified(i, hash, key) {
+                    Ok(h) => Lookup::Hit(h),
+                    Err(Failure::Missing) => Lookup::Miss(MissReason::NotCached),
+                    Err(f) => Lookup::Miss(f.reason()),
+                };
+            }
+        }
+        Lookup::Miss(MissReason::NotCached)
+    }
+}
+
+/// Why opening a file for a hit failed.
+enum Failure {
+    Missing,
+    KeyMismatch,
+    Corrupt(HeaderError),
+    Disk,
+}
+
+impl Failure {
+    fn reason(&self) -> MissReason {
+        match self {
+            Failure::Missing => MissReason::NotCached,
+            Failure::KeyMismatch => MissReason::KeyMismatch,
+            Failure::Corrupt(h) => MissReason::Corrupt(*h),
+            Failure::Disk => MissReason::DiskError,
+        }
+    }
+}
+
+impl Inner {
+    fn lookup_entry(&self, key: &[u8], e: &Arc<Entry>) -> Lookup {
+        if *e.key != *key {
+            return Lookup::Miss(MissReason::KeyMismatch);
+        }
+        let disk = usize::from(e.disk);
+        if !self.disks[disk].health.in_service() {
+            return Lookup::Miss(MissReason::DiskOutOfService);
+        }
+        match self.open_verified(disk, e.hash, key) {
+            Ok(h) => {
+                e.policy.touch();
+                Lookup::Hit(h)
+            }
+            Err(f) => {
+                // The index was wrong about this object: forget it.
+                if self.index.remove_if_same(e) {
+                    match f {
+                        Failure::Corrupt(_) | Failure::KeyMismatch => self.delete_object(e),
+                        Failure::Missing | Failure::Disk => self.disks[disk].untrack(e),
+                    }
+                }
+                Lookup::Miss(f.reason())
+            }
+        }
+    }
+
+    /// Open the object file for `hash` on disk `i` and verify it belongs to `key`.
+    fn open_verified(&self, i: usize, hash: KeyHash, key: &[u8]) -> Result<ObjectHandle, Failure> {
+        let disk = &self.disks[i];
+        let path = disk.object_path(hash);
+        let id = disk.id;
+        let file = match self.io.open_read(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A missing file is normal (evicted concurrently, lost journal record);
+                // a missing `objects/` directory is a failing disk.
+                if !self.io.is_dir(&disk.objects_dir).unwrap_or(false) {
+                    self.disk_error(id, IoOp::Open, &disk.objects_dir, &e);
+                    return Err(Failure::Disk);
+                }
+                return Err(Failure::Missing);
+            }
+            Err(e) => {
+                self.disk_error(id, IoOp::Open, &path, &e);
+                return Err(Failure::Disk);
+            }
+        };
+        let mut buf = vec![0u8; HEADER_READ_LEN];
+        let n = match self.io.read_at(&file, &path, &mut buf, 0) {
+            Ok(n) => n,
+            Err(e) => {
+                self.disk_error(id, IoOp::Read, &path, &e);
+                return Err(Failure::Disk);
+            }
+        };
+        buf.truncate(n);
+        let corrupt = |h: HeaderError| {
+            self.count_error(id, DiskErrorKind::Corrupt, IoOp::Read, &path, h.as_str());
+            Failure::Corrupt(h)
+        };
+        let need = peek_header_len(&buf).map_err(corrupt)?;
+        if need > buf.len() {
+            buf.resize(need, 0);
+            match self.io.read_at(&file, &path, &mut buf[n..], n as u64) {
+                Ok(m) if n + m == need => {}
+                Ok(_) => return Err(corrupt(HeaderError::Truncated)),
+                Err(e) => {
+                    self.disk_error(id, IoOp::Read, &path, &e);
+                    return Err(Failure::Disk);
+                }
+            }
+        }
+        let header = decode_complete(&buf).map_err(corrupt)?;
+        if header.key != key {
+            return Err(Failure::KeyMismatch);
+        }
+        match self.io.file_len(&file, &path) {
+            Ok(len) if len >= header.file_len() => {}
+            Ok(_) => return Err(corrupt(HeaderError::Truncated)),
+            Err(e) => {
+                self.disk_error(id, IoOp::Read, &path, &e);
+                return Err(Failure::Disk);
+            }
+        }
+        Ok(ObjectHandle {
+            file,
+            body_offset: header.body_offset,
+            body: Body::Complete {
+                len: header.body_len,
+            },
+            meta: Arc::new(header.meta),
+            created_ms: header.created_ms,
+            disk: id,
+        })
+    }
+}
+
+/// Read and verify the header of an object file at `path` (used by the reconcile scan).
+pub(crate) fn read_header(
+    io: &dyn crate::io::StoreIo,
+    path: &std::path::Path,
+) -> Result<Option<(crate::format::ObjectHeader, u64)>, std::io::Error> {
+    let file = io.open_read(path)?;
+    let mut buf = vec![0u8; HEADER_READ_LEN];
+    let n = io.read_at(&file, path, &mut buf, 0)?;
+    buf.truncate(n);
+    let Ok(need) = peek_header_len(&buf) else {
+        return Ok(None);
+    };
+    if need > n {
+        buf.resize(need, 0);
+        let m = io.read_at(&file, path, &mut buf[n..], n as u64)?;
+        buf.truncate(n + m);
+    }
+    let Ok(header) = decode_complete(&buf) else {
+        return Ok(None);
+    };
+    let len = io.file_len(&file, path)?;
+    if len < header.file_len() {
+        return Ok(None);
+    }
+    Ok(Some((header, len)))
+}

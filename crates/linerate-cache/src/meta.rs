@@ -1,0 +1,184 @@
+//! Stored response metadata ([`ObjectMeta`]): status, header fields, validators and the
+//! times needed to compute age and freshness later, and its binary encoding inside the
+//! object header.
+//!
+//! This file does not decide freshness or build response heads (that is cache-mode and
+//! `linerate-http` work); it only keeps what the origin said, byte for byte. Decoding is
+//! bounds-checked everywhere: the input comes from disk and may be corrupt.
+
+use crate::format::HeaderError;
+
+/// Most header fields one object may store. Origins send a dozen or two; 256 is far
+/// above real responses and bounds the work of decoding a corrupt header.
+pub const MAX_STORED_FIELDS: usize = 256;
+
+/// Response metadata stored with an object.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ObjectMeta {
+    /// HTTP status code of the stored response (200, 206 for a slice, 301 …).
+    pub status: u16,
+    /// When the request that produced this response was sent, Unix milliseconds
+    /// (RFC 9111 §4.2.3 `request_time`). 0 if unknown.
+    pub request_time_ms: u64,
+    /// When the response head was received, Unix milliseconds (RFC 9111 §4.2.3
+    /// `response_time`). 0 if unknown.
+    pub response_time_ms: u64,
+    /// Strong or weak entity tag, as sent (quotes included), if any.
+    pub etag: Option<Vec<u8>>,
+    /// `Last-Modified` as Unix seconds, if the origin sent one that parsed.
+    pub last_modified_s: Option<u64>,
+    /// Header fields to replay on a hit, name and value as received, in order. Hop-by-hop
+    /// fields should have been removed by the caller (RFC 9110 §7.6.1).
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+const FLAG_ETAG: u16 = 1;
+const FLAG_LAST_MODIFIED: u16 = 2;
+
+impl ObjectMeta {
+    /// Append the binary encoding to `out`. Layout (little-endian):
+    /// `status u16 | flags u16 | request_time_ms u64 | response_time_ms u64 |
+    /// last_modified_s u64 | etag_len u16 | etag | field_count u16 |
+    /// (name_len u16 | name | value_len u16 | value)*`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), HeaderError> {
+        let mut flags = 0u16;
+        if self.etag.is_some() {
+            flags |= FLAG_ETAG;
+        }
+        if self.last_modified_s.is_some() {
+            flags |= FLAG_LAST_MODIFIED;
+        }
+        out.extend_from_slice(&self.status.to_le_bytes());
+        out.extend_from_slice(&flags.to_le_bytes());
+        out.extend_from_slice(&self.request_time_ms.to_le_bytes());
+        out.extend_from_slice(&self.response_time_ms.to_le_bytes());
+        out.extend_from_slice(&self.last_modified_s.unwrap_or(0).to_le_bytes());
+        put_u16_bytes(out, self.etag.as_deref().unwrap_or(&[]))?;
+        if self.headers.len() > MAX_STORED_FIELDS {
+            return Err(HeaderError::TooLarge);
+        }
+        out.extend_from_slice(&(self.headers.len() as u16).to_le_bytes());
+        for (name, value) in &self.headers {
+            put_u16_bytes(out, name)?;
+            put_u16_bytes(out, value)?;
+        }
+        Ok(())
+    }
+
+    /// Decode what [`ObjectMeta::encode_into`] wrote; `buf` must be exactly the encoding.
+    pub fn decode(buf: &[u8]) -> Result<ObjectMeta, HeaderError> {
+        let mut r = Reader { buf, pos: 0 };
+        let status = r.u16()?;
+        let flags = r.u16()?;
+        let request_time_ms = r.u64()?;
+        let response_time_ms = r.u64()?;
+        let last_modified = r.u64()?;
+        let etag = r.u16_bytes()?;
+        let count = usize::from(r.u16()?);
+        if count > MAX_STORED_FIELDS {
+            return Err(HeaderError::BadMeta);
+        }
+        let mut headers = Vec::with_capacity(count);
+        for _ in 0..count {
+            let name = r.u16_bytes()?.to_vec();
+            let value = r.u16_bytes()?.to_vec();
+            headers.push((name, value));
+        }
+        if r.pos != buf.len() {
+            return Err(HeaderError::BadMeta);
+        }
+        Ok(ObjectMeta {
+            status,
+            request_time_ms,
+            response_time_ms,
+            etag: (flags & FLAG_ETAG != 0).then(|| etag.to_vec()),
+            last_modified_s: (flags & FLAG_LAST_MODIFIED != 0).then_some(last_modified),
+            headers,
+        })
+    }
+
+    /// First value of header field `name` (ASCII case-insensitive), if stored.
+    pub fn header(&self, name: &[u8]) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+fn put_u16_bytes(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), HeaderError> {
+    let len = u16::try_from(bytes.len()).map_err(|_| HeaderError::TooLarge)?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// Bounds-checked little-endian cursor over untrusted bytes.
+pub(crate) struct Reader<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], HeaderError> {
+        let end = self.pos.checked_add(n).ok_or(HeaderError::BadMeta)?;
+        let s = self.buf.get(self.pos..end).ok_or(HeaderError::BadMeta)?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    pub(crate) fn u16(&mut self) -> Result<u16, HeaderError> {
+        let s = self.take(2)?;
+        Ok(u16::from_le_bytes([s[0], s[1]]))
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, HeaderError> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+
+    pub(crate) fn u64(&mut self) -> Result<u64, HeaderError> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    pub(crate) fn u128(&mut self) -> Result<u128, HeaderError> {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(self.take(16)?);
+        Ok(u128::from_le_bytes(a))
+    }
+
+    fn u16_bytes(&mut self) -> Result<&'a [u8], HeaderError> {
+        let n = usize::from(self.u16()?);
+        self.take(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(clippy::unwrap_used, reason = "test input is built right here")]
+    fn round_trip() {
+        let meta = ObjectMeta {
+            status: 200,
+            request_time_ms: 1,
+            response_time_ms: 2,
+            etag: Some(b"\"abc\"".to_vec()),
+            last_modified_s: Some(1_700_000_000),
+            headers: vec![(b"Content-Type".to_vec(), b"video/mp4".to_vec())],
+        };
+        let mut buf = Vec::new();
+        meta.encode_into(&mut buf).unwrap();
+        let back = ObjectMeta::decode(&buf).unwrap();
+        assert_eq!(back, meta);
+        assert_eq!(back.header(b"content-type"), Some(&b"video/mp4"[..]));
+        assert_eq!(
+            ObjectMeta::decode(&buf[..buf.len() - 1]),
+            Err(HeaderError::BadMeta)
+        );
+    }
+}

@@ -1,0 +1,533 @@
+//! The object store: opening the disks, admitting writes, purging, statistics, taking
+//! a failing disk out of service, and shutting down with a snapshot.
+//!
+//! Lookups are in `lookup.rs`, the per-disk background work (index load, eviction,
+//! compaction, reconcile, probing) in `maintenance.rs`, the write path in `writer.rs`.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::config::{ConfigError, StoreConfig};
+use crate::disk::{charge_for, format_disk_states, now_ms, parse_disk_states, Disk, Reservation};
+use crate::disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
+use crate::format::{body_offset_for, ObjectHeader, BODY_LEN_UNKNOWN};
+use crate::health::{DiskErrorKind, DiskState, Verdict};
+use crate::index::{lock, Entry, Index, Inserted};
+use crate::io::{IoOp, StoreIo};
+use crate::journal::{list_journals, JournalWriter, Record};
+use crate::key::{KeyHash, MAX_KEY_LEN};
+use crate::meta::ObjectMeta;
+use crate::placement;
+use crate::progress::Progress;
+use crate::stats::DiskStats;
+use crate::writer::{Inflight, ObjectWriter};
+
+/// How long [`Store::purge`] and [`Store::purge_prefix`] wait for the index to finish
+/// loading before purging what is loaded. Loading a million objects takes about a
+/// second (docs/benchmarks.md); a minute covers slow disks with margin.
+const PURGE_LOAD_WAIT: Duration = Duration::from_secs(60);
+
+/// Why the store could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The configuration is invalid.
+    #[error("store configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// A background thread could not be started.
+    #[error("cannot start store thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Why a write was not started. The caller serves the response without storing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WriteRefused {
+    /// No disk is in service.
+    #[error("no disk in service")]
+    NoDisk,
+    /// The chosen disk is at capacity; eviction is catching up.
+    #[error("disk full")]
+    NoSpace,
+    /// Larger than `max_object_bytes`, or the key or metadata is too large.
+    #[error("object too large")]
+    TooLarge,
+    /// Creating the temporary file failed (counted against the disk).
+    #[error("disk error")]
+    Disk,
+}
+
+impl WriteRefused {
+    /// Short stable name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteRefused::NoDisk => "no_disk",
+            WriteRefused::NoSpace => "no_space",
+            WriteRefused::TooLarge => "too_large",
+            WriteRefused::Disk => "disk",
+        }
+    }
+}
+
+/// Shared state of the store (behind an `Arc`, shared with writers and threads).
+pub(crate) struct Inner {
+    pub(crate) cfg: StoreConfig,
+    pub(crate) io: Arc<dyn StoreIo>,
+    pub(crate) index: Index,
+    pub(crate) disks: Vec<Disk>,
+    pub(crate) shutdown: AtomicBool,
+    /// Prefixes purged since start: the reconcile scan must not adopt them.
+    pub(crate) purged_prefixes: Mutex<Vec<Vec<u8>>>,
+    /// Notified whenever a disk finishes loading.
+    pub(crate) loaded_cv: (Mutex<()>, Condvar),
+}
+
+/// The persistent multi-disk object store. Cheap to share (`Arc<Store>`); every method
+/// takes `&self`. Dropping it stops the background threads and writes snapshots.
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Store {
+    /// Open (or create) the store on the configured disks with the real filesystem.
+    pub fn open(cfg: StoreConfig) -> Result<Store, OpenError> {
+        Store::open_with_io(cfg, Arc::new(crate::io::RealIo))
+    }
+
+    /// Open with an explicit I/O seam (tests inject faults). Returns at once: each
+    /// disk's index loads in the background while lookups fall back to opening files
+    /// by name. Cost: per disk, a few directory operations and the removal of leftover
+    /// temporary files.
+    pub fn open_with_io(cfg: StoreConfig, io: Arc<dyn StoreIo>) -> Result<Store, OpenError> {
+        cfg.validate()?;
+        // Out-of-service names recorded on any readable disk.
+        let mut remembered = Vec::new();
+        for d in &cfg.disks {
+            if let Ok(buf) = io.read_file(&d.path.join(DISK_STATES_FILE)) {
+                remembered.extend(parse_disk_states(&buf));
+            }
+        }
+        let mut disks = Vec::with_capacity(cfg.disks.len());
+        for (i, dcfg) in cfg.disks.iter().enumerate() {
+            let marked = remembered.contains(&dcfg.name)
+                || io.is_dir(&dcfg.path).unwrap_or(false)
+                    && io.read_file(&dcfg.path.join(OUT_OF_SERVICE_MARKER)).is_ok();
+            // The id fits: validate() bounds the disk count to u16.
+            let disk = Disk::new(i as u16, dcfg.clone(), DiskState::InService);
+            if marked {
+                tracing::warn!(disk = %dcfg.name, "disk remembered as out of service; probing");
+                disk.health.set_state(DiskState::OutOfService);
+            } else if let Err((op, e)) = prepare_disk(&*io, &disk) {
+                tracing::error!(disk = %dcfg.name, op = op.as_str(), error = %e, "cannot prepare disk; out of service");
+                disk.health.set_state(DiskState::OutOfService);
+            }
+            disks.push(disk);
+        }
+        let inner = Arc::new(Inner {
+            index: Index::new(cfg.index_shards),
+            cfg,
+            io,
+            disks,
+            shutdown: AtomicBool::new(false),
+            purged_prefixes: Mutex::new(Vec::new()),
+            loaded_cv: (Mutex::new(()), Condvar::new()),
+        });
+        inner.persist_disk_states();
+        let mut threads = Vec::new();
+        for i in 0..inner.disks.len() {
+            let inner2 = Arc::clone(&inner);
+            let t = std::thread::Builder::new()
+                .name(format!("store-{}", inner.disks[i].name()))
+                .spawn(move || crate::maintenance::run(&inner2, i))
+                .map_err(OpenError::Thread)?;
+            threads.push(t);
+        }
+        Ok(Store {
+            inner,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Start writing `key` with response metadata `meta`. `expected_len` is the body
+    /// length when known (Content-Length): it is reserved up front, preallocated, and
+    /// enforced. Never waits for eviction: if the disk is at capacity the write is
+    /// refused and counted. Cost: create + one `pwrite` of the header (blocking).
+    pub fn begin_write(
+        &self,
+        key: &[u8],
+        meta: ObjectMeta,
+        expected_len: Option<u64>,
+    ) -> Result<ObjectWriter, WriteRefused> {
+        let inner = &self.inner;
+        if key.len() > MAX_KEY_LEN || expected_len.is_some_and(|n| n > inner.cfg.max_object_bytes) {
+            return Err(WriteRefused::TooLarge);
+        }
+        let hash = KeyHash::of(key);
+        let disk_id = inner.place(hash).ok_or(WriteRefused::NoDisk)?;
+        let disk = &inner.disks[disk_id];
+        let created_ms = now_ms();
+        let mut header = ObjectHeader {
+            key: key.to_vec(),
+            meta,
+            body_offset: 0,
+            body_len: BODY_LEN_UNKNOWN,
+            body_checksum: 0,
+            created_ms,
+        };
+        let header_len = header.encode().map_err(|_| WriteRefused::TooLarge)?.len();
+        header.body_offset = body_offset_for(header_len, expected_len);
+        let bytes = header.encode().map_err(|_| WriteRefused::TooLarge)?;
+        let reserve = charge_for(header.body_offset + expected_len.unwrap_or(0));
+        if disk.reserve(reserve) == Reservation::Refused {
+            return Err(WriteRefused::NoSpace);
+        }
+        let tmp = disk.tmp_path(hash);
+        let io = &*inner.io;
+        let file = match io.create_new(&tmp) {
+            Ok(f) => f,
+            Err(e) => {
+                disk.release(reserve);
+                inner.disk_error(disk_id as u16, IoOp::Create, &tmp, &e);
+                return Err(WriteRefused::Disk);
+            }
+        };
+        let prep = match expected_len {
+            // Small bodies fit in the blocks the header write allocates anyway.
+            Some(n) if n > crate::format::SMALL_BODY_MAX => io
+                .preallocate(&file, &tmp, 0, header.body_offset + n)
+                .map_err(|e| (IoOp::Preallocate, e)),
+            _ => Ok(()),
+        };
+        if let Err((op, e)) = prep.and_then(|()| {
+            io.write_at(&file, &tmp, &bytes, 0)
+                .map_err(|e| (IoOp::Write, e))
+        }) {
+            disk.release(reserve);
+            let _ = io.remove_file(&tmp);
+            inner.disk_error(disk_id as u16, op, &tmp, &e);
+            return Err(if DiskErrorKind::of(&e) == DiskErrorKind::NoSpace {
+                WriteRefused::NoSpace
+            } else {
+                WriteRefused::Disk
+            });
+        }
+        let (tx, _) = watch::channel(Progress::Writing { written: 0 });
+        let inflight = Arc::new(Inflight {
+            file,
+            body_offset: header.body_offset,
+            meta: Arc::new(header.meta.clone()),
+            key: key.into(),
+            created_ms,
+            disk: disk_id as u16,
+            tx,
+            cancelled: AtomicBool::new(false),
+        });
+        inner
+            .index
+            .shard(hash)
+            .inflight
+            .insert(hash.0, Arc::clone(&inflight));
+        Ok(ObjectWriter {
+            inner: Arc::clone(inner),
+            disk: disk_id as u16,
+            hash,
+            header,
+            tmp_path: tmp,
+            inflight,
+            written: 0,
+            expected: expected_len,
+            reserved: reserve,
+            hasher: Xxh3::new(),
+            done: false,
+        })
+    }
+
+    /// Remove `key` from the index and its disk (file unlinked, removal journaled).
+    /// Cancels an in-progress write of it. Returns whether a stored object was removed.
+    /// Blocks until the index is loaded (at most [`PURGE_LOAD_WAIT`]) so a purge is
+    /// never undone by the loader.
+    pub fn purge(&self, key: &[u8]) -> bool {
+        let inner = &self.inner;
+        inner.wait_loaded(PURGE_LOAD_WAIT);
+        let hash = KeyHash::of(key);
+        let (entry, inflight) = {
+            let shard = inner.index.shard(hash);
+            (
+                shard.objects.get(&hash.0).cloned(),
+                shard.inflight.get(&hash.0).cloned(),
+            )
+        };
+        if let Some(w) = inflight.filter(|w| *w.key == *key) {
+            w.cancelled.store(true, Ordering::Release);
+        }
+        match entry.filter(|e| *e.key == *key) {
+            Some(e) if inner.index.remove_if_same(&e) => {
+                inner.delete_object(&e);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Remove every object whose key starts with `prefix` (index, files, journals).
+    /// Returns how many were removed. Cost: walks every index shard (one lock at a
+    /// time) and unlinks each match; blocks like [`Store::purge`].
+    pub fn purge_prefix(&self, prefix: &[u8]) -> u64 {
+        let inner = &self.inner;
+        inner.wait_loaded(PURGE_LOAD_WAIT);
+        lock(&inner.purged_prefixes).push(prefix.to_vec());
+        let removed = inner.index.drain_matching(|e| e.key.starts_with(prefix));
+        for e in &removed {
+            inner.delete_object(e);
+        }
+        removed.len() as u64
+    }
+
+    /// Per-disk statistics (plain counters, summed on read).
+    pub fn stats(&self) -> Vec<DiskStats> {
+        self.inner.disks.iter().map(DiskStats::of).collect()
+    }
+
+    /// Objects in the in-memory index (all disks). Cost: locks every shard in turn.
+    pub fn indexed_objects(&self) -> usize {
+        self.inner.index.len()
+    }
+
+    /// Whether every in-service disk has finished loading its index.
+    pub fn is_loaded(&self) -> bool {
+        self.inner.all_loaded()
+    }
+
+    /// Wait up to `timeout` for [`Store::is_loaded`]; returns the final answer.
+    pub fn wait_loaded(&self, timeout: Duration) -> bool {
+        self.inner.wait_loaded(timeout)
+    }
+
+    /// Stop the background threads and write a snapshot of every loaded, in-service
+    /// disk, so the next start replays no journal. Also done on drop.
+    pub fn close(&self) {
+        let inner = &self.inner;
+        if inner.shutdown.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for d in &inner.disks {
+            d.wake();
+        }
+        for t in lock(&self.threads).drain(..) {
+            if t.join().is_err() {
+                tracing::error!("store maintenance thread panicked");
+            }
+        }
+        for (i, d) in inner.disks.iter().enumerate() {
+            if d.health.in_service() && d.loaded.load(Ordering::Acquire) {
+                crate::maintenance::compact(inner, i);
+            }
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Create the store's directories on a disk and empty its `tmp/` (what a crash left).
+fn prepare_disk(io: &dyn StoreIo, disk: &Disk) -> Result<(), (IoOp, std::io::Error)> {
+    let mk = |p: &Path| io.create_dir(p).map_err(|e| (IoOp::CreateDir, e));
+    // The disk directory and any missing parents (a fresh install); below it only
+    // the store's own directories.
+    let missing: Vec<&Path> = disk
+        .dir()
+        .ancestors()
+        .take_while(|a| !io.is_dir(a).unwrap_or(false))
+        .collect();
+    for a in missing.iter().rev() {
+        mk(a)?;
+    }
+    mk(&disk.objects_dir)?;
+    mk(&disk.tmp_dir)?;
+    let leftovers = io.read_dir(&disk.tmp_dir).map_err(|e| (IoOp::ReadDir, e))?;
+    if !leftovers.is_empty() {
+        tracing::info!(disk = %disk.name(), files = leftovers.len(), "removing temporary files left by a crash");
+    }
+    for p in leftovers {
+        io.remove_file(&p).map_err(|e| (IoOp::Remove, e))?;
+    }
+    let space = io.space(disk.dir()).map_err(|e| (IoOp::Space, e))?;
+    if space.read_only {
+        return Err((IoOp::Space, std::io::Error::from_raw_os_error(30)));
+    }
+    let cap = disk.cfg.max_bytes.min(space.total_bytes);
+    disk.capacity.store(cap, Ordering::Relaxed);
+    *lock(&disk.policy) = crate::policy::S3Fifo::new(cap);
+    let gen = list_journals(io, disk.dir())
+        .map_err(|e| (IoOp::ReadDir, e))?
+        .last()
+        .map_or(1, |g| g + 1);
+    let j = JournalWriter::create(io, disk.dir(), gen).map_err(|e| (IoOp::Create, e))?;
+    *lock(&disk.journal) = Some(j);
+    Ok(())
+}
+
+impl Inner {
+    /// The in-service disk that should hold `hash`.
+    pub(crate) fn place(&self, hash: KeyHash) -> Option<usize> {
+        placement::choose(
+            hash,
+            self.disks
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.health.in_service())
+                .map(|(i, d)| (i, d.candidate)),
+        )
+    }
+
+    pub(crate) fn all_loaded(&self) -> bool {
+        self.disks
+            .iter()
+            .all(|d| !d.health.in_service() || d.loaded.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn wait_loaded(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let (m, cv) = &self.loaded_cv;
+        let mut g = lock(m);
+        while !self.all_loaded() {
+            let now = std::time::Instant::now();
+            if now >= deadline || self.shutdown.load(Ordering::Acquire) {
+                return false;
+            }
+            g = match cv.wait_timeout(g, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        true
+    }
+
+    pub(crate) fn notify_loaded(&self) {
+        let (m, cv) = &self.loaded_cv;
+        let _g = lock(m);
+        cv.notify_all();
+    }
+
+    /// Put a freshly published (or adopted) entry in the index and its disk's policy,
+    /// releasing whatever it replaced.
+    pub(crate) fn index_published(&self, entry: Arc<Entry>) {
+        match self.index.insert(Arc::clone(&entry)) {
+            Inserted::New => self.disks[usize::from(entry.disk)].track(entry, None),
+            Inserted::Replaced(old) => {
+                let old_disk = &self.disks[usize::from(old.disk)];
+                old_disk.untrack(&old);
+                if old.disk != entry.disk {
+                    // A stale copy on another disk (written while this disk was out,
+                    // or before a placement change): remove it there.
+                    self.delete_object(&old);
+                }
+                self.disks[usize::from(entry.disk)].track(entry, None);
+            }
+            Inserted::KeptNewer(_) => {}
+        }
+    }
+
+    /// Unlink an object that is no longer indexed and journal its removal.
+    pub(crate) fn delete_object(&self, e: &Entry) {
+        let disk = &self.disks[usize::from(e.disk)];
+        disk.untrack(e);
+        if !disk.health.in_service() {
+            return; // wiped when it returns to service
+        }
+        let path = disk.object_path(e.hash);
+        match self.io.remove_file(&path) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => self.disk_error(e.disk, IoOp::Remove, &path, &err),
+        }
+        if let Err(err) = disk.journal(&*self.io, &Record::Remove { hash: e.hash }) {
+            self.disk_error(e.disk, IoOp::Append, disk.dir(), &err);
+        }
+    }
+
+    /// Count an I/O error against a disk; take it out of service past the threshold.
+    pub(crate) fn disk_error(&self, disk: u16, op: IoOp, path: &Path, err: &std::io::Error) {
+        let kind = DiskErrorKind::of(err);
+        self.count_error(disk, kind, op, path, &err.to_string());
+    }
+
+    /// Count an error of a known kind (corrupt headers have no errno).
+    pub(crate) fn count_error(
+        &self,
+        disk: u16,
+        kind: DiskErrorKind,
+        op: IoOp,
+        path: &Path,
+        detail: &str,
+    ) {
+        let d = &self.disks[usize::from(disk)];
+        tracing::warn!(disk = %d.name(), op = op.as_str(), kind = kind.as_str(), path = %path.display(), error = detail, "disk error");
+        if kind == DiskErrorKind::NoSpace {
+            d.wake();
+        }
+        let verdict = d.health.record(
+            kind,
+            now_ms(),
+            self.cfg.error_threshold,
+            self.cfg.error_window,
+        );
+        if verdict == Verdict::Tripped {
+            self.take_out_of_service(usize::from(disk), kind);
+        }
+    }
+
+    /// The disk failed: its objects become misses, writes go elsewhere, the state is
+    /// persisted, and the maintenance task starts probing it.
+    fn take_out_of_service(&self, i: usize, kind: DiskErrorKind) {
+        let d = &self.disks[i];
+        tracing::error!(disk = %d.name(), cause = kind.as_str(), errors = d.health.total_errors(), "disk taken out of service");
+        d.loaded.store(false, Ordering::Release);
+        *lock(&d.journal) = None;
+        let dropped = self.index.drain_matching(|e| usize::from(e.disk) == i);
+        lock(&d.policy).clear();
+        d.used.store(0, Ordering::Release);
+        d.objects.store(0, Ordering::Release);
+        tracing::info!(disk = %d.name(), objects = dropped.len(), "index entries of failed disk dropped");
+        // Best effort: the failed disk may not take the marker; the other disks do.
+        let _ = self.io.create_new(&d.dir().join(OUT_OF_SERVICE_MARKER));
+        self.persist_disk_states();
+        self.notify_loaded();
+        d.wake();
+    }
+
+    /// Write the list of out-of-service disks to every in-service disk.
+    pub(crate) fn persist_disk_states(&self) {
+        let out: Vec<&str> = self
+            .disks
+            .iter()
+            .filter(|d| !d.health.in_service())
+            .map(|d| d.name())
+            .collect();
+        let body = format_disk_states(&out);
+        for d in self.disks.iter().filter(|d| d.health.in_service()) {
+            let tmp = d.dir().join(format!("{DISK_STATES_FILE}.tmp"));
+            let _ = self.io.remove_file(&tmp);
+            let res = self
+                .io
+                .create_new(&tmp)
+                .and_then(|f| {
+                    self.io
+                        .write_at(&f, &tmp, &body, 0)
+                        .and_then(|()| self.io.sync_data(&f, &tmp))
+                })
+                .and_then(|()| self.io.rename(&tmp, &d.dir().join(DISK_STATES_FILE)));
+            if let Err(e) = res {
+                tracing::warn!(disk = %d.name(), error = %e, "cannot record disk states");
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Writing one object: temp file, body appends that readers can follow, and the atomic
+//! publish (rewrite header with length and checksum → optional fdatasync → rename →
+//! journal record → index).
+//!
+//! Crash consistency comes from the order: an object gets its final name only after
+//! its whole body and final header are in the file, so a name under `objects/` never
+//! points at a partial object; anything a kill -9 interrupts stays in `tmp/`, which is
+//! emptied at start-up. This file does not choose the disk or admit the write (see
+//! `store.rs`).
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::disk::{charge_for, Reservation};
+use crate::format::ObjectHeader;
+use crate::index::Entry;
+use crate::io::IoOp;
+use crate::journal::Record;
+use crate::key::KeyHash;
+use crate::meta::ObjectMeta;
+use crate::policy::PolicyState;
+use crate::progress::{BodyProgress, Progress, WriteFailure};
+use crate::store::Inner;
+
+/// Reservation granted at a time for a body of unknown length: large enough that a
+/// video segment needs one or two, small enough not to make a disk look full.
+const RESERVE_STEP: u64 = 4 << 20;
+
+/// An object being written, as readers see it (kept in the index's in-flight map).
+#[derive(Debug)]
+pub struct Inflight {
+    pub(crate) file: File,
+    pub(crate) body_offset: u64,
+    pub(crate) meta: Arc<ObjectMeta>,
+    pub(crate) key: Box<[u8]>,
+    pub(crate) created_ms: u64,
+    pub(crate) disk: u16,
+    pub(crate) tx: watch::Sender<Progress>,
+    /// Set by a purge: the write must not be published.
+    pub(crate) cancelled: AtomicBool,
+}
+
+impl Inflight {
+    pub(crate) fn progress(&self) -> BodyProgress {
+        BodyProgress::new(self.tx.subscribe())
+    }
+}
+
+/// Why a write failed; the object is not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("object write failed: {}", failure.as_str())]
+pub struct WriteError {
+    /// Kind of failure (also sent to readers).
+    pub failure: WriteFailure,
+}
+
+/// What a successful [`ObjectWriter::finish`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The object is stored and indexed.
+    Stored {
+        /// Body length in bytes.
+        len: u64,
+    },
+}
+
+/// Writes one object. Appends are blocking `pwrite`s: call from a thread that may block
+/// on the disk (the server's blocking pool), not from an event loop. Dropping a writer
+/// without [`ObjectWriter::finish`] aborts it: readers get [`WriteFailure::Aborted`].
+pub struct ObjectWriter {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) disk: u16,
+    pub(crate) hash: KeyHash,
+    pub(crate) header: ObjectHeader,
+    pub(crate) tmp_path: PathBuf,
+    pub(crate) inflight: Arc<Inflight>,
+    pub(crate) written: u64,
+    pub(crate) expected: Option<u64>,
+    pub(crate) reserved: u64,
+    pub(crate) hasher: Xxh3,
+    pub(crate) done: bool,
+}
+
+impl ObjectWriter {
+    /// Body bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Append body bytes. Cost: one `pwrite` plus hashing at ~10 GB/s; wakes readers.
+    pub fn append(&mut self, buf: &[u8]) -> Result<(), WriteError> {
+        if self.done {
+            return Err(WriteError {
+                failure: WriteFailure::Aborted,
+            });
+        }
+        let end = self.written + buf.len() as u64;
+        let limit = self.expected.unwrap_or(self.inner.cfg.max_object_bytes);
+        if end > limit {
+            return Err(self.fail(WriteFailure::LengthMismatch));
+        }
+        let needed = charge_for(self.header.body_offset + end);
+        if needed > self.reserved {
+            let more = (needed - self.reserved).max(RESERVE_STEP);
+            if self.inner.disks[usize::from(self.disk)].reserve(more) == Reservation::Refused {
+                return Err(self.fail(WriteFailure::NoSpace));
+            }
+            self.reserved += more;
+        }
+        let off = self.header.body_offset + self.written;
+        if let Err(e) = self
+            .inner
+            .io
+            .write_at(&self.inflight.file, &self.tmp_path, buf, off)
+        {
+            self.inner
+                .disk_error(self.disk, IoOp::Write, &self.tmp_path, &e);
+            return Err(self.fail(failure_of(&e)));
+        }
+        self.hasher.update(buf);
+        self.written = end;
+        self.inflight
+            .tx
+            .send_replace(Progress::Writing { written: end });
+        Ok(())
+    }
+
+    /// Abort the write on purpose (origin failed): readers get `reason`.
+    pub fn abort(mut self, reason: WriteFailure) {
+        self.fail(reason);
+    }
+
+    /// Complete and publish the object; returns once it is indexed and journaled (so it
+    /// survives a kill -9 from then on, and power loss too with
+    /// [`crate::Durability::SyncBeforePublish`]).
+    pub fn finish(mut self) -> Result<Published, WriteError> {
+        if self.done {
+            return Err(WriteError {
+                failure: WriteFailure::Aborted,
+            });
+        }
+        if self.expected.is_some_and(|e| e != self.written) {
+            return Err(self.fail(WriteFailure::LengthMismatch));
+        }
+        if self.inflight.cancelled.load(Ordering::Acquire) {
+            return Err(self.fail(WriteFailure::Aborted));
+        }
+        let inner = Arc::clone(&self.inner);
+        let disk = &inner.disks[usize::from(self.disk)];
+        if !disk.health.in_service() {
+            return Err(self.fail(WriteFailure::Disk));
+        }
+        self.header.body_len = self.written;
+        self.header.body_checksum = self.hasher.digest();
+        let bytes = match self.header.encode() {
+            Ok(b) => b,
+            Err(_) => return Err(self.fail(WriteFailure::LengthMismatch)),
+        };
+        let io = &*inner.io;
+        let file = &self.inflight.file;
+        let step = io
+            .write_at(file, &self.tmp_path, &bytes, 0)
+            .map_err(|e| (IoOp::Write, e));
+        let step = step.and_then(|()| match inner.cfg.durability {
+            crate::Durability::SyncBeforePublish => io
+                .sync_data(file, &self.tmp_path)
+                .map_err(|e| (IoOp::Sync, e)),
+            crate::Durability::NoSync => Ok(()),
+        });
+        let final_path = disk.object_path(self.hash);
+        let step = step.and_then(|()| {
+            // Fan-out directories are made on first use. `objects/` itself is never
+            // re-created here: if it vanished, the disk is failing, and mkdir of the
+            // fan-out (or the rename) fails with ENOENT, which counts as such.
+            if disk.fanout_known(self.hash) {
+                return Ok(());
+            }
+            let parent = final_path.parent().unwrap_or(&disk.objects_dir);
+            io.create_dir(parent).map_err(|e| (IoOp::CreateDir, e))?;
+            disk.fanout_created(self.hash);
+            Ok(())
+        });
+        let step = step.and_then(|()| {
+            io.rename(&self.tmp_path, &final_path)
+                .map_err(|e| (IoOp::Rename, e))
+        });
+        if let Err((op, e)) = step {
+            inner.disk_error(self.disk, op, &self.tmp_path, &e);
+            return Err(self.fail(failure_of(&e)));
+        }
+        // Published: from here on the temp path is gone and the object is valid.
+        let charge = charge_for(self.header.file_len());
+        let entry = Arc::new(Entry {
+            hash: self.hash,
+            key: self.inflight.key.clone(),
+            disk: self.disk,
+            charge,
+            created_ms: self.header.created_ms,
+            policy: PolicyState::default(),
+        });
+        inner.index_published(Arc::clone(&entry));
+        let rec = Record::Insert {
+            hash: self.hash,
+            charge,
+            created_ms: entry.created_ms,
+            queue: crate::policy::QueueId::Small,
+            key: entry.key.to_vec(),
+        };
+        if let Err(e) = disk.journal(io, &rec) {
+            // The object is on disk and indexed; only its journal record is missing,
+            // which the reconcile scan repairs at the next start.
+            inner.disk_error(self.disk, IoOp::Append, disk.dir(), &e);
+        }
+        disk.release(self.reserved);
+        self.reserved = 0;
+        self.done = true;
+        self.remove_inflight();
+        self.inflight
+            .tx
+            .send_replace(Progress::Complete { len: self.written });
+        if disk.used.load(Ordering::Relaxed) > disk.high_mark(inner.cfg.high_watermark_percent) {
+            disk.wake();
+        }
+        Ok(Published::Stored { len: self.written })
+    }
+
+    fn remove_inflight(&self) {
+        let mut shard = self.inner.index.shard(self.hash);
+        if shard
+            .inflight
+            .get(&self.hash.0)
+            .is_some_and(|i| Arc::ptr_eq(i, &self.inflight))
+        {
+            shard.inflight.remove(&self.hash.0);
+        }
+    }
+
+    fn fail(&mut self, failure: WriteFailure) -> WriteError {
+        if !self.done {
+            self.done = true;
+            self.remove_inflight();
+            match self.inner.io.remove_file(&self.tmp_path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => self
+                    .inner
+                    .disk_error(self.disk, IoOp::Remove, &self.tmp_path, &e),
+            }
+            self.inner.disks[usize::from(self.disk)].release(self.reserved);
+            self.reserved = 0;
+            self.inflight.tx.send_replace(Progress::Failed {
+                written: self.written,
+                reason: failure,
+            });
+        }
+        WriteError { failure }
+    }
+}
+
+impl Drop for ObjectWriter {
+    fn drop(&mut self) {
+        self.fail(WriteFailure::Aborted);
+    }
+}
+
+fn failure_of(e: &std::io::Error) -> WriteFailure {
+    match crate::health::DiskErrorKind::of(e) {
+        crate::health::DiskErrorKind::NoSpace => WriteFailure::NoSpace,
+        _ => WriteFailure::Disk,
+    }
+}
