@@ -7,6 +7,7 @@
 #
 #   scripts/test.sh            # gate + all tests + 15 s per fuzz target
 #   FUZZ_SECONDS=0 scripts/test.sh   # skip the fuzz smoke run (local iteration)
+#   KTLS_VM=0 scripts/test.sh        # skip the kernel-TLS VM test (local iteration)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,22 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+echo "== dashboard in headless Chromium"
+# The browser test is #[ignore]d in plain `cargo test` (reported as ignored, never as
+# passed); here it runs for real. Install Debian's chromium when it is missing and we can.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    # A fresh machine has empty package lists: update once, then install.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null; }
+fi
+cargo test -p linerate --test dashboard -- --ignored
+if [ "${KTLS_VM:-1}" != 0 ]; then
+    # The kernel-TLS path, for real: a stock Debian kernel with tls.ko in a small qemu
+    # VM (this machine's kernel has no CONFIG_TLS). About a minute once the kernel and
+    # qemu are cached; installs qemu-system-x86 with apt-get when missing.
+    echo "== kernel TLS end to end in a VM (KTLS_VM=0 skips)"
+    scripts/ktls-vm-test.sh
+fi
 fuzz_seconds="${FUZZ_SECONDS:-15}"
 if [ "$fuzz_seconds" -gt 0 ]; then
     echo "== fuzz smoke run (${fuzz_seconds}s per target)"

@@ -8,17 +8,23 @@
 //! goes back to the worker's pool, so 10,000 idle players cost little more than their
 //! sockets.
 //!
-//! Not here: deciding the response (`route`) or moving its bytes (`transfer`).
+//! The same loop serves plain HTTP and HTTPS: reads and sends go through the
+//! connection's [`Transport`] (plain, kernel TLS or user-space TLS).
+//!
+//! Not here: deciding the response (`route`) or moving its bytes (`transfer`,
+//! `tls_send`).
 
 use std::rc::Rc;
 
 use linerate_http::request::MAX_HEAD_BYTES;
 use linerate_http::{parse_request, BodyFraming, ParseOutcome, Persistence, StatusCode};
-use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 
+use crate::accesslog::{Finished, Pending};
 use crate::route::{self, Response};
+use crate::stats::{CloseReason, ConnState};
 use crate::transfer;
+use crate::transport::Transport;
 use crate::worker::Worker;
 
 /// Bytes reserved per read into the head buffer. Players' heads are 200-800 bytes, so
@@ -59,43 +65,90 @@ impl Ending {
             Ending::Parked(_) => "parked",
         }
     }
+
+    /// The metric label of a connection that closed (a parked one has not).
+    fn close_reason(self) -> CloseReason {
+        match self {
+            Ending::Done => CloseReason::Done,
+            Ending::Idle | Ending::Parked(_) => CloseReason::Idle,
+            Ending::HeadTimeout => CloseReason::HeadTimeout,
+            Ending::ClientClosed => CloseReason::ClientClosed,
+            Ending::BadRequest => CloseReason::BadRequest,
+            Ending::Aborted => CloseReason::Aborted,
+            Ending::Stopping => CloseReason::Stopping,
+        }
+    }
 }
 
 /// How a connection's task ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// The socket is closed.
-    Closed,
+    /// The socket is closed, for this reason.
+    Closed(CloseReason),
     /// The socket is parked (see `park`); the connection is still open.
     Parked,
 }
 
 /// Serve one connection until it closes or parks. `first`: no request has been served
 /// on it yet (the head timeout applies to the wait, not the keep-alive timeout).
-pub(crate) async fn serve(worker: &Rc<Worker>, stream: TcpStream, first: bool) -> Outcome {
+/// `io` is the connection's transport; `buf` holds request bytes already received (a
+/// TLS handshake's last flight can carry the first request).
+pub(crate) async fn serve(
+    worker: &Rc<Worker>,
+    io: Transport,
+    first: bool,
+    buf: Vec<u8>,
+) -> Outcome {
+    // Sampling is decided per connection task: a connection resumed from parking is a
+    // new draw (parking keeps a few bytes per socket and no sampling state).
+    let sampled = worker.sample_tcp();
+    if sampled && first {
+        worker.stats.sampled();
+    }
+    // One getpeername per connection task, and only when requests are being logged.
+    let peer = if worker.log.borrow().enabled() {
+        io.tcp().peer_addr().ok()
+    } else {
+        None
+    };
     let mut conn = Conn {
         worker,
-        stream,
-        buf: Vec::new(),
+        io,
+        buf,
+        sampled,
+        peer,
+        rtt_us: None,
     };
     let ending = conn.run(first).await;
     worker.give_buffer(std::mem::take(&mut conn.buf));
     if let Ending::Parked(deadline) = ending {
-        match worker.parking.park(conn.stream, deadline) {
-            Ok(()) => return Outcome::Parked,
-            Err(e) => tracing::debug!(error = %e, "could not park; closing"),
+        if let Transport::Plain(stream) = conn.io {
+            match worker.parking.park(stream, deadline) {
+                Ok(()) => return Outcome::Parked,
+                Err(e) => tracing::debug!(error = %e, "could not park; closing"),
+            }
         }
-        return Outcome::Closed;
+        return Outcome::Closed(CloseReason::Idle);
     }
+    if sampled {
+        crate::tcpsample::at_end(worker, conn.io.tcp());
+    }
+    conn.io.goodbye();
     tracing::trace!(ending = ending.as_str(), "connection closed");
-    Outcome::Closed
+    Outcome::Closed(ending.close_reason())
 }
 
 struct Conn<'w> {
     worker: &'w Rc<Worker>,
-    stream: TcpStream,
+    io: Transport,
     /// Unconsumed request bytes; empty (and unallocated) while idle.
     buf: Vec<u8>,
+    /// Whether this connection's TCP_INFO is sampled.
+    sampled: bool,
+    /// The client's address, when requests are logged.
+    peer: Option<std::net::SocketAddr>,
+    /// The latest sampled smoothed RTT.
+    rtt_us: Option<u32>,
 }
 
 /// What reading more bytes gave.
@@ -123,7 +176,10 @@ impl Conn<'_> {
             // holds: inline, the transfer's nested futures made every connection's task
             // 1,200 bytes even while idle (measured with size_of_val; see
             // docs/benchmarks.md, idle connections). One allocation per request instead.
-            if let Some(ending) = Box::pin(self.serve_one()).await {
+            self.worker.stats.enter(ConnState::Active);
+            let ending = Box::pin(self.serve_one()).await;
+            self.worker.stats.leave(ConnState::Active);
+            if let Some(ending) = ending {
                 return ending;
             }
         }
@@ -132,14 +188,25 @@ impl Conn<'_> {
     /// Read, answer and account for one request whose first bytes are buffered. `None`
     /// when the connection continues.
     async fn serve_one(&mut self) -> Option<Ending> {
-        let timeouts = self.worker.shared.options.timeouts;
+        let live = self.worker.live();
+        let timeouts = live.options.timeouts;
         let deadline = Instant::now() + timeouts.request_head;
         // Read until a whole head parses (or fails to).
-        let (response, framing, head_len) = loop {
+        let (response, framing, head_len, pending) = loop {
             match parse_request(&self.buf) {
                 Ok(ParseOutcome::Complete { head, head_len }) => {
                     let framing = head.body;
-                    break (route::respond_to(self.worker, &head), framing, head_len);
+                    let pending = if self.worker.log.borrow_mut().wants() {
+                        Some(Pending::capture(&self.buf[..head_len]))
+                    } else {
+                        None
+                    };
+                    break (
+                        route::respond_to(self.worker, &head),
+                        framing,
+                        head_len,
+                        pending,
+                    );
                 }
                 Ok(ParseOutcome::Partial) => match self.read_more(deadline).await {
                     Read::Data => {}
@@ -167,7 +234,7 @@ impl Conn<'_> {
         // next request starts where it should; bodies we cannot bound are refused.
         match framing {
             BodyFraming::None => {}
-            BodyFraming::Length(n) if n <= self.worker.shared.options.max_discarded_body => {
+            BodyFraming::Length(n) if n <= live.options.max_discarded_body => {
                 match self.discard(n, deadline).await {
                     Read::Data => {}
                     Read::TimedOut => {
@@ -183,7 +250,37 @@ impl Conn<'_> {
             }
         }
         let persistence = response.persistence;
-        if let Err(e) = transfer::send(self.worker, &self.stream, response).await {
+        let (status, cache) = (response.status, response.cache);
+        let started = Instant::now();
+        let mut sent = 0;
+        let result = self.io.send(self.worker, response, &mut sent).await;
+        let duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.worker
+            .stats
+            .response(status.code(), cache, duration_us);
+        if self.sampled {
+            self.rtt_us = crate::tcpsample::during(self.worker, self.io.tcp());
+        }
+        if let Some(pending) = pending {
+            let done = Finished {
+                status: status.code(),
+                bytes: sent,
+                duration_us,
+                cache,
+                rtt_us: self.rtt_us,
+                worker: self.worker.index,
+            };
+            self.worker.date.with(|date| {
+                self.worker.log.borrow_mut().record(
+                    self.peer,
+                    date,
+                    &pending,
+                    &done,
+                    &self.worker.stats,
+                )
+            });
+        }
+        if let Err(e) = result {
             match e {
                 // Our side failed: worth an operator's attention.
                 transfer::TransferError::Disk(_) | transfer::TransferError::Truncated => {
@@ -205,7 +302,8 @@ impl Conn<'_> {
     /// keep-alive timeout (the head timeout before the first request), or until a
     /// graceful stop. `None` when bytes arrived.
     async fn wait_for_request(&mut self, first: bool) -> Option<Ending> {
-        let timeouts = self.worker.shared.options.timeouts;
+        let live = self.worker.live();
+        let timeouts = live.options.timeouts;
         let now = Instant::now();
         let deadline = now
             + if first {
@@ -213,11 +311,17 @@ impl Conn<'_> {
             } else {
                 timeouts.keepalive
             };
-        let park_at = now + self.worker.shared.options.park_idle_after;
+        // Only plain connections park (see `transport`); for the others the idle
+        // wait simply lasts until the deadline.
+        let park_at = if self.io.parkable() {
+            now + live.options.park_idle_after
+        } else {
+            deadline
+        };
         loop {
             self.worker.give_buffer(std::mem::take(&mut self.buf));
             tokio::select! {
-                r = timeout_at(deadline.min(park_at), self.stream.readable()) => match r {
+                r = timeout_at(deadline.min(park_at), self.io.readable()) => match r {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => return Some(Ending::ClientClosed),
                     Err(_) if Instant::now() >= deadline => return Some(Ending::Idle),
@@ -227,7 +331,7 @@ impl Conn<'_> {
             }
             self.buf = self.worker.take_buffer();
             self.buf.reserve(READ_CHUNK);
-            match self.stream.try_read_buf(&mut self.buf) {
+            match self.io.try_read_buf(&mut self.buf) {
                 Ok(0) => return Some(Ending::Done),
                 Ok(_) => return None,
                 // Readiness can be spurious; wait again.
@@ -249,14 +353,14 @@ impl Conn<'_> {
         }
         self.buf.reserve(READ_CHUNK);
         loop {
-            match self.stream.try_read_buf(&mut self.buf) {
+            match self.io.try_read_buf(&mut self.buf) {
                 Ok(0) => return Read::Eof,
                 Ok(_) => return Read::Data,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => return Read::Failed,
             }
-            match timeout_at(deadline, self.stream.readable()).await {
+            match timeout_at(deadline, self.io.readable()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return Read::Failed,
                 Err(_) => return Read::TimedOut,
@@ -283,6 +387,10 @@ impl Conn<'_> {
     /// Best-effort error response, then close (framing can no longer be trusted).
     async fn answer_and_close(&mut self, status: StatusCode) {
         let response: Response = route::error(self.worker, status, Persistence::Close);
-        let _ = transfer::send(self.worker, &self.stream, response).await;
+        let mut sent = 0;
+        let _ = self.io.send(self.worker, response, &mut sent).await;
+        self.worker
+            .stats
+            .response(status.code(), crate::stats::CacheStatus::Local, 0);
     }
 }

@@ -8,15 +8,31 @@
 //! everything a request writes belongs to the worker that accepted its connection.
 #![forbid(unsafe_code)]
 
+mod accesslog;
+mod admin;
 mod clock;
 mod coldpool;
 mod conn;
+pub mod control;
+mod ktls_conn;
+mod metrics;
+pub mod operate;
 pub mod options;
 mod park;
 mod route;
 mod server;
+pub mod stats;
+mod tcpsample;
+mod tls_accept;
+pub mod tls_config;
+mod tls_conn;
+mod tls_send;
 mod transfer;
+mod transport;
 mod worker;
 
-pub use options::{Pinning, ServerOptions, Timeouts};
-pub use server::{run, run_until, ServerError, Started};
+pub use control::{Mode, ReloadOutcome, Reloader};
+pub use options::{
+    CertificateOptions, KtlsMode, Pinning, ServerOptions, Timeouts, TlsOptions, UnknownSni,
+};
+pub use server::{run, run_until, run_with_reload, ServerError, Started};

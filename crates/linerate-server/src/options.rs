@@ -76,6 +76,70 @@ pub struct ServerOptions {
     pub max_discarded_body: u64,
     /// Idle time before a connection is parked outside the runtime.
     pub park_idle_after: Duration,
+    /// The admin listener (metrics, health, drain, reload).
+    pub admin: crate::operate::AdminOptions,
+    /// The access log.
+    pub access_log: crate::operate::AccessLogOptions,
+    /// TCP tuning and `TCP_INFO` sampling.
+    pub tcp: crate::operate::TcpOptions,
+    /// HTTPS listeners and their certificates. Default: none.
+    pub tls: Option<TlsOptions>,
+}
+
+/// Default time a TLS client gets to finish its handshake, from accept. The TLS
+/// slowloris defence: a handshake is two round trips, so 10 s is generous even on a
+/// lossy mobile link, and matches the request-head timeout.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// HTTPS: where to listen, which certificates, and what to do with names we lack.
+#[derive(Debug, Clone)]
+pub struct TlsOptions {
+    /// Addresses to listen on for TLS; each worker has its own `SO_REUSEPORT` socket.
+    pub listen: Vec<SocketAddr>,
+    /// Certificates; the one marked default (or else the first) answers clients that
+    /// send no SNI name.
+    pub certificates: Vec<CertificateOptions>,
+    /// What a client gets when its SNI name matches no certificate. Default:
+    /// [`UnknownSni::Default`].
+    pub unknown_sni: UnknownSni,
+    /// Whole-handshake deadline from accept. Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    pub handshake_timeout: Duration,
+    /// Whether to hand records to kernel TLS when the kernel supports the cipher.
+    /// Default [`KtlsMode::Auto`].
+    pub ktls: KtlsMode,
+}
+
+/// One certificate chain and its key, and the names it answers for.
+#[derive(Debug, Clone)]
+pub struct CertificateOptions {
+    /// PEM file: the leaf certificate first, then intermediates.
+    pub chain: PathBuf,
+    /// PEM file: the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// SNI names (lower-case DNS names; `*.example.com` matches one label).
+    pub names: Vec<String>,
+    /// Whether this is the certificate for clients without SNI (and unknown names).
+    pub default: bool,
+}
+
+/// The answer to an SNI name that no certificate lists (RFC 6066 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownSni {
+    /// Complete the handshake with the default certificate (the client decides whether
+    /// the name mismatch matters, as nginx's default server does).
+    Default,
+    /// Refuse the handshake with a fatal alert.
+    Refuse,
+}
+
+/// Whether kernel TLS is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KtlsMode {
+    /// Use kTLS for every connection whose version and cipher the start-up probe found
+    /// the kernel accepts; user-space TLS otherwise.
+    Auto,
+    /// Never: every connection encrypts in user space (for comparison and debugging).
+    Off,
 }
 
 /// Whether workers are pinned to CPUs.
@@ -156,6 +220,10 @@ impl ServerOptions {
             cold_threads_per_disk: DEFAULT_COLD_THREADS_PER_DISK,
             max_discarded_body: DEFAULT_MAX_DISCARDED_BODY,
             park_idle_after: DEFAULT_PARK_IDLE_AFTER,
+            admin: crate::operate::AdminOptions::default(),
+            access_log: crate::operate::AccessLogOptions::default(),
+            tcp: crate::operate::TcpOptions::default(),
+            tls: None,
         }
     }
 }

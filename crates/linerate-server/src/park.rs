@@ -23,6 +23,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::stats::{CloseReason, ConnState, WorkerStats};
 use crate::worker::Worker;
 
 /// How often parked connections are checked against their keep-alive deadline. Idle
@@ -42,11 +43,13 @@ pub(crate) struct Parking {
     set: AsyncFd<Epoll>,
     slots: RefCell<Vec<Option<Slot>>>,
     free: RefCell<Vec<usize>>,
+    /// The worker's statistics (the parked-connections gauge).
+    stats: std::sync::Arc<WorkerStats>,
 }
 
 impl Parking {
     /// A new, empty set (inside the worker's runtime).
-    pub(crate) fn new() -> std::io::Result<Parking> {
+    pub(crate) fn new(stats: std::sync::Arc<WorkerStats>) -> std::io::Result<Parking> {
         // tokio deprecated the safe constructor (its replacement is `unsafe`) because a
         // `T` whose fd could be closed while registered breaks I/O safety. `Epoll` owns
         // its fd (`OwnedFd`) and only the `AsyncFd` owns the `Epoll`, so the fd outlives
@@ -57,6 +60,7 @@ impl Parking {
             set,
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
+            stats,
         })
     }
 
@@ -77,6 +81,7 @@ impl Parking {
             return Err(e);
         }
         slots[key] = Some(Slot { stream, deadline });
+        self.stats.enter(ConnState::Parked);
         tracing::trace!(key, "connection parked");
         Ok(())
     }
@@ -84,6 +89,7 @@ impl Parking {
     fn take(&self, key: usize) -> Option<StdStream> {
         let slot = self.slots.borrow_mut().get_mut(key)?.take()?;
         self.free.borrow_mut().push(key);
+        self.stats.leave(ConnState::Parked);
         Some(slot.stream)
     }
 }
@@ -114,14 +120,15 @@ pub(crate) async fn watch(worker: Rc<Worker>) {
                         Ok(stream) => crate::worker::spawn_connection(&worker, stream, false),
                         Err(e) => {
                             tracing::debug!(error = %e, "could not resume a parked connection");
-                            worker.connection_closed();
+                            worker.connection_closed(CloseReason::ClientClosed);
                         }
                     }
                 }
             }
-            _ = sweep.tick() => close_expired(&worker, Instant::now()),
+            _ = sweep.tick() => close_expired(&worker, Instant::now(), CloseReason::Idle),
             _ = worker.stopped() => {
-                close_expired(&worker, Instant::now() + Duration::from_secs(365 * 24 * 3600));
+                let forever = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+                close_expired(&worker, forever, CloseReason::Stopping);
                 return;
             }
         }
@@ -129,7 +136,7 @@ pub(crate) async fn watch(worker: Rc<Worker>) {
 }
 
 /// Close every parked connection whose deadline is at or before `now`.
-fn close_expired(worker: &Worker, now: Instant) {
+fn close_expired(worker: &Worker, now: Instant, why: CloseReason) {
     let expired: Vec<usize> = worker
         .parking
         .slots
@@ -141,7 +148,7 @@ fn close_expired(worker: &Worker, now: Instant) {
     for key in expired {
         // Closing the socket also removes it from the epoll set.
         if worker.parking.take(key).is_some() {
-            worker.connection_closed();
+            worker.connection_closed(why);
         }
     }
 }

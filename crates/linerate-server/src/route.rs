@@ -17,6 +17,7 @@ use linerate_http::{
     mime, path, HeadWriter, Method, Persistence, RequestHead, StatusCode, Version,
 };
 
+use crate::stats::CacheStatus;
 use crate::worker::Worker;
 
 /// `Server` field value.
@@ -30,6 +31,10 @@ pub(crate) struct Response {
     pub(crate) body: Body,
     /// Whether the connection continues after this response.
     pub(crate) persistence: Persistence,
+    /// The status in `head` (for counters and the access log).
+    pub(crate) status: StatusCode,
+    /// Where the content came from (appliance mode: always `Local`).
+    pub(crate) cache: CacheStatus,
 }
 
 /// The bytes after the head.
@@ -95,9 +100,10 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
     };
     let last_modified = linerate_http::date::format(mtime);
     let content_type = mime::content_type(&target.relative);
+    let live = worker.live();
     let cache_control = mime::extension(&target.relative)
-        .and_then(|ext| worker.shared.cache_control.get(&ext.to_ascii_lowercase()))
-        .or(worker.shared.options.default_cache_control.as_ref());
+        .and_then(|ext| live.cache_control.get(&ext.to_ascii_lowercase()))
+        .or(live.options.default_cache_control.as_ref());
 
     let mut head = Vec::with_capacity(512);
     let common = |w: &mut HeadWriter<'_>| {
@@ -123,6 +129,8 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
                 head,
                 body: Body::Empty,
                 persistence,
+                status: StatusCode::NotModified,
+                cache: CacheStatus::Local,
             };
         }
         Precondition::Failed => return error(worker, StatusCode::PreconditionFailed, persistence),
@@ -174,6 +182,8 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
                 head,
                 body: Body::Empty,
                 persistence,
+                status: StatusCode::RangeNotSatisfiable,
+                cache: CacheStatus::Local,
             };
         }
     };
@@ -203,6 +213,8 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
         head,
         body,
         persistence,
+        status,
+        cache: CacheStatus::Local,
     }
 }
 
@@ -247,6 +259,8 @@ fn simple(
         head,
         body: Body::Empty,
         persistence,
+        status,
+        cache: CacheStatus::Local,
     }
 }
 

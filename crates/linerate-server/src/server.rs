@@ -1,6 +1,7 @@
 //! Start-up and stop: validate the root, bind every worker's listeners up front (so a
-//! bad address fails before anything serves), start one pinned thread per worker, wait
-//! for SIGTERM/SIGINT, tell the workers, and join them.
+//! bad address fails before anything serves), start one pinned thread per worker and
+//! the admin thread, wait for SIGTERM/SIGINT (handling SIGHUP reloads and SIGUSR1 log
+//! reopens meanwhile), tell the workers, and join them.
 //!
 //! Not here: what a worker does with a connection (see `worker` and `conn`).
 
@@ -11,12 +12,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, Socket, Type};
-use tokio::sync::watch;
-
 use crate::coldpool::ColdPool;
-use crate::options::{Pinning, ServerOptions};
+use crate::control::{Control, Reloader};
+use crate::options::{KtlsMode, Pinning, ServerOptions};
+use crate::stats::WorkerStats;
+use crate::tls_accept::SharedTls;
 use crate::worker::{Shared, WorkerPlan};
+use socket2::{Domain, Protocol, Socket, Type};
 
 /// Why the server could not start or had to stop. Each names the side that failed.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +39,18 @@ pub enum ServerError {
         /// What bind/listen said.
         source: std::io::Error,
     },
+    /// `tcp.congestion` or `tcp.max_pacing_rate` could not be set (an algorithm the
+    /// kernel lacks gives "No such file or directory").
+    #[error("tcp tuning on {addr} (congestion control / pacing): {source}")]
+    TcpTuning {
+        /// The listener.
+        addr: SocketAddr,
+        /// What setsockopt said.
+        source: std::io::Error,
+    },
+    /// The TLS configuration (certificates, keys) could not be loaded.
+    #[error("tls: {0}")]
+    Tls(#[from] crate::tls_config::TlsConfigError),
     /// Options that cannot work (zero workers, no address...).
     #[error("invalid options: {0}")]
     Invalid(&'static str),
@@ -50,13 +64,28 @@ pub enum ServerError {
 pub struct Started {
     /// One per configured listen address, in order.
     pub local_addrs: Vec<SocketAddr>,
+    /// One per configured TLS listen address, in order.
+    pub tls_addrs: Vec<SocketAddr>,
     /// Worker threads started.
     pub workers: usize,
+    /// Where the admin API listens, if it is on.
+    pub admin_addr: Option<SocketAddr>,
 }
 
 /// Run until SIGTERM or SIGINT, then stop gracefully. Calls `on_started` once every
-/// listener is bound (the binary logs "listening on ..." there).
+/// listener is bound (the binary logs "listening on ..." there). SIGHUP is answered
+/// with "no configuration file to reload"; see [`run_with_reload`].
 pub fn run(options: ServerOptions, on_started: impl FnOnce(&Started)) -> Result<(), ServerError> {
+    run_with_reload(options, None, on_started)
+}
+
+/// Like [`run`]; SIGHUP (or the admin API's reload) calls `reloader` for a new
+/// configuration and applies what can change at run time (see `control`).
+pub fn run_with_reload(
+    options: ServerOptions,
+    reloader: Option<Reloader>,
+    on_started: impl FnOnce(&Started),
+) -> Result<(), ServerError> {
     let signals = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -65,19 +94,36 @@ pub fn run(options: ServerOptions, on_started: impl FnOnce(&Started)) -> Result<
     // right after "listening" would kill us the default way.
     let stop = signals.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
-        let term = signal(SignalKind::terminate());
-        let int = signal(SignalKind::interrupt());
-        match (term, int) {
-            (Ok(t), Ok(i)) => Ok((t, i)),
-            (Err(e), _) | (_, Err(e)) => Err(e),
-        }
+        Ok::<_, std::io::Error>((
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+            signal(SignalKind::user_defined1())?,
+        ))
     });
-    let (mut term, mut int) = stop.map_err(ServerError::Runtime)?;
-    run_until(options, on_started, move || {
+    let (mut term, mut int, mut hup, mut usr1) = stop.map_err(ServerError::Runtime)?;
+    run_controlled(options, reloader, on_started, move |control: &Control| {
         signals.block_on(async {
-            tokio::select! {
-                _ = term.recv() => tracing::info!(signal = "SIGTERM", "stopping"),
-                _ = int.recv() => tracing::info!(signal = "SIGINT", "stopping"),
+            loop {
+                tokio::select! {
+                    _ = term.recv() => {
+                        tracing::info!(signal = "SIGTERM", "stopping");
+                        return;
+                    }
+                    _ = int.recv() => {
+                        tracing::info!(signal = "SIGINT", "stopping");
+                        return;
+                    }
+                    _ = hup.recv() => {
+                        tracing::info!(signal = "SIGHUP", "reloading the configuration");
+                        // Parsing a file is quick; doing it here keeps reloads serialised.
+                        let _ = control.reload();
+                    }
+                    _ = usr1.recv() => {
+                        tracing::info!(signal = "SIGUSR1", "reopening access logs");
+                        control.reopen_logs();
+                    }
+                }
             }
         });
     })
@@ -89,10 +135,24 @@ pub fn run_until(
     on_started: impl FnOnce(&Started),
     wait_for_stop: impl FnOnce(),
 ) -> Result<(), ServerError> {
+    run_controlled(options, None, on_started, |_: &Control| wait_for_stop())
+}
+
+fn run_controlled(
+    options: ServerOptions,
+    reloader: Option<Reloader>,
+    on_started: impl FnOnce(&Started),
+    wait_for_stop: impl FnOnce(&Control),
+) -> Result<(), ServerError> {
     if options.workers == 0 {
         return Err(ServerError::Invalid("workers must be at least 1"));
     }
-    if options.listen.is_empty() {
+    let tls_listen = options
+        .tls
+        .as_ref()
+        .map(|t| t.listen.clone())
+        .unwrap_or_default();
+    if options.listen.is_empty() && tls_listen.is_empty() {
         return Err(ServerError::Invalid(
             "at least one listen address is needed",
         ));
@@ -104,7 +164,15 @@ pub fn run_until(
     }
     let probe = linerate_sys::pagecache::PageCacheProbe::detect(root.as_fd());
     let cold = ColdPool::start(options.cold_threads_per_disk).map_err(ServerError::Runtime)?;
-    let (sockets, local_addrs) = bind_all(&options)?;
+    let tls = start_tls(&options)?;
+    let (sockets, local_addrs) = bind_all(&options, &options.listen)?;
+    let (mut tls_sockets, tls_addrs) = bind_all(&options, &tls_listen)?;
+    let admin_listener = match options.admin.listen {
+        Some(addr) => {
+            Some(crate::admin::bind(addr).map_err(|source| ServerError::Bind { addr, source })?)
+        }
+        None => None,
+    };
     let cpus = linerate_sys::cpu::allowed_cpus().unwrap_or_default();
     tracing::info!(
         workers = options.workers,
@@ -112,8 +180,11 @@ pub fn run_until(
         root = %options.root.display(),
         "starting"
     );
-    let shared = Arc::new(Shared::new(options, root, probe, cold));
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let control = Arc::new(Control::new(Arc::new(options.clone()), reloader));
+    let stats: Vec<Arc<WorkerStats>> = (0..options.workers)
+        .map(|_| Arc::new(WorkerStats::new()))
+        .collect();
+    let shared = Arc::new(Shared::new(options, root, probe, cold, tls));
 
     let mut threads = Vec::new();
     for (index, listeners) in sockets.into_iter().enumerate() {
@@ -125,8 +196,10 @@ pub fn run_until(
             index,
             cpu,
             listeners,
+            tls_listeners: std::mem::take(&mut tls_sockets[index]),
             shared: shared.clone(),
-            stop: stop_rx.clone(),
+            control: control.clone(),
+            stats: stats[index].clone(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("linerate-w{index}"))
@@ -134,13 +207,32 @@ pub fn run_until(
             .map_err(ServerError::Runtime)?;
         threads.push(handle);
     }
+    let mut admin_addr = None;
+    let mut admin_thread = None;
+    if let Some(listener) = admin_listener {
+        admin_addr = listener.local_addr().ok();
+        let admin = crate::admin::Admin::new(control.clone(), stats);
+        admin_thread = Some(
+            std::thread::Builder::new()
+                .name("linerate-admin".into())
+                .spawn(move || admin.run(listener))
+                .map_err(ServerError::Runtime)?,
+        );
+    }
     on_started(&Started {
         local_addrs,
+        tls_addrs,
         workers: threads.len(),
+        admin_addr,
     });
-    wait_for_stop();
+    wait_for_stop(&control);
     // Tell every worker; they stop accepting at once and drain within the grace period.
-    let _ = stop_tx.send(true);
+    control.stop();
+    if let Some(t) = admin_thread {
+        if t.join().is_err() {
+            tracing::error!("the admin thread panicked");
+        }
+    }
     for t in threads {
         if t.join().is_err() {
             tracing::error!("a worker thread panicked");
@@ -149,6 +241,51 @@ pub fn run_until(
     shared.cold.shutdown();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Probe kernel TLS, load the certificates and build the first TLS configuration.
+/// `None` when no TLS listener is configured.
+fn start_tls(options: &ServerOptions) -> Result<Option<SharedTls>, ServerError> {
+    let Some(tls) = &options.tls else {
+        return Ok(None);
+    };
+    if tls.listen.is_empty() {
+        return Ok(None);
+    }
+    let support = match tls.ktls {
+        KtlsMode::Auto => linerate_sys::ktls::probe(),
+        KtlsMode::Off => linerate_sys::ktls::Support {
+            absent_because: Some("turned off (tls.ktls = false)".into()),
+            ..Default::default()
+        },
+    };
+    let ciphers: Vec<String> = support
+        .ciphers
+        .iter()
+        .map(|(v, c)| format!("{}/{}", v.as_str(), c.as_str()))
+        .collect();
+    match &support.absent_because {
+        None => tracing::info!(
+            ciphers = %ciphers.join(","),
+            rekey = support.rekey,
+            "kernel TLS available: records move to the kernel after the handshake"
+        ),
+        Some(why) => tracing::info!(
+            reason = %why,
+            "kernel TLS unavailable: TLS records are encrypted in user space"
+        ),
+    }
+    let builder = Arc::new(crate::tls_config::TlsConfigBuilder::new(tls.clone())?);
+    let config = builder.build()?;
+    let (publish, configs) = tokio::sync::watch::channel(config);
+    Ok(Some(SharedTls {
+        support,
+        mode: tls.ktls,
+        handshake_timeout: tls.handshake_timeout,
+        configs,
+        publish,
+        builder,
+    }))
 }
 
 fn open_root(path: &PathBuf) -> Result<File, ServerError> {
@@ -173,11 +310,12 @@ fn open_root(path: &PathBuf) -> Result<File, ServerError> {
 /// port 0 picks the port; the others reuse it, so `SO_REUSEPORT` groups them.
 fn bind_all(
     options: &ServerOptions,
+    addrs: &[SocketAddr],
 ) -> Result<(Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>), ServerError> {
     let mut per_worker: Vec<Vec<std::net::TcpListener>> =
         (0..options.workers).map(|_| Vec::new()).collect();
     let mut local_addrs = Vec::new();
-    for &configured in &options.listen {
+    for &configured in addrs {
         ensure_port_free(configured).map_err(|source| ServerError::Bind {
             addr: configured,
             source,
@@ -194,6 +332,10 @@ fn bind_all(
                     source,
                 })?;
             }
+            tune_listener(&l, options).map_err(|source| ServerError::TcpTuning {
+                addr: configured,
+                source,
+            })?;
             listeners.push(l);
         }
         local_addrs.push(addr);
@@ -216,6 +358,17 @@ fn ensure_port_free(addr: SocketAddr) -> std::io::Result<()> {
         probe.set_only_v6(true)?;
     }
     probe.bind(&addr.into())
+}
+
+/// Congestion control and pacing cap on a listener; accepted sockets inherit both.
+fn tune_listener(sock: &std::net::TcpListener, options: &ServerOptions) -> std::io::Result<()> {
+    if let Some(cc) = &options.tcp.congestion {
+        linerate_sys::tcp::set_congestion(sock.as_fd(), cc)?;
+    }
+    if let Some(rate) = options.tcp.max_pacing_rate {
+        linerate_sys::tcp::set_max_pacing_rate(sock.as_fd(), rate)?;
+    }
+    Ok(())
 }
 
 fn bind_one(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpListener> {

@@ -20,11 +20,12 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::route::{Body, Response};
+use crate::stats::DeliveryPath;
 use crate::worker::Worker;
 
 /// Most bytes asked of one `sendfile` call. Loopback and fast NICs take several MiB per
 /// call once the socket buffer has grown; nginx's `sendfile_max_chunk` default is 2 MiB.
-const SENDFILE_CHUNK: usize = 2 * 1024 * 1024;
+pub(crate) const SENDFILE_CHUNK: usize = 2 * 1024 * 1024;
 
 /// Bytes whose page-cache residency is checked at once (one `cachestat` call). A cold
 /// window is read by the pool in one job, so this is also the cold-read size.
@@ -68,36 +69,54 @@ impl TransferError {
     }
 }
 
-/// Send one response completely.
+/// Send one response completely. `sent` is set to the bytes handed to the kernel (head
+/// included), also when the transfer fails part-way; they are counted in the worker's
+/// statistics once, at the end.
 pub(crate) async fn send(
     worker: &Worker,
     stream: &TcpStream,
     response: Response,
+    sent: &mut u64,
+    path: DeliveryPath,
 ) -> Result<(), TransferError> {
-    let mut out = Sender { worker, stream };
-    match response.body {
-        Body::Empty => out.bytes(&response.head, Flush::Now).await,
-        Body::File { file, range } => {
-            out.bytes(&response.head, Flush::More).await?;
-            out.file(&file, range).await
-        }
-        Body::Multipart { file, plan } => {
-            out.bytes(&response.head, Flush::More).await?;
-            for part in &plan.parts {
-                out.bytes(&part.head, Flush::More).await?;
-                out.file(&file, part.range).await?;
-            }
-            out.bytes(&plan.trailer, Flush::Now).await
-        }
-    }
+    let mut out = Sender {
+        worker,
+        stream,
+        sent: 0,
+    };
+    let result = out.response(response).await;
+    *sent = out.sent;
+    worker.stats.sent(path, out.sent);
+    result
 }
 
 struct Sender<'a> {
     worker: &'a Worker,
     stream: &'a TcpStream,
+    /// Bytes accepted by the kernel so far.
+    sent: u64,
 }
 
 impl Sender<'_> {
+    async fn response(&mut self, response: Response) -> Result<(), TransferError> {
+        let out = self;
+        match response.body {
+            Body::Empty => out.bytes(&response.head, Flush::Now).await,
+            Body::File { file, range } => {
+                out.bytes(&response.head, Flush::More).await?;
+                out.file(&file, range).await
+            }
+            Body::Multipart { file, plan } => {
+                out.bytes(&response.head, Flush::More).await?;
+                for part in &plan.parts {
+                    out.bytes(&part.head, Flush::More).await?;
+                    out.file(&file, part.range).await?;
+                }
+                out.bytes(&plan.trailer, Flush::Now).await
+            }
+        }
+    }
+
     /// Send all of `bytes`.
     async fn bytes(&mut self, mut bytes: &[u8], flush: Flush) -> Result<(), TransferError> {
         while !bytes.is_empty() {
@@ -106,7 +125,10 @@ impl Sender<'_> {
                 .stream
                 .try_io(Interest::WRITABLE, || net::send(sock, bytes, flush))
             {
-                Ok(n) => bytes = &bytes[n..],
+                Ok(n) => {
+                    self.sent += n as u64;
+                    bytes = &bytes[n..];
+                }
                 Err(e) => self.on_error(e).await?,
             }
         }
@@ -147,7 +169,7 @@ impl Sender<'_> {
                 net::sendfile(sock, fd, &mut offset, count)
             }) {
                 Ok(0) => return Err(TransferError::Truncated),
-                Ok(_) => {}
+                Ok(n) => self.sent += n as u64,
                 Err(e) => self.on_error(e).await?,
             }
         }
@@ -159,7 +181,7 @@ impl Sender<'_> {
     async fn on_error(&mut self, e: io::Error) -> Result<(), TransferError> {
         match e.kind() {
             io::ErrorKind::WouldBlock => {
-                let limit = self.worker.shared.options.timeouts.send;
+                let limit = self.worker.live().options.timeouts.send;
                 match tokio::time::timeout(limit, self.stream.writable()).await {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(e)) => Err(TransferError::ClientGone(e)),

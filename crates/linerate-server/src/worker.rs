@@ -2,7 +2,11 @@
 //! its own listeners and serves every connection it accepted to the end. Nothing here
 //! is written by another worker: the connection count, the date cache and the boundary
 //! counter are plain `Cell`s. Read-only start-up state ([`Shared`]) is behind one `Arc`
-//! that is cloned once per worker, never per request.
+//! that is cloned once per worker, never per request. Reloadable options ([`Live`]) are
+//! rebuilt by each worker from the control channel into a worker-local `Rc`; statistics
+//! go to this worker's own [`WorkerStats`], which only the admin thread reads. The TLS
+//! server configuration (certificates) is copied into the worker the same way, by its
+//! `tls_accept::follow_config` task; handshakes read only that copy.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -12,13 +16,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use linerate_sys::pagecache::PageCacheProbe;
+use rustls::ServerConfig;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 
+use crate::accesslog::AccessLog;
 use crate::clock::DateCache;
 use crate::coldpool::ColdPool;
+use crate::control::{Control, Mode};
 use crate::options::ServerOptions;
 use crate::park::Parking;
+use crate::stats::{CloseReason, WorkerStats};
+use crate::tls_accept::{SharedTls, TlsStats};
+use crate::transport::Transport;
 
 /// After `accept` fails with EMFILE/ENFILE/ENOMEM, wait this long before accepting
 /// again, rather than spinning on a listener that stays readable (nginx waits too).
@@ -31,14 +41,18 @@ const POOLED_BUFFERS: usize = 1024;
 /// A buffer that grew past this (a large pipelined burst) is freed rather than pooled.
 const POOLED_BUFFER_MAX: usize = 16 * 1024;
 
+/// Free user-space TLS chunk pairs kept per worker (each 2 × `TLS_CHUNK`): enough for
+/// the responses one core has in flight at once under load; past it they are freed.
+const POOLED_TLS_CHUNKS: usize = 64;
+
 /// Read-only state built at start-up and shared by all workers.
 pub(crate) struct Shared {
     pub(crate) options: ServerOptions,
     pub(crate) root: File,
     pub(crate) probe: PageCacheProbe,
     pub(crate) cold: ColdPool,
-    /// Lower-case extension → `Cache-Control` value.
-    pub(crate) cache_control: HashMap<Vec<u8>, String>,
+    /// HTTPS, when configured.
+    pub(crate) tls: Option<SharedTls>,
 }
 
 impl Shared {
@@ -47,17 +61,37 @@ impl Shared {
         root: File,
         probe: PageCacheProbe,
         cold: ColdPool,
+        tls: Option<SharedTls>,
     ) -> Self {
-        let cache_control = options
-            .cache_control
-            .iter()
-            .map(|(ext, v)| (ext.to_ascii_lowercase().into_bytes(), v.clone()))
-            .collect();
         Shared {
             options,
             root,
             probe,
             cold,
+            tls,
+        }
+    }
+}
+
+/// The options a reload can change, as this worker uses them. Rebuilt (once per worker)
+/// when the configuration is reloaded; requests hold an `Rc` of it while they run, so
+/// a reload never changes an answer half-way.
+pub(crate) struct Live {
+    /// The options in effect (restart-only keys keep their start-up values).
+    pub(crate) options: Arc<ServerOptions>,
+    /// Lower-case extension → `Cache-Control` value.
+    pub(crate) cache_control: HashMap<Vec<u8>, String>,
+}
+
+impl Live {
+    fn new(options: Arc<ServerOptions>) -> Live {
+        let cache_control = options
+            .cache_control
+            .iter()
+            .map(|(ext, v)| (ext.to_ascii_lowercase().into_bytes(), v.clone()))
+            .collect();
+        Live {
+            options,
             cache_control,
         }
     }
@@ -79,11 +113,25 @@ pub(crate) struct Worker {
     buffers: RefCell<Vec<Vec<u8>>>,
     /// Idle connections parked outside the runtime.
     pub(crate) parking: Parking,
+    /// This worker's statistics (only this thread writes them).
+    pub(crate) stats: Arc<WorkerStats>,
+    live: RefCell<Rc<Live>>,
+    /// This worker's access log.
+    pub(crate) log: RefCell<AccessLog>,
+    /// xorshift state for choosing the connections whose TCP_INFO is sampled.
+    tcp_rng: Cell<u64>,
+    /// This worker's copy of the TLS server configuration (see the module docs).
+    pub(crate) tls_config: RefCell<Option<Arc<ServerConfig>>>,
+    /// TLS handshake outcomes and connection paths.
+    pub(crate) tls_stats: TlsStats,
+    /// Free (plaintext, ciphertext) chunk pairs for user-space TLS sends.
+    tls_chunks: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Worker {
     /// Account for a connection that closed (from a task or from parking).
-    pub(crate) fn connection_closed(&self) {
+    pub(crate) fn connection_closed(&self, why: CloseReason) {
+        self.stats.closed(why);
         self.open.set(self.open.get() - 1);
         if self.open.get() == 0 {
             self.drained.notify_one();
@@ -107,6 +155,33 @@ impl Worker {
         }
     }
 
+    /// The TLS configuration new handshakes use.
+    pub(crate) fn tls_config(&self) -> Option<Arc<ServerConfig>> {
+        self.tls_config.borrow().clone()
+    }
+
+    /// A (plaintext, ciphertext) chunk pair for a user-space TLS send, empty.
+    pub(crate) fn take_tls_chunks(&self) -> (Vec<u8>, Vec<u8>) {
+        use crate::tls_send::TLS_CHUNK;
+        self.tls_chunks.borrow_mut().pop().unwrap_or_else(|| {
+            // Ciphertext: the plaintext plus a few dozen bytes per 16 KiB record.
+            (
+                Vec::with_capacity(TLS_CHUNK),
+                Vec::with_capacity(TLS_CHUNK + TLS_CHUNK / 256),
+            )
+        })
+    }
+
+    /// Return a chunk pair to the pool.
+    pub(crate) fn give_tls_chunks(&self, mut plain: Vec<u8>, mut out: Vec<u8>) {
+        let mut pool = self.tls_chunks.borrow_mut();
+        if pool.len() < POOLED_TLS_CHUNKS {
+            plain.clear();
+            out.clear();
+            pool.push((plain, out));
+        }
+    }
+
     /// A fresh multipart boundary, unique within this worker's lifetime.
     pub(crate) fn next_boundary(&self) -> String {
         let n = self.boundary_seq.get().wrapping_add(1);
@@ -114,7 +189,29 @@ impl Worker {
         format!("linerate-{:x}-{:x}", self.index, n)
     }
 
-    /// Whether a graceful stop has begun.
+    /// The reloadable options in effect now.
+    pub(crate) fn live(&self) -> Rc<Live> {
+        self.live.borrow().clone()
+    }
+
+    /// Whether a new connection's TCP_INFO should be sampled (share `info_sample`).
+    pub(crate) fn sample_tcp(&self) -> bool {
+        let share = self.live.borrow().options.tcp.info_sample;
+        if share >= 1.0 {
+            return true;
+        }
+        if share <= 0.0 {
+            return false;
+        }
+        let mut x = self.tcp_rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.tcp_rng.set(x);
+        (x >> 11) as f64 / (1u64 << 53) as f64 <= share
+    }
+
+    /// Whether a graceful stop (or a drain) has begun.
     pub(crate) fn stopping(&self) -> bool {
         self.stopping.get()
     }
@@ -134,8 +231,11 @@ pub(crate) struct WorkerPlan {
     pub(crate) index: usize,
     pub(crate) cpu: Option<usize>,
     pub(crate) listeners: Vec<std::net::TcpListener>,
+    /// Listeners whose connections begin with a TLS handshake.
+    pub(crate) tls_listeners: Vec<std::net::TcpListener>,
     pub(crate) shared: Arc<Shared>,
-    pub(crate) stop: watch::Receiver<bool>,
+    pub(crate) control: Arc<Control>,
+    pub(crate) stats: Arc<WorkerStats>,
 }
 
 impl WorkerPlan {
@@ -161,14 +261,28 @@ impl WorkerPlan {
     }
 
     async fn serve(self) {
-        let parking = match Parking::new() {
+        let parking = match Parking::new(self.stats.clone()) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(worker = self.index, error = %e, "could not create the parking set");
                 return;
             }
         };
+        let options = self.control.options();
+        let log = AccessLog::new(
+            options.access_log.clone(),
+            0x9E37_79B9 ^ self.index as u64,
+            &self.stats,
+        );
+        let tls_config = self.shared.tls.as_ref().map(|t| t.configs.borrow().clone());
         let worker = Rc::new(Worker {
+            tls_config: RefCell::new(tls_config),
+            tls_stats: TlsStats::default(),
+            tls_chunks: RefCell::new(Vec::new()),
+            live: RefCell::new(Rc::new(Live::new(options))),
+            log: RefCell::new(log),
+            stats: self.stats,
+            tcp_rng: Cell::new(0x2545_F491_4F6C_DD1D ^ (self.index as u64 + 1)),
             shared: self.shared,
             date: DateCache::new(),
             open: Cell::new(0),
@@ -181,17 +295,36 @@ impl WorkerPlan {
             parking,
         });
         let parking_task = tokio::task::spawn_local(crate::park::watch(worker.clone()));
+        let housekeeping =
+            tokio::task::spawn_local(housekeeping(worker.clone(), self.control.clone()));
+        let tls_task = worker.shared.tls.as_ref().map(|_| {
+            tokio::task::spawn_local(crate::tls_accept::follow_config(
+                worker.clone(),
+                self.control.clone(),
+            ))
+        });
         let mut accepting = Vec::new();
-        for l in self.listeners {
+        let plain = self.listeners.into_iter().map(|l| (l, Security::Plain));
+        let tls = self.tls_listeners.into_iter().map(|l| (l, Security::Tls));
+        for (l, security) in plain.chain(tls) {
             match TcpListener::from_std(l) {
-                Ok(l) => accepting.push(tokio::task::spawn_local(accept_loop(worker.clone(), l))),
+                Ok(l) => accepting.push(tokio::task::spawn_local(accept_loop(
+                    worker.clone(),
+                    l,
+                    security,
+                ))),
                 Err(e) => {
                     tracing::error!(worker = worker.index, error = %e, "listener registration failed")
                 }
             }
         }
-        let mut stop = self.stop;
-        let _ = stop.wait_for(|s| *s).await;
+        let mut mode = self.control.watch_mode();
+        let _ = mode.wait_for(|m| *m != Mode::Serving).await;
+        tracing::debug!(
+            worker = worker.index,
+            mode = self.control.mode().as_str(),
+            "no longer accepting"
+        );
         worker.stopping.set(true);
         worker.stop_notify.notify_waiters();
         // Stop accepting: dropping the listeners closes this worker's sockets.
@@ -205,6 +338,12 @@ impl WorkerPlan {
                 tokio::time::timeout(crate::server::DRAIN_POLL, worker.drained.notified()).await;
         }
         parking_task.abort();
+        housekeeping.abort();
+        if let Some(t) = tls_task {
+            t.abort();
+            tracing::info!(worker = worker.index, tls = %worker.tls_stats.summary(), "TLS connections");
+        }
+        worker.log.borrow_mut().flush(&worker.stats);
         if worker.open.get() > 0 {
             tracing::warn!(
                 worker = worker.index,
@@ -215,7 +354,14 @@ impl WorkerPlan {
     }
 }
 
-async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
+/// Whether a listener's connections begin with a TLS handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Security {
+    Plain,
+    Tls,
+}
+
+async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, security: Security) {
     loop {
         let (stream, _peer) = match listener.accept().await {
             Ok(s) => s,
@@ -232,6 +378,7 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
             // Refused promptly: closed now rather than queued. The client sees a reset/EOF
             // and can retry another server.
             tracing::debug!(worker = worker.index, "connection limit reached; refusing");
+            worker.stats.refused();
             drop(stream);
             continue;
         }
@@ -239,8 +386,31 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
             tracing::debug!(error = %e, "TCP_NODELAY failed");
         }
         worker.open.set(worker.open.get() + 1);
-        spawn_connection(&worker, stream, true);
+        worker.stats.accepted();
+        match security {
+            Security::Plain => spawn_connection(&worker, stream, true),
+            Security::Tls => spawn_tls_connection(&worker, stream),
+        }
     }
+}
+
+/// Handshake, then serve, a TLS connection as a task of this worker. A failed
+/// handshake is counted in `tls_stats` and closes as a bad request.
+fn spawn_tls_connection(worker: &Rc<Worker>, stream: tokio::net::TcpStream) {
+    let w = worker.clone();
+    tokio::task::spawn_local(async move {
+        let why = match crate::tls_accept::accept(&w, stream).await {
+            // Boxed: the handshake's and the connection's futures are large and only
+            // one is live at a time.
+            Some((io, early)) => match Box::pin(crate::conn::serve(&w, io, true, early)).await {
+                crate::conn::Outcome::Closed(why) => why,
+                // TLS connections never park (see `transport`).
+                crate::conn::Outcome::Parked => CloseReason::Idle,
+            },
+            None => CloseReason::BadRequest,
+        };
+        w.connection_closed(why);
+    });
 }
 
 /// Run a connection (new, or resumed from parking) as a task of this worker. The
@@ -249,10 +419,45 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
 pub(crate) fn spawn_connection(worker: &Rc<Worker>, stream: tokio::net::TcpStream, first: bool) {
     let w = worker.clone();
     tokio::task::spawn_local(async move {
-        if crate::conn::serve(&w, stream, first).await == crate::conn::Outcome::Closed {
-            w.connection_closed();
+        let io = Transport::Plain(stream);
+        let outcome = crate::conn::serve(&w, io, first, Vec::new()).await;
+        if let crate::conn::Outcome::Closed(why) = outcome {
+            w.connection_closed(why);
         }
     });
+}
+
+/// The worker's background duties: apply reloaded options, reopen the access log on
+/// SIGUSR1, and write the log buffer at least every `flush_every`.
+async fn housekeeping(worker: Rc<Worker>, control: Arc<Control>) {
+    let mut options = control.watch_options();
+    let mut reopen = control.watch_reopen();
+    let every = |w: &Worker| w.live.borrow().options.access_log.flush_every;
+    let mut flush = tokio::time::interval(every(&worker));
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            r = options.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                let new = options.borrow_and_update().clone();
+                worker.log.borrow_mut().reconfigure(&new.access_log, &worker.stats);
+                let period = new.access_log.flush_every;
+                worker.live.replace(Rc::new(Live::new(new)));
+                flush = tokio::time::interval(period);
+                flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            }
+            r = reopen.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                reopen.borrow_and_update();
+                worker.log.borrow_mut().reopen(&worker.stats);
+            }
+            _ = flush.tick() => worker.log.borrow_mut().flush(&worker.stats),
+        }
+    }
 }
 
 /// Errors about one incoming connection (it died before we accepted it): not the

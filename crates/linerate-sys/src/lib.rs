@@ -1,6 +1,6 @@
 //! The only crate in linerate with `unsafe`: one thin, documented wrapper per Linux
 //! syscall the server needs and std does not offer (sendfile, send with `MSG_MORE`,
-//! cachestat, openat2, CPU affinity, fadvise).
+//! cachestat, openat2, CPU affinity, fadvise, kernel TLS).
 //!
 //! Each wrapper takes borrowed file descriptors, returns `io::Result`, and does nothing
 //! else: no retries, no policy. Errnos that mean "this kernel lacks the feature" are
@@ -11,10 +11,12 @@
 pub mod cpu;
 pub mod epoll;
 pub mod fs;
+pub mod ktls;
 pub mod limits;
 pub mod net;
 pub mod open;
 pub mod pagecache;
+pub mod tcp;
 
 /// Convert a `-1`-on-error libc return into `io::Result`.
 fn cvt(ret: libc::c_long) -> std::io::Result<libc::c_long> {

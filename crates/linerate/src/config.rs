@@ -31,6 +31,14 @@ pub struct Config {
     pub appliance: ApplianceSection,
     /// `[cache_control]`
     pub cache_control: CacheControlSection,
+    /// `[admin]`
+    pub admin: crate::opsconfig::AdminSection,
+    /// `[access_log]`
+    pub access_log: crate::opsconfig::AccessLogSection,
+    /// `[tcp]`
+    pub tcp: crate::opsconfig::TcpSection,
+    /// `[tls]`
+    pub tls: crate::tlsconfig::TlsSection,
 }
 
 /// `[server]`: listeners and workers.
@@ -155,6 +163,10 @@ impl Config {
     /// Parse TOML text.
     pub fn parse(text: &str) -> Result<Config, toml::de::Error> {
         let mut config: Config = toml::from_str(text)?;
+        config
+            .tls
+            .validate()
+            .map_err(<toml::de::Error as serde::de::Error>::custom)?;
         // Configured extensions merge over the built-in table.
         let mut merged: std::collections::BTreeMap<String, String> =
             defaults::default_cache_control().into_iter().collect();
@@ -200,6 +212,10 @@ impl Config {
             .collect();
         o.default_cache_control =
             Some(self.cache_control.default.clone()).filter(|v| !v.is_empty());
+        o.admin = self.admin.to_options();
+        o.access_log = self.access_log.to_options();
+        o.tcp = self.tcp.to_options();
+        o.tls = self.tls.to_options();
         o
     }
 }
@@ -330,6 +346,39 @@ mod tests {
             let e = Config::parse(text).unwrap_err().to_string();
             assert!(e.contains(line) && e.contains(what), "{text:?} -> {e}");
         }
+    }
+
+    #[test]
+    fn operating_sections_validate_and_convert() {
+        for (text, line, what) in [
+            ("[admin]\nlisten = \"nowhere\"\n", "line 2", "ip:port"),
+            ("[admin]\ntoken = \"short\"\n", "line 2", "at least 16"),
+            (
+                "[access_log]\nsample = 1.5\n",
+                "line 2",
+                "between 0.0 and 1.0",
+            ),
+            ("[access_log]\nformat = \"xml\"\n", "line 2", "combined"),
+            ("[access_log]\nflush_ms = 0\n", "line 2", "between 1"),
+            ("[tcp]\ncongestion = \"BBR!\"\n", "line 2", "algorithm"),
+            ("[tcp]\ninfo_sampel = 0.5\n", "line 2", "info_sampel"),
+        ] {
+            let e = Config::parse(text).unwrap_err().to_string();
+            assert!(e.contains(line) && e.contains(what), "{text:?} -> {e}");
+        }
+        let c = Config::parse(
+            "[admin]\nlisten = \"off\"\ntoken = \"0123456789abcdef\"\n[access_log]\npath = \"/tmp/a.log\"\nformat = \"json\"\n[tcp]\ncongestion = \"cubic\"\ninfo_sample = 1.0\n",
+        )
+        .unwrap();
+        let o = c.to_options();
+        assert_eq!(o.admin.listen, None);
+        assert_eq!(o.access_log.path, Some(PathBuf::from("/tmp/a.log")));
+        assert_eq!(o.tcp.congestion.as_deref(), Some("cubic"));
+        assert_eq!(o.tcp.info_sample, 1.0);
+        let d = Config::parse("").unwrap().to_options();
+        assert_eq!(d.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
+        assert_eq!(d.access_log.path, None);
+        assert_eq!(d.tcp.max_pacing_rate, None);
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! options and hands them to the server. No serving logic lives here.
 #![forbid(unsafe_code)]
 
+mod adminctl;
 mod config;
+mod opsconfig;
+mod tlsconfig;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,11 +27,19 @@ struct Cli {
 enum Command {
     /// Serve (with no configuration: the bundled sample library on 127.0.0.1:8080).
     Serve(ServeArgs),
+    /// Take this server out of the load balancer: `/health` fails, no new connections
+    /// are accepted, in-flight responses finish (admin API; needs `admin.token`).
+    Drain(adminctl::AdminArgs),
+    /// A live terminal view of a running server (admin API `/stats.json`).
+    Stats(adminctl::StatsArgs),
     /// Validate a configuration file and print the effective configuration; exit 0 if valid.
     CheckConfig {
         /// The configuration file (TOML).
         file: PathBuf,
     },
+    /// Load generator for video workloads (bodies discarded in the kernel, so one server
+    /// core can be saturated); see docs/benchmarks.md.
+    Bench(linerate_bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -60,6 +71,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::CheckConfig { file } => check_config(&file),
+        Command::Drain(args) => adminctl::drain(&args),
+        Command::Stats(args) => adminctl::stats(&args),
+        Command::Bench(args) => linerate_bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -71,6 +85,23 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // SIGHUP re-reads the same file with the same command-line overrides.
+    let reloader: Option<linerate_server::Reloader> = args.config.clone().map(|path| {
+        let (listen, root, workers) = (args.listen.clone(), args.root.clone(), args.workers);
+        Box::new(move || {
+            let mut c = Config::load(&path).map_err(|e| format!("{e:#}"))?;
+            if !listen.is_empty() {
+                c.server.listen = listen.clone();
+            }
+            if let Some(r) = &root {
+                c.appliance.root = r.clone();
+            }
+            if let Some(w) = workers {
+                c.server.workers = w;
+            }
+            Ok(c.to_options())
+        }) as linerate_server::Reloader
+    });
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
@@ -85,9 +116,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         config.server.workers = w;
     }
     let options = config.to_options();
-    linerate_server::run(options, |started| {
+    linerate_server::run_with_reload(options, reloader, |started| {
+        if let Some(admin) = started.admin_addr {
+            tracing::info!("admin api at http://{admin}");
+        }
         for addr in &started.local_addrs {
             tracing::info!(workers = started.workers, "listening on http://{addr}");
+        }
+        for addr in &started.tls_addrs {
+            tracing::info!(workers = started.workers, "listening on https://{addr}");
         }
     })?;
     Ok(())
@@ -102,6 +139,12 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
             file.display(),
             root.display()
         );
+    }
+    if let Some(tls) = config.to_options().tls {
+        // Load every certificate and key now, so a bad file fails the check, not a start.
+        linerate_server::tls_config::TlsConfigBuilder::new(tls)
+            .and_then(|b| b.build())
+            .map_err(|e| anyhow::anyhow!("{}: tls: {e}", file.display()))?;
     }
     print!("{}", config.to_toml());
     Ok(())

@@ -28,9 +28,12 @@ pub struct Server {
     _config: tempfile::NamedTempFile,
 }
 
-/// The path of the built binary.
+/// The path of the built binary: `LINERATE_BIN` when set (the kTLS VM test runs a
+/// static copy inside the guest, where cargo's path does not exist), else cargo's.
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_linerate"))
+    std::env::var_os("LINERATE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_linerate")))
 }
 
 impl Server {
@@ -44,9 +47,16 @@ impl Server {
     /// Full control: `server_keys` go under `[server]`, `extra` after, `env` to the process.
     pub fn start_with(root: &Path, server_keys: &str, extra: &str, env: &[(&str, &str)]) -> Server {
         let mut config = tempfile::NamedTempFile::new().unwrap();
+        // The admin API defaults to 127.0.0.1:9090; tests run in parallel, so each
+        // server gets an ephemeral admin port unless the test configures [admin] itself.
+        let admin = if extra.contains("[admin]") {
+            ""
+        } else {
+            "[admin]\nlisten = \"127.0.0.1:0\"\n"
+        };
         write!(
             config,
-            "[server]\nlisten = [\"127.0.0.1:0\"]\n{server_keys}\n[appliance]\nroot = {:?}\n{extra}\n",
+            "[server]\nlisten = [\"127.0.0.1:0\"]\n{server_keys}\n[appliance]\nroot = {:?}\n{admin}{extra}\n",
             root.to_str().unwrap()
         )
         .unwrap();
@@ -134,6 +144,24 @@ impl Server {
     pub fn stop_waiting(mut self) -> ExitStatus {
         let mut child = self.child.take().unwrap();
         wait_timeout(&mut child, Duration::from_secs(20)).expect("server did not exit")
+    }
+
+    /// The admin API's address (from its "admin api at http://ADDR" line, logged before
+    /// the listening line).
+    pub fn admin_addr(&self) -> SocketAddr {
+        let log = self.log.lock().unwrap();
+        let line = log
+            .iter()
+            .find(|l| l.contains("admin api at http://"))
+            .expect("no admin api line");
+        let rest = line.split("admin api at http://").nth(1).unwrap();
+        let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+        addr.parse().unwrap()
+    }
+
+    /// The configuration file the server was started with (tests rewrite it to reload).
+    pub fn config_path(&self) -> &Path {
+        self._config.path()
     }
 
     /// Whether any logged line contains `needle`.

@@ -1,0 +1,352 @@
+//! What to ask for next: the request bytes of each workload and the response it
+//! expects, produced into a caller-owned buffer so a request costs no allocation.
+//!
+//! Owns path validation (a path goes onto the request line verbatim, so it must not
+//! carry whitespace or control bytes), uniform random choice (a seeded xorshift, so two
+//! runs with the same `--seed` ask for the same sequence), and the `Range` header of the
+//! ranges workload. Does not touch sockets or decide when to send.
+
+use std::io::Write as _;
+
+use anyhow::{bail, Result};
+
+/// A small, fast, seeded PRNG (xorshift64*, Vigna 2016). Statistical quality far beyond
+/// what "pick a file uniformly" needs, one multiply per number, and reproducible from
+/// the seed, which a benchmark wants and `rand`'s OS-seeded generators do not give.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed` (any value; 0 is remapped, xorshift's one bad state).
+    pub fn new(seed: u64) -> Self {
+        // SplitMix64 step so nearby seeds give unrelated streams.
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        Rng(if z == 0 { 0x2545_F491_4F6C_DD1D } else { z })
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (Lemire's multiply-shift; the bias for n < 2^32 is below 2^-32).
+    /// Returns 0 when `n` is 0.
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// What the generator asks for.
+#[derive(Debug, Clone)]
+pub enum RequestKind {
+    /// `GET` of one of these paths, chosen uniformly; expects 200 and any length.
+    Files {
+        /// Request paths (each starts with `/`).
+        paths: Vec<String>,
+    },
+    /// `GET` of `range_size` bytes at a uniformly random offset within the first
+    /// `file_size` bytes of `path`; expects 206 and exactly `range_size` bytes.
+    Ranges {
+        /// Request path.
+        path: String,
+        /// Size of the file in bytes (at least `range_size`).
+        file_size: u64,
+        /// Bytes per request (at least 1).
+        range_size: u64,
+    },
+}
+
+/// The response a request should get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expect {
+    /// Status code that counts as success.
+    pub status: u16,
+    /// Exact body length, when the workload knows it.
+    pub body_len: Option<u64>,
+}
+
+/// Produces requests: one per call, into a reused buffer.
+#[derive(Debug)]
+pub struct RequestGen {
+    kind: RequestKind,
+    host: String,
+    /// Overrides the workload's expected status (e.g. to measure 404s on purpose).
+    expect_status: Option<u16>,
+    /// For `Files`: each path's complete request, built once.
+    prebuilt: Vec<Box<[u8]>>,
+    rng: Rng,
+}
+
+impl RequestGen {
+    /// Check the workload and pre-build what can be pre-built. `host` is the `Host`
+    /// header value.
+    pub fn new(
+        kind: RequestKind,
+        host: &str,
+        expect_status: Option<u16>,
+        seed: u64,
+    ) -> Result<Self> {
+        check_header_value("Host", host)?;
+        let mut prebuilt = Vec::new();
+        match &kind {
+            RequestKind::Files { paths } => {
+                if paths.is_empty() {
+                    bail!("the files workload needs at least one path");
+                }
+                for p in paths {
+                    check_path(p)?;
+                    prebuilt.push(
+                        format!("GET {p} HTTP/1.1\r\nHost: {host}\r\n\r\n")
+                            .into_bytes()
+                            .into(),
+                    );
+                }
+            }
+            RequestKind::Ranges {
+                path,
+                file_size,
+                range_size,
+            } => {
+                check_path(path)?;
+                if *range_size == 0 || range_size > file_size {
+                    bail!("--range-size ({range_size}) must be between 1 and --file-size ({file_size})");
+                }
+            }
+        }
+        Ok(RequestGen {
+            kind,
+            host: host.to_owned(),
+            expect_status,
+            prebuilt,
+            rng: Rng::new(seed),
+        })
+    }
+
+    /// A path to use for one-off requests (the idle connections' first request): the
+    /// first path of the workload.
+    pub fn first_request(&self, out: &mut Vec<u8>) -> Expect {
+        out.clear();
+        match &self.kind {
+            RequestKind::Files { .. } => {
+                if let Some(req) = self.prebuilt.first() {
+                    out.extend_from_slice(req);
+                }
+                self.expect(None)
+            }
+            RequestKind::Ranges {
+                path, range_size, ..
+            } => {
+                self.write_range(out, path, 0, *range_size);
+                self.expect(Some(*range_size))
+            }
+        }
+    }
+
+    /// Write the next request into `out` (cleared first; its capacity is reused) and
+    /// return what its response should be.
+    pub fn next_request(&mut self, out: &mut Vec<u8>) -> Expect {
+        out.clear();
+        match &self.kind {
+            RequestKind::Files { .. } => {
+                let i = self.rng.below(self.prebuilt.len() as u64) as usize;
+                if let Some(req) = self.prebuilt.get(i) {
+                    out.extend_from_slice(req);
+                }
+                self.expect(None)
+            }
+            RequestKind::Ranges {
+                path,
+                file_size,
+                range_size,
+            } => {
+                let (size, len) = (*file_size, *range_size);
+                let start = self.rng.below(size - len + 1);
+                self.write_range(out, path, start, len);
+                self.expect(Some(len))
+            }
+        }
+    }
+
+    fn write_range(&self, out: &mut Vec<u8>, path: &str, start: u64, len: u64) {
+        // Writing into a Vec cannot fail; `let _` rather than unwrap (STYLE.md #10).
+        let _ = write!(
+            out,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nRange: bytes={start}-{}\r\n\r\n",
+            self.host,
+            start + len - 1
+        );
+    }
+
+    fn expect(&self, body_len: Option<u64>) -> Expect {
+        let default = match self.kind {
+            RequestKind::Files { .. } => 200,
+            RequestKind::Ranges { .. } => 206,
+        };
+        match self.expect_status {
+            // Another status than the workload's own: its body length is unknown.
+            Some(s) if s != default => Expect {
+                status: s,
+                body_len: None,
+            },
+            _ => Expect {
+                status: default,
+                body_len,
+            },
+        }
+    }
+}
+
+/// A request path must be origin-form (RFC 9112 §3.2.1: starts with `/`) and contain
+/// only visible ASCII, so it cannot break the request line.
+fn check_path(p: &str) -> Result<()> {
+    if !p.starts_with('/') {
+        bail!("request path {p:?} must start with '/'");
+    }
+    if let Some(b) = p.bytes().find(|b| !b.is_ascii_graphic()) {
+        bail!("request path {p:?} contains byte {b:#04x}; percent-encode it");
+    }
+    Ok(())
+}
+
+/// A header value must not contain CR, LF or other controls (RFC 9110 §5.5).
+fn check_header_value(name: &str, v: &str) -> Result<()> {
+    if v.is_empty() || v.bytes().any(|b| b.is_ascii_control()) {
+        bail!("{name} header value {v:?} is empty or contains control characters");
+    }
+    Ok(())
+}
+
+/// Read a paths file: one request path per line; blank lines and lines starting with
+/// `#` are skipped, surrounding whitespace is trimmed.
+pub fn parse_paths_file(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Paths `{prefix}{i}{suffix}` for i in `0..count`.
+pub fn generated_paths(prefix: &str, count: usize, suffix: &str) -> Vec<String> {
+    (0..count).map(|i| format!("{prefix}{i}{suffix}")).collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "test")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_requests_are_uniform_and_well_formed() {
+        let paths = generated_paths("/bench/small/", 4, ".bin");
+        assert_eq!(paths[3], "/bench/small/3.bin");
+        let mut gen =
+            RequestGen::new(RequestKind::Files { paths }, "127.0.0.1:8080", None, 7).unwrap();
+        let mut out = Vec::new();
+        let mut seen = [0u32; 4];
+        for _ in 0..4000 {
+            let e = gen.next_request(&mut out);
+            assert_eq!(
+                e,
+                Expect {
+                    status: 200,
+                    body_len: None
+                }
+            );
+            let text = std::str::from_utf8(&out).unwrap();
+            assert!(
+                text.ends_with(" HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"),
+                "{text}"
+            );
+            let i: usize = text["GET /bench/small/".len()..]
+                .split('.')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            seen[i] += 1;
+        }
+        assert!(seen.iter().all(|&n| (800..1200).contains(&n)), "{seen:?}");
+    }
+
+    #[test]
+    fn ranges_stay_inside_the_file() {
+        let kind = RequestKind::Ranges {
+            path: "/big".into(),
+            file_size: 10,
+            range_size: 4,
+        };
+        let mut gen = RequestGen::new(kind, "h", None, 1).unwrap();
+        let mut out = Vec::new();
+        let mut starts = std::collections::BTreeSet::new();
+        for _ in 0..1000 {
+            assert_eq!(
+                gen.next_request(&mut out),
+                Expect {
+                    status: 206,
+                    body_len: Some(4)
+                }
+            );
+            let text = String::from_utf8(out.clone()).unwrap();
+            let range = text
+                .split("Range: bytes=")
+                .nth(1)
+                .unwrap()
+                .split("\r\n")
+                .next()
+                .unwrap();
+            let (a, b) = range.split_once('-').unwrap();
+            let (a, b): (u64, u64) = (a.parse().unwrap(), b.parse().unwrap());
+            assert_eq!(b - a + 1, 4);
+            assert!(b < 10);
+            starts.insert(a);
+        }
+        assert_eq!(starts.len(), 7, "every start 0..=6 is reachable");
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let files = |p: &str| RequestKind::Files {
+            paths: vec![p.to_owned()],
+        };
+        assert!(RequestGen::new(files("no-slash"), "h", None, 1).is_err());
+        assert!(RequestGen::new(files("/a b"), "h", None, 1).is_err());
+        assert!(RequestGen::new(files("/a\r\nX: y"), "h", None, 1).is_err());
+        assert!(RequestGen::new(files("/ok"), "h\r\nX: y", None, 1).is_err());
+        assert!(RequestGen::new(RequestKind::Files { paths: vec![] }, "h", None, 1).is_err());
+        let ranges = |f, r| RequestKind::Ranges {
+            path: "/x".into(),
+            file_size: f,
+            range_size: r,
+        };
+        assert!(RequestGen::new(ranges(10, 11), "h", None, 1).is_err());
+        assert!(RequestGen::new(ranges(10, 0), "h", None, 1).is_err());
+        assert!(RequestGen::new(ranges(10, 10), "h", None, 1).is_ok());
+    }
+
+    #[test]
+    fn paths_file_format() {
+        let text = "# comment\n/a\n\n  /b  \r\n";
+        assert_eq!(
+            parse_paths_file(text),
+            vec!["/a".to_owned(), "/b".to_owned()]
+        );
+    }
+
+    #[test]
+    fn rng_is_seeded_and_bounded() {
+        let (mut a, mut b) = (Rng::new(3), Rng::new(3));
+        assert_eq!(a.next_u64(), b.next_u64());
+        assert_ne!(Rng::new(3).next_u64(), Rng::new(4).next_u64());
+        assert_eq!(a.below(0), 0);
+        assert!((0..1000).all(|_| a.below(5) < 5));
+    }
+}

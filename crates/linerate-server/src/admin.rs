@@ -1,0 +1,380 @@
+//! The admin API, on its own address and its own thread (never a worker's): metrics,
+//! health, a live stats document, the dashboard, and the token-protected commands
+//! (drain, reload, reopen logs). One request per connection, `Connection: close`; it is
+//! scraped every few seconds, not served at line rate.
+//!
+//! Defined answers for bad input: a malformed or oversized head is `400`, a command
+//! without the right `Authorization: Bearer` token is `401` (and changes nothing), a
+//! command when no token is configured is `403`, an unknown path `404`, a wrong method
+//! `405`, a reload whose file is invalid `422` (the old configuration keeps running).
+//!
+//! Not here: formatting the documents (`metrics`) or what drain and reload do (`control`).
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::control::{Control, Mode, ReloadOutcome};
+use crate::metrics::{self, Facts, Rates, Scrape};
+use crate::stats::WorkerStats;
+
+/// Largest admin request head. Admin requests are a line and a few fields.
+const MAX_ADMIN_HEAD: usize = 8 * 1024;
+
+/// Time a client gets to send its head (a stuck scraper cannot hold the thread's
+/// attention: each connection is its own task, and this bounds it).
+const ADMIN_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often rates (throughput, requests/s, hit ratio) are computed.
+const RATE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The dashboard page, embedded in the binary.
+const DASHBOARD: &str = include_str!("../assets/dashboard.html");
+
+/// Bind the admin listener (at start-up, so a bad address fails before serving).
+pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// The admin thread's state.
+pub(crate) struct Admin {
+    control: Arc<Control>,
+    stats: Vec<Arc<WorkerStats>>,
+    rates: RefCell<Rates>,
+}
+
+/// Totals at one sampling instant, for rates.
+struct Mark {
+    at: Instant,
+    requests: u64,
+    bytes: u64,
+    worker_bytes: Vec<u64>,
+    hits: u64,
+    lookups: u64,
+}
+
+impl Admin {
+    pub(crate) fn new(control: Arc<Control>, stats: Vec<Arc<WorkerStats>>) -> Admin {
+        Admin {
+            control,
+            stats,
+            rates: RefCell::new(Rates::default()),
+        }
+    }
+
+    /// The thread body: serve until the server stops.
+    pub(crate) fn run(self, listener: std::net::TcpListener) {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!(error = %e, "could not start the admin runtime");
+                return;
+            }
+        };
+        let local = tokio::task::LocalSet::new();
+        let admin = Rc::new(self);
+        local.block_on(&rt, async move {
+            let listener = match TcpListener::from_std(listener) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(error = %e, "admin listener registration failed");
+                    return;
+                }
+            };
+            let sampler = tokio::task::spawn_local(sample_rates(admin.clone()));
+            let mut mode = admin.control.watch_mode();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => {
+                            tokio::task::spawn_local(serve(admin.clone(), stream));
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "admin accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    },
+                    r = mode.wait_for(|m| *m == Mode::Stopping) => {
+                        let _ = r;
+                        break;
+                    }
+                }
+            }
+            sampler.abort();
+        });
+    }
+
+    fn facts(&self) -> Facts {
+        Facts {
+            mode: self.control.mode(),
+            uptime_s: self.control.started.elapsed().as_secs_f64(),
+            reloads: self.control.reload_counts(),
+        }
+    }
+
+    fn mark(&self) -> Mark {
+        let scrape = Scrape::take(&self.stats);
+        let (hits, lookups) = scrape.total.hit_counts();
+        Mark {
+            at: Instant::now(),
+            requests: scrape.total.requests_total(),
+            bytes: scrape.total.sent_total(),
+            worker_bytes: scrape.workers.iter().map(|w| w.sent_total()).collect(),
+            hits,
+            lookups,
+        }
+    }
+}
+
+async fn sample_rates(admin: Rc<Admin>) {
+    let mut tick = tokio::time::interval(RATE_INTERVAL);
+    let mut last = admin.mark();
+    loop {
+        tick.tick().await;
+        let now = admin.mark();
+        let secs = now.at.duration_since(last.at).as_secs_f64();
+        if secs <= 0.0 {
+            continue;
+        }
+        let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 / secs;
+        let lookups = now.lookups.saturating_sub(last.lookups);
+        *admin.rates.borrow_mut() = Rates {
+            requests_per_s: per_s(now.requests, last.requests),
+            bytes_per_s: per_s(now.bytes, last.bytes),
+            worker_bytes_per_s: now
+                .worker_bytes
+                .iter()
+                .zip(last.worker_bytes.iter())
+                .map(|(&a, &b)| per_s(a, b))
+                .collect(),
+            hit_ratio: (lookups > 0)
+                .then(|| now.hits.saturating_sub(last.hits) as f64 / lookups as f64),
+        };
+        last = now;
+    }
+}
+
+/// An admin response: status, content type, body.
+struct Reply {
+    status: u16,
+    content_type: &'static str,
+    body: String,
+    extra: &'static str,
+}
+
+impl Reply {
+    fn new(status: u16, content_type: &'static str, body: String) -> Reply {
+        Reply {
+            status,
+            content_type,
+            body,
+            extra: "",
+        }
+    }
+
+    fn text(status: u16, body: &str) -> Reply {
+        Reply::new(status, "text/plain; charset=utf-8", format!("{body}\n"))
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        422 => "Unprocessable Content",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
+    let mut buf = Vec::with_capacity(1024);
+    let deadline = tokio::time::Instant::now() + ADMIN_HEAD_TIMEOUT;
+    let reply = loop {
+        if let Some(reply) = parse_and_route(&admin, &buf) {
+            break reply;
+        }
+        if buf.len() >= MAX_ADMIN_HEAD {
+            break Reply::text(400, "request head too large");
+        }
+        let mut chunk = [0u8; 1024];
+        match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+            Err(_) => break Reply::text(408, "request head timeout"),
+        }
+    };
+    let head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n{}\r\n",
+        reply.status,
+        reason(reply.status),
+        reply.content_type,
+        reply.body.len(),
+        reply.extra
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(reply.body.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// `None` while the head is incomplete.
+fn parse_and_route(admin: &Admin, buf: &[u8]) -> Option<Reply> {
+    let mut fields = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut fields);
+    let (method, path) = match req.parse(buf) {
+        Ok(httparse::Status::Partial) => return None,
+        Err(_) => return Some(Reply::text(400, "malformed request")),
+        Ok(httparse::Status::Complete(_)) => match (req.method, req.path) {
+            (Some(m), Some(p)) => (m, p),
+            _ => return Some(Reply::text(400, "malformed request")),
+        },
+    };
+    let path = path.split('?').next().unwrap_or(path);
+    let authorization = req
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("authorization"))
+        .map(|h| h.value);
+    Some(route(admin, method, path, authorization))
+}
+
+fn route(admin: &Admin, method: &str, path: &str, authorization: Option<&[u8]>) -> Reply {
+    let read_only = matches!(method, "GET" | "HEAD");
+    let command = matches!(path, "/drain" | "/reload" | "/reopen-logs");
+    if command {
+        if method != "POST" {
+            return method_not_allowed("POST");
+        }
+        let token = admin.control.options().admin.token.clone();
+        if token.is_empty() {
+            return Reply::text(
+                403,
+                "commands are disabled: set admin.token in the configuration",
+            );
+        }
+        if !authorized(authorization, &token) {
+            let mut r = Reply::text(401, "missing or wrong bearer token");
+            r.extra = "WWW-Authenticate: Bearer realm=\"linerate\"\r\n";
+            return r;
+        }
+        return command_reply(admin, path);
+    }
+    let facts = admin.facts();
+    let reply = match path {
+        "/metrics" => Reply::new(
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics::prometheus(&admin.stats, &facts),
+        ),
+        "/health" => {
+            let status = if facts.mode == Mode::Serving {
+                200
+            } else {
+                503
+            };
+            let body = metrics::health(&admin.stats, &facts, &admin.rates.borrow());
+            Reply::new(status, "application/json", body)
+        }
+        "/stats.json" => Reply::new(
+            200,
+            "application/json",
+            metrics::stats_json(&admin.stats, &facts, &admin.rates.borrow()),
+        ),
+        "/" | "/dashboard" => Reply::new(200, "text/html; charset=utf-8", DASHBOARD.to_owned()),
+        _ => return Reply::text(404, "not found"),
+    };
+    if !read_only {
+        return method_not_allowed("GET, HEAD");
+    }
+    reply
+}
+
+fn method_not_allowed(allow: &'static str) -> Reply {
+    let mut r = Reply::text(405, "method not allowed");
+    r.extra = if allow == "POST" {
+        "Allow: POST\r\n"
+    } else {
+        "Allow: GET, HEAD\r\n"
+    };
+    r
+}
+
+fn command_reply(admin: &Admin, path: &str) -> Reply {
+    match path {
+        "/drain" => {
+            tracing::info!("drain requested through the admin API");
+            admin.control.drain();
+            Reply::new(
+                200,
+                "application/json",
+                format!("{{\"mode\":\"{}\"}}\n", admin.control.mode().as_str()),
+            )
+        }
+        "/reopen-logs" => {
+            admin.control.reopen_logs();
+            Reply::new(200, "application/json", "{\"reopened\":true}\n".into())
+        }
+        _ => match admin.control.reload() {
+            ReloadOutcome::Applied { needs_restart } => {
+                let keys: Vec<String> = needs_restart.iter().map(|k| format!("\"{k}\"")).collect();
+                Reply::new(
+                    200,
+                    "application/json",
+                    format!(
+                        "{{\"result\":\"applied\",\"needs_restart\":[{}]}}\n",
+                        keys.join(",")
+                    ),
+                )
+            }
+            ReloadOutcome::Rejected(reason) => {
+                Reply::text(422, &format!("reload rejected: {reason}"))
+            }
+        },
+    }
+}
+
+/// `Authorization: Bearer TOKEN`, compared without an early exit so the time taken does
+/// not reveal how much of a guess was right.
+fn authorized(header: Option<&[u8]>, token: &str) -> bool {
+    let Some(value) = header else { return false };
+    let Some(given) = value.strip_prefix(b"Bearer ") else {
+        return false;
+    };
+    let want = token.as_bytes();
+    if given.len() != want.len() {
+        return false;
+    }
+    given
+        .iter()
+        .zip(want.iter())
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_token_check() {
+        assert!(authorized(Some(b"Bearer s3cret"), "s3cret"));
+        assert!(!authorized(Some(b"Bearer s3cre"), "s3cret"));
+        assert!(!authorized(Some(b"bearer s3cret"), "s3cret"));
+        assert!(!authorized(None, "s3cret"));
+    }
+}

@@ -1,0 +1,239 @@
+//! Run-time control of a running server, from outside the request path: the serving
+//! mode (serving → draining → stopping), configuration reload, and log reopening. The
+//! main thread (signals) and the admin thread (HTTP) drive it; each worker watches the
+//! channels and copies what changed into worker-local state, so a request never reads
+//! anything another thread writes.
+//!
+//! Not here: parsing configuration (the binary's reloader does) or what a worker does
+//! when told to drain (see `worker`).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use crate::options::ServerOptions;
+
+/// Reads and validates the configuration again (the binary's parser). `Err` carries the
+/// reason, which is logged; the running configuration then stays.
+pub type Reloader = Box<dyn FnMut() -> Result<ServerOptions, String> + Send>;
+
+/// What the server is doing, as `/health` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Accepting and serving.
+    Serving,
+    /// Not accepting; in-flight responses finish; `/health` fails so the load balancer
+    /// takes the box out. Ends with a stop.
+    Draining,
+    /// Stopping (SIGTERM/SIGINT): like draining, then the process exits.
+    Stopping,
+}
+
+impl Mode {
+    /// Label for `/health`, logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Serving => "serving",
+            Mode::Draining => "draining",
+            Mode::Stopping => "stopping",
+        }
+    }
+}
+
+/// Outcome of a reload request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// The new configuration is in effect. Keys that need a restart and changed are
+    /// listed (they keep their running values).
+    Applied {
+        /// Keys whose change was ignored until a restart.
+        needs_restart: Vec<&'static str>,
+    },
+    /// Rejected; the old configuration keeps running.
+    Rejected(String),
+}
+
+/// Shared by the main thread, the admin thread and (read-only, through the watch
+/// receivers) the workers.
+pub(crate) struct Control {
+    mode: watch::Sender<Mode>,
+    options: watch::Sender<Arc<ServerOptions>>,
+    reopen: watch::Sender<u64>,
+    reloader: Mutex<Option<Reloader>>,
+    reloads_ok: AtomicU64,
+    reloads_failed: AtomicU64,
+    /// When the server started (for uptime).
+    pub(crate) started: Instant,
+}
+
+impl Control {
+    pub(crate) fn new(options: Arc<ServerOptions>, reloader: Option<Reloader>) -> Control {
+        Control {
+            mode: watch::channel(Mode::Serving).0,
+            options: watch::channel(options).0,
+            reopen: watch::channel(0).0,
+            reloader: Mutex::new(reloader),
+            reloads_ok: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+
+    /// The current mode.
+    pub(crate) fn mode(&self) -> Mode {
+        *self.mode.borrow()
+    }
+
+    /// Watch the mode (workers).
+    pub(crate) fn watch_mode(&self) -> watch::Receiver<Mode> {
+        self.mode.subscribe()
+    }
+
+    /// Watch the reloadable options (workers, admin).
+    pub(crate) fn watch_options(&self) -> watch::Receiver<Arc<ServerOptions>> {
+        self.options.subscribe()
+    }
+
+    /// Watch the log-reopen generation (workers).
+    pub(crate) fn watch_reopen(&self) -> watch::Receiver<u64> {
+        self.reopen.subscribe()
+    }
+
+    /// The options in effect.
+    pub(crate) fn options(&self) -> Arc<ServerOptions> {
+        self.options.borrow().clone()
+    }
+
+    /// Begin draining (no effect once draining or stopping).
+    pub(crate) fn drain(&self) {
+        self.mode.send_if_modified(|m| {
+            if *m == Mode::Serving {
+                *m = Mode::Draining;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Begin stopping.
+    pub(crate) fn stop(&self) {
+        self.mode.send_replace(Mode::Stopping);
+    }
+
+    /// Ask every worker to reopen its access-log file (SIGUSR1).
+    pub(crate) fn reopen_logs(&self) {
+        self.reopen.send_modify(|g| *g += 1);
+    }
+
+    /// Successful and rejected reloads so far.
+    pub(crate) fn reload_counts(&self) -> (u64, u64) {
+        (
+            self.reloads_ok.load(Relaxed),
+            self.reloads_failed.load(Relaxed),
+        )
+    }
+
+    /// Read the configuration again; apply what can change at run time.
+    pub(crate) fn reload(&self) -> ReloadOutcome {
+        let mut guard = match self.reloader.lock() {
+            Ok(g) => g,
+            // A reloader that panicked once is still callable; its state is a parser.
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let result = match guard.as_mut() {
+            Some(reload) => reload(),
+            None => Err("this server was started without a configuration file".into()),
+        };
+        drop(guard);
+        let outcome = match result {
+            Ok(new) => {
+                let old = self.options();
+                let (merged, needs_restart) = merge_reloadable(&old, new);
+                self.options.send_replace(Arc::new(merged));
+                ReloadOutcome::Applied { needs_restart }
+            }
+            Err(reason) => ReloadOutcome::Rejected(reason),
+        };
+        match &outcome {
+            ReloadOutcome::Applied { needs_restart } => {
+                self.reloads_ok.fetch_add(1, Relaxed);
+                for key in needs_restart {
+                    tracing::warn!(key, "changed, but needs a restart; the running value stays");
+                }
+                tracing::info!("configuration reloaded");
+            }
+            ReloadOutcome::Rejected(reason) => {
+                self.reloads_failed.fetch_add(1, Relaxed);
+                tracing::error!(%reason, "reload rejected; the old configuration keeps running");
+            }
+        }
+        outcome
+    }
+}
+
+/// The new options with every restart-only key set back to its running value, and the
+/// names of those that differed. Restart-only: what is fixed when threads, sockets and
+/// pools are created at start-up.
+fn merge_reloadable(
+    old: &ServerOptions,
+    mut new: ServerOptions,
+) -> (ServerOptions, Vec<&'static str>) {
+    let mut ignored = Vec::new();
+    macro_rules! keep {
+        ($($field:ident).+, $name:literal) => {
+            if new.$($field).+ != old.$($field).+ {
+                ignored.push($name);
+                new.$($field).+ = old.$($field).+.clone();
+            }
+        };
+    }
+    keep!(listen, "server.listen");
+    keep!(workers, "server.workers");
+    keep!(pin_workers, "server.pin_workers");
+    keep!(
+        max_connections_per_worker,
+        "server.max_connections_per_worker"
+    );
+    keep!(backlog, "server.backlog");
+    keep!(cold_threads_per_disk, "server.cold_threads_per_disk");
+    keep!(root, "appliance.root");
+    keep!(admin.listen, "admin.listen");
+    keep!(tcp.congestion, "tcp.congestion");
+    keep!(tcp.max_pacing_rate, "tcp.max_pacing_rate");
+    keep!(timeouts.shutdown_grace, "timeouts.shutdown_grace_ms");
+    (new, ignored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_only_keys_keep_running_values() {
+        let old = ServerOptions::new("/a".into());
+        let mut new = ServerOptions::new("/b".into());
+        new.workers = old.workers + 1;
+        new.max_discarded_body = 7;
+        let (merged, ignored) = merge_reloadable(&old, new);
+        assert_eq!(merged.root, old.root);
+        assert_eq!(merged.workers, old.workers);
+        assert_eq!(merged.max_discarded_body, 7);
+        assert_eq!(ignored, vec!["server.workers", "appliance.root"]);
+    }
+
+    #[test]
+    fn drain_then_stop() {
+        let c = Control::new(Arc::new(ServerOptions::new("/".into())), None);
+        assert_eq!(c.mode(), Mode::Serving);
+        c.drain();
+        assert_eq!(c.mode(), Mode::Draining);
+        c.stop();
+        c.drain();
+        assert_eq!(c.mode(), Mode::Stopping);
+        assert!(matches!(c.reload(), ReloadOutcome::Rejected(_)));
+        assert_eq!(c.reload_counts(), (0, 1));
+    }
+}

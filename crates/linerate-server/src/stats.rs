@@ -1,0 +1,575 @@
+//! Per-worker counters, gauges and histograms. Each worker owns one [`WorkerStats`]
+//! and is its only writer; the admin thread reads all of them and sums when scraped.
+//!
+//! Why atomics at all if one thread writes: the scrape reads from another thread, and a
+//! `Relaxed` load followed by a `Relaxed` store compiles to two plain moves on x86-64 and
+//! arm64 (no lock prefix, no fence), so the request path pays what a `Cell` would. Each
+//! worker's block is aligned to 128 bytes (two cache lines, the adjacent-line prefetcher's
+//! unit), so no two workers ever write the same line (DESIGN.md: "counters are per-core
+//! and summed only when read"). A scrape may see a request counted but its bytes not yet:
+//! every value is individually exact and monotonic, which is what Prometheus needs.
+//!
+//! Not here: formatting (see `metrics`) or deciding what to count (the callers).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Add `n` to a counter only this thread writes (see the module doc for why not
+/// `fetch_add`).
+#[inline]
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
+/// Subtract `n` from a gauge only this thread writes.
+#[inline]
+fn drop_by(c: &AtomicU64, n: u64) {
+    c.store(c.load(Relaxed).saturating_sub(n), Relaxed);
+}
+
+/// The first digit of a status code, as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusClass {
+    /// 1xx.
+    Informational,
+    /// 2xx.
+    Success,
+    /// 3xx.
+    Redirection,
+    /// 4xx: the client's fault.
+    ClientError,
+    /// 5xx: ours (or the origin's).
+    ServerError,
+}
+
+impl StatusClass {
+    /// All classes, in label order.
+    pub const ALL: [StatusClass; 5] = [
+        StatusClass::Informational,
+        StatusClass::Success,
+        StatusClass::Redirection,
+        StatusClass::ClientError,
+        StatusClass::ServerError,
+    ];
+
+    /// The class of a status code (anything out of range counts as 5xx).
+    pub fn of(code: u16) -> StatusClass {
+        match code / 100 {
+            1 => StatusClass::Informational,
+            2 => StatusClass::Success,
+            3 => StatusClass::Redirection,
+            4 => StatusClass::ClientError,
+            _ => StatusClass::ServerError,
+        }
+    }
+
+    /// Metric label: "1xx" ... "5xx".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusClass::Informational => "1xx",
+            StatusClass::Success => "2xx",
+            StatusClass::Redirection => "3xx",
+            StatusClass::ClientError => "4xx",
+            StatusClass::ServerError => "5xx",
+        }
+    }
+}
+
+/// Where a response's bytes came from, with respect to a cache. Appliance mode serves
+/// everything from its own disks: `Local`. The cache statuses are defined now so that
+/// the cache issue only has to pass them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Served from the appliance library (no cache involved), or an error we answered.
+    Local,
+    /// Fresh object from the cache.
+    Hit,
+    /// Fetched from the origin.
+    Miss,
+    /// Stale object served (while revalidating or because the origin failed).
+    Stale,
+    /// Not cacheable; passed through from the origin.
+    Pass,
+}
+
+impl CacheStatus {
+    /// All statuses, in label order.
+    pub const ALL: [CacheStatus; 5] = [
+        CacheStatus::Local,
+        CacheStatus::Hit,
+        CacheStatus::Miss,
+        CacheStatus::Stale,
+        CacheStatus::Pass,
+    ];
+
+    /// Metric and log label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Local => "local",
+            CacheStatus::Hit => "hit",
+            CacheStatus::Miss => "miss",
+            CacheStatus::Stale => "stale",
+            CacheStatus::Pass => "pass",
+        }
+    }
+}
+
+/// How a response's bytes reached the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryPath {
+    /// Plain TCP: `send` + `sendfile(2)`.
+    Sendfile,
+    /// Kernel TLS: `sendfile(2)` on a kTLS socket (encrypted in the kernel).
+    KernelTls,
+    /// User-space TLS (rustls): read, encrypt, write (the fallback without kTLS).
+    UserspaceTls,
+}
+
+impl DeliveryPath {
+    /// All paths, in label order.
+    pub const ALL: [DeliveryPath; 3] = [
+        DeliveryPath::Sendfile,
+        DeliveryPath::KernelTls,
+        DeliveryPath::UserspaceTls,
+    ];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryPath::Sendfile => "sendfile",
+            DeliveryPath::KernelTls => "ktls",
+            DeliveryPath::UserspaceTls => "userspace_tls",
+        }
+    }
+}
+
+/// Most buckets a histogram has (bounds plus the `+Inf` bucket).
+const MAX_BUCKETS: usize = 16;
+
+/// A fixed-bucket histogram with one writer. Buckets are stored non-cumulatively and
+/// made cumulative when rendered.
+pub struct Histogram {
+    bounds: &'static [u64],
+    buckets: [AtomicU64; MAX_BUCKETS],
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    /// A histogram with these upper bounds (ascending; at most 15).
+    pub const fn new(bounds: &'static [u64]) -> Histogram {
+        assert!(bounds.len() < MAX_BUCKETS, "too many histogram bounds");
+        Histogram {
+            bounds,
+            buckets: [const { AtomicU64::new(0) }; MAX_BUCKETS],
+            sum: AtomicU64::new(0),
+        }
+    }
+
+    /// Record one value (writer thread only).
+    #[inline]
+    pub fn observe(&self, v: u64) {
+        let i = self
+            .bounds
+            .iter()
+            .position(|&b| v <= b)
+            .unwrap_or(self.bounds.len());
+        bump(&self.buckets[i], 1);
+        bump(&self.sum, v);
+    }
+
+    /// The bounds (excluding `+Inf`).
+    pub fn bounds(&self) -> &'static [u64] {
+        self.bounds
+    }
+
+    /// Per-bucket counts (non-cumulative; last is `+Inf`) and the sum.
+    pub fn read(&self) -> (Vec<u64>, u64) {
+        let n = self.bounds.len() + 1;
+        (
+            self.buckets[..n].iter().map(|b| b.load(Relaxed)).collect(),
+            self.sum.load(Relaxed),
+        )
+    }
+}
+
+/// Response durations, microseconds: from a complete request head to the last byte
+/// handed to the kernel. 100 µs (a hot small segment) to 10 s (a large file to a slow
+/// player).
+pub const DURATION_BOUNDS_US: &[u64] = &[
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+    2_500_000, 10_000_000,
+];
+
+/// Smoothed RTT, microseconds: loopback (tens of µs) to intercontinental and bufferbloat
+/// (over a second).
+pub const RTT_BOUNDS_US: &[u64] = &[
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000,
+];
+
+/// Retransmitted share of data segments, in parts per million: 0.01% to 20%.
+pub const RETRANS_BOUNDS_PPM: &[u64] = &[
+    0, 100, 1_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000,
+];
+
+/// Delivery rate, bytes per second: 100 kB/s (a starved mobile player) to 10 GB/s.
+pub const DELIVERY_RATE_BOUNDS: &[u64] = &[
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    12_500_000,
+    25_000_000,
+    125_000_000,
+    1_250_000_000,
+    10_000_000_000,
+];
+
+/// Congestion window, segments: the initial window (10) to a loopback-sized window.
+pub const CWND_BOUNDS: &[u64] = &[10, 20, 40, 80, 160, 320, 640, 1_280, 2_560, 10_000];
+
+/// Why a connection ended (the labels of `linerate_connections_closed_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Client closed between requests, or asked to close.
+    Done,
+    /// Idle past the keep-alive (or first-request) timeout.
+    Idle,
+    /// Head not complete within the head timeout.
+    HeadTimeout,
+    /// Client closed mid-request.
+    ClientClosed,
+    /// Malformed or oversized request.
+    BadRequest,
+    /// Response could not be completed.
+    Aborted,
+    /// Graceful stop or drain.
+    Stopping,
+}
+
+impl CloseReason {
+    /// All reasons, in label order.
+    pub const ALL: [CloseReason; 7] = [
+        CloseReason::Done,
+        CloseReason::Idle,
+        CloseReason::HeadTimeout,
+        CloseReason::ClientClosed,
+        CloseReason::BadRequest,
+        CloseReason::Aborted,
+        CloseReason::Stopping,
+    ];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Done => "done",
+            CloseReason::Idle => "idle",
+            CloseReason::HeadTimeout => "head_timeout",
+            CloseReason::ClientClosed => "client_closed",
+            CloseReason::BadRequest => "bad_request",
+            CloseReason::Aborted => "aborted",
+            CloseReason::Stopping => "stopping",
+        }
+    }
+}
+
+/// Connection states counted as gauges (kept up to date by transitions, never by
+/// scanning sockets; idle = open − active − parked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    /// Reading a request or sending a response.
+    Active,
+    /// Keep-alive, waiting for the next request inside the runtime.
+    Idle,
+    /// Keep-alive, parked outside the runtime.
+    Parked,
+}
+
+impl ConnState {
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnState::Active => "active",
+            ConnState::Idle => "idle",
+            ConnState::Parked => "parked",
+        }
+    }
+}
+
+/// One worker's statistics. Written only by that worker.
+#[repr(align(128))]
+pub struct WorkerStats {
+    requests: [[AtomicU64; 5]; 5],
+    sent: [AtomicU64; 3],
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    closed: [AtomicU64; 7],
+    open: AtomicU64,
+    active: AtomicU64,
+    parked: AtomicU64,
+    /// Response durations.
+    pub duration: Histogram,
+    sampled: AtomicU64,
+    /// Sampled connections' smoothed RTT.
+    pub rtt: Histogram,
+    /// Sampled connections' retransmission share, at their end.
+    pub retrans: Histogram,
+    /// Sampled connections' delivery rate.
+    pub delivery_rate: Histogram,
+    /// Sampled connections' congestion window.
+    pub cwnd: Histogram,
+    log_lines: AtomicU64,
+    log_dropped: AtomicU64,
+    log_errors: AtomicU64,
+}
+
+impl Default for WorkerStats {
+    fn default() -> Self {
+        WorkerStats::new()
+    }
+}
+
+/// A summed or per-worker copy of the counters, for rendering.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// `[status class][cache status]` request counts.
+    pub requests: [[u64; 5]; 5],
+    /// Bytes sent per delivery path.
+    pub sent: [u64; 3],
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections refused at the per-worker limit.
+    pub refused: u64,
+    /// Connections closed, per [`CloseReason`].
+    pub closed: [u64; 7],
+    /// Open connections now.
+    pub open: u64,
+    /// Active connections now.
+    pub active: u64,
+    /// Parked connections now.
+    pub parked: u64,
+    /// Connections whose TCP_INFO was sampled.
+    pub sampled: u64,
+    /// Access-log lines written to the buffer.
+    pub log_lines: u64,
+    /// Access-log lines lost (write failure or no file).
+    pub log_dropped: u64,
+    /// Access-log open/write failures.
+    pub log_errors: u64,
+}
+
+impl Snapshot {
+    /// Add another snapshot into this one.
+    pub fn add(&mut self, o: &Snapshot) {
+        for (a, b) in self.requests.iter_mut().zip(o.requests.iter()) {
+            for (x, y) in a.iter_mut().zip(b.iter()) {
+                *x += y;
+            }
+        }
+        for (x, y) in self.sent.iter_mut().zip(o.sent.iter()) {
+            *x += y;
+        }
+        for (x, y) in self.closed.iter_mut().zip(o.closed.iter()) {
+            *x += y;
+        }
+        self.accepted += o.accepted;
+        self.refused += o.refused;
+        self.open += o.open;
+        self.active += o.active;
+        self.parked += o.parked;
+        self.sampled += o.sampled;
+        self.log_lines += o.log_lines;
+        self.log_dropped += o.log_dropped;
+        self.log_errors += o.log_errors;
+    }
+
+    /// All requests answered.
+    pub fn requests_total(&self) -> u64 {
+        self.requests.iter().flatten().sum()
+    }
+
+    /// All bytes sent.
+    pub fn sent_total(&self) -> u64 {
+        self.sent.iter().sum()
+    }
+
+    /// Requests answered from cache (hit or stale) and from the cache at all (hit,
+    /// stale or miss): the hit ratio's numerator and denominator.
+    pub fn hit_counts(&self) -> (u64, u64) {
+        let by = |c: CacheStatus| -> u64 {
+            let i = CacheStatus::ALL.iter().position(|&x| x == c).unwrap_or(0);
+            self.requests.iter().map(|row| row[i]).sum()
+        };
+        let hits = by(CacheStatus::Hit) + by(CacheStatus::Stale);
+        (hits, hits + by(CacheStatus::Miss))
+    }
+}
+
+impl WorkerStats {
+    /// All zero.
+    pub fn new() -> WorkerStats {
+        WorkerStats {
+            requests: [const { [const { AtomicU64::new(0) }; 5] }; 5],
+            sent: [const { AtomicU64::new(0) }; 3],
+            accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            closed: [const { AtomicU64::new(0) }; 7],
+            open: AtomicU64::new(0),
+            active: AtomicU64::new(0),
+            parked: AtomicU64::new(0),
+            duration: Histogram::new(DURATION_BOUNDS_US),
+            sampled: AtomicU64::new(0),
+            rtt: Histogram::new(RTT_BOUNDS_US),
+            retrans: Histogram::new(RETRANS_BOUNDS_PPM),
+            delivery_rate: Histogram::new(DELIVERY_RATE_BOUNDS),
+            cwnd: Histogram::new(CWND_BOUNDS),
+            log_lines: AtomicU64::new(0),
+            log_dropped: AtomicU64::new(0),
+            log_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// One response finished (completely or not): its status, cache status, duration.
+    #[inline]
+    pub fn response(&self, status: u16, cache: CacheStatus, duration_us: u64) {
+        let class = StatusClass::of(status) as usize;
+        bump(&self.requests[class][cache as usize], 1);
+        self.duration.observe(duration_us);
+    }
+
+    /// `n` bytes handed to the kernel on `path`. The TLS paths call this with their
+    /// own variant.
+    #[inline]
+    pub fn sent(&self, path: DeliveryPath, n: u64) {
+        bump(&self.sent[path as usize], n);
+    }
+
+    /// A connection was accepted (it is open and idle until its first request).
+    pub fn accepted(&self) {
+        bump(&self.accepted, 1);
+        bump(&self.open, 1);
+    }
+
+    /// A connection was refused at the per-worker limit.
+    pub fn refused(&self) {
+        bump(&self.refused, 1);
+    }
+
+    /// A connection closed.
+    pub fn closed(&self, why: CloseReason) {
+        bump(&self.closed[why as usize], 1);
+        drop_by(&self.open, 1);
+    }
+
+    /// A connection entered `state` (`Idle` is implicit: leaving another state).
+    #[inline]
+    pub fn enter(&self, state: ConnState) {
+        match state {
+            ConnState::Active => bump(&self.active, 1),
+            ConnState::Parked => bump(&self.parked, 1),
+            ConnState::Idle => {}
+        }
+    }
+
+    /// A connection left `state`.
+    #[inline]
+    pub fn leave(&self, state: ConnState) {
+        match state {
+            ConnState::Active => drop_by(&self.active, 1),
+            ConnState::Parked => drop_by(&self.parked, 1),
+            ConnState::Idle => {}
+        }
+    }
+
+    /// A connection was chosen for TCP_INFO sampling.
+    pub fn sampled(&self) {
+        bump(&self.sampled, 1);
+    }
+
+    /// An access-log line was buffered.
+    pub fn log_line(&self) {
+        bump(&self.log_lines, 1);
+    }
+
+    /// `n` access-log lines were lost.
+    pub fn log_dropped(&self, n: u64) {
+        bump(&self.log_dropped, n);
+    }
+
+    /// An access-log file could not be opened or written.
+    pub fn log_error(&self) {
+        bump(&self.log_errors, 1);
+    }
+
+    /// A copy of the plain counters (histograms are read separately).
+    pub fn snapshot(&self) -> Snapshot {
+        let r = |a: &AtomicU64| a.load(Relaxed);
+        let mut s = Snapshot::default();
+        for (row, src) in s.requests.iter_mut().zip(self.requests.iter()) {
+            for (x, y) in row.iter_mut().zip(src.iter()) {
+                *x = r(y);
+            }
+        }
+        for (x, y) in s.sent.iter_mut().zip(self.sent.iter()) {
+            *x = r(y);
+        }
+        for (x, y) in s.closed.iter_mut().zip(self.closed.iter()) {
+            *x = r(y);
+        }
+        s.accepted = r(&self.accepted);
+        s.refused = r(&self.refused);
+        s.open = r(&self.open);
+        s.active = r(&self.active);
+        s.parked = r(&self.parked);
+        s.sampled = r(&self.sampled);
+        s.log_lines = r(&self.log_lines);
+        s.log_dropped = r(&self.log_dropped);
+        s.log_errors = r(&self.log_errors);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_sum_and_histogram_buckets() {
+        let a = WorkerStats::new();
+        let b = WorkerStats::new();
+        a.response(200, CacheStatus::Local, 50);
+        a.response(206, CacheStatus::Local, 300);
+        b.response(404, CacheStatus::Local, 20_000_000);
+        a.sent(DeliveryPath::Sendfile, 10);
+        b.sent(DeliveryPath::KernelTls, 5);
+        let mut sum = a.snapshot();
+        sum.add(&b.snapshot());
+        assert_eq!(sum.requests_total(), 3);
+        assert_eq!(sum.requests[1][0], 2);
+        assert_eq!(sum.requests[3][0], 1);
+        assert_eq!(sum.sent, [10, 5, 0]);
+        let (buckets, total) = a.duration.read();
+        assert_eq!(buckets[0], 1); // 50 ≤ 100
+        assert_eq!(buckets[2], 1); // 300 ≤ 500
+        assert_eq!(total, 350);
+        let (buckets, _) = b.duration.read();
+        assert_eq!(*buckets.last().unwrap_or(&0), 1); // +Inf
+        assert_eq!(std::mem::align_of::<WorkerStats>(), 128);
+    }
+
+    #[test]
+    fn gauges_follow_transitions() {
+        let s = WorkerStats::new();
+        s.accepted();
+        s.enter(ConnState::Active);
+        s.leave(ConnState::Active);
+        s.enter(ConnState::Parked);
+        let snap = s.snapshot();
+        assert_eq!((snap.open, snap.active, snap.parked), (1, 0, 1));
+        s.leave(ConnState::Parked);
+        s.closed(CloseReason::Idle);
+        assert_eq!(s.snapshot().open, 0);
+        assert_eq!(StatusClass::of(999), StatusClass::ServerError);
+    }
+}

@@ -1,0 +1,196 @@
+//! A new connection on a TLS listener: run the handshake under its deadline, then pick
+//! the path its records take (kernel TLS when the start-up probe found the kernel
+//! accepts the negotiated version and cipher, user-space TLS otherwise), and count what
+//! happened in the worker's [`TlsStats`].
+//!
+//! Also here: [`SharedTls`], the TLS state all workers share, and the per-worker task
+//! that follows certificate reloads.
+//!
+//! Not here: the handshake mechanics (`tls_conn`) or the kernel hand-over (`ktls_conn`).
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use linerate_sys::ktls::Support;
+use rustls::{HandshakeKind, ServerConfig};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::control::Control;
+use crate::tls_config::TlsConfigBuilder;
+
+use crate::ktls_conn;
+use crate::options::KtlsMode;
+use crate::tls_conn::{self, HandshakeError, TlsStream};
+use crate::transport::Transport;
+use crate::worker::Worker;
+
+/// TLS state shared read-only by the workers.
+pub(crate) struct SharedTls {
+    /// What the kernel's kTLS accepts (probed once at start-up).
+    pub(crate) support: Support,
+    /// Whether kTLS may be used at all.
+    pub(crate) mode: KtlsMode,
+    /// Whole-handshake deadline.
+    pub(crate) handshake_timeout: Duration,
+    /// The current server configuration; replaced when certificates are reloaded.
+    pub(crate) configs: watch::Receiver<Arc<ServerConfig>>,
+    /// Where a reload publishes the new configuration.
+    pub(crate) publish: watch::Sender<Arc<ServerConfig>>,
+    /// Rebuilds configurations (keeps the session-ticket keys across reloads).
+    pub(crate) builder: Arc<TlsConfigBuilder>,
+}
+
+/// Per-worker: keep this worker's copy of the TLS configuration current. Worker 0
+/// also rebuilds it whenever the configuration is reloaded (SIGHUP or the admin API),
+/// reading the certificate files again on a blocking thread, and publishes it; a
+/// reload whose certificates fail to load keeps the running ones. Connections that
+/// are already established keep the configuration they started with.
+pub(crate) async fn follow_config(worker: Rc<Worker>, control: Arc<Control>) {
+    let Some(tls) = worker.shared.tls.as_ref() else {
+        return;
+    };
+    let mut configs = tls.configs.clone();
+    let mut options = control.watch_options();
+    let rebuilds = worker.index == 0;
+    loop {
+        tokio::select! {
+            r = configs.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                let config = configs.borrow_and_update().clone();
+                *worker.tls_config.borrow_mut() = Some(config);
+                tracing::debug!(worker = worker.index, "TLS configuration updated");
+            }
+            r = options.changed(), if rebuilds => {
+                if r.is_err() {
+                    return;
+                }
+                let new = options.borrow_and_update().clone();
+                let builder = tls.builder.clone();
+                let built = tokio::task::spawn_blocking(move || {
+                    builder.build_from(new.tls.as_ref())
+                })
+                .await;
+                match built {
+                    Ok(Ok(config)) => {
+                        tls.publish.send_replace(config);
+                        tracing::info!("TLS certificates reloaded");
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "TLS reload failed; the running certificates stay")
+                    }
+                    Err(e) => tracing::error!(error = %e, "TLS reload task failed"),
+                }
+            }
+        }
+    }
+}
+
+/// Per-worker TLS counters: plain `Cell`s, written only by the owning worker, summed
+/// only when read (DESIGN.md: no shared counter on the request path).
+#[derive(Debug, Default)]
+pub(crate) struct TlsStats {
+    /// Connections whose records the kernel carries.
+    pub(crate) kernel: Cell<u64>,
+    /// Connections whose records rustls carries in user space.
+    pub(crate) user: Cell<u64>,
+    /// Handshakes that resumed a session (tickets).
+    pub(crate) resumed: Cell<u64>,
+    /// Handshakes refused by rustls (garbage, no common parameters, unknown SNI).
+    pub(crate) refused: Cell<u64>,
+    /// Handshakes not finished in time (the slowloris defence).
+    pub(crate) timed_out: Cell<u64>,
+    /// Plain HTTP sent to the TLS port.
+    pub(crate) plain_http: Cell<u64>,
+    /// Clients that left mid-handshake.
+    pub(crate) abandoned: Cell<u64>,
+    /// Kernel hand-overs that failed after the handshake (connection closed).
+    pub(crate) handover_failed: Cell<u64>,
+}
+
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
+impl TlsStats {
+    /// One line for the log, at worker stop.
+    pub(crate) fn summary(&self) -> String {
+        format!(
+            "kernel={} user={} resumed={} refused={} timed_out={} plain_http={} abandoned={} handover_failed={}",
+            self.kernel.get(),
+            self.user.get(),
+            self.resumed.get(),
+            self.refused.get(),
+            self.timed_out.get(),
+            self.plain_http.get(),
+            self.abandoned.get(),
+            self.handover_failed.get()
+        )
+    }
+}
+
+/// Handshake `stream` and choose its path. `None`: the connection was closed (every
+/// failure is answered, counted and logged at debug here).
+pub(crate) async fn accept(worker: &Rc<Worker>, stream: TcpStream) -> Option<(Transport, Vec<u8>)> {
+    let tls = worker.shared.tls.as_ref()?;
+    let config = worker.tls_config()?;
+    let stats = &worker.tls_stats;
+    let kernel_possible = tls.mode == KtlsMode::Auto && !tls.support.ciphers.is_empty();
+    let deadline = Instant::now() + tls.handshake_timeout;
+    let done = tokio::select! {
+        r = tls_conn::handshake(stream, config, kernel_possible, deadline) => r,
+        _ = worker.stopped() => return None,
+    };
+    let h = match done {
+        Ok(h) => h,
+        Err(e) => {
+            bump(match e {
+                HandshakeError::Timeout => &stats.timed_out,
+                HandshakeError::PlainHttp => &stats.plain_http,
+                HandshakeError::Protocol(_) => &stats.refused,
+                HandshakeError::ClientClosed => &stats.abandoned,
+            });
+            match &e {
+                HandshakeError::Protocol(err) => {
+                    tracing::debug!(kind = e.as_str(), error = %err, "TLS handshake failed")
+                }
+                _ => tracing::debug!(kind = e.as_str(), "TLS handshake failed"),
+            }
+            return None;
+        }
+    };
+    if h.conn.handshake_kind() == Some(HandshakeKind::Resumed) {
+        bump(&stats.resumed);
+    }
+    if kernel_possible && h.incoming.is_empty() {
+        let suite =
+            ktls_conn::kernel_suite(h.conn.protocol_version(), h.conn.negotiated_cipher_suite());
+        if let Some((version, cipher)) = suite.filter(|(v, c)| tls.support.supports(*v, *c)) {
+            return match ktls_conn::hand_over(h, version, cipher, tls.support.rekey) {
+                Ok((k, early)) => {
+                    bump(&stats.kernel);
+                    tracing::trace!(
+                        version = version.as_str(),
+                        cipher = cipher.as_str(),
+                        "kernel TLS"
+                    );
+                    Some((Transport::Ktls(Box::new(k)), early))
+                }
+                Err(e) => {
+                    bump(&stats.handover_failed);
+                    tracing::warn!(error = %e, "kernel TLS hand-over failed; closing");
+                    None
+                }
+            };
+        }
+    }
+    bump(&stats.user);
+    let mut h = h;
+    let early = std::mem::take(&mut h.early);
+    Some((Transport::Tls(Box::new(TlsStream::new(h))), early))
+}

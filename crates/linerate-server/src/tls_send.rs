@@ -1,0 +1,187 @@
+//! Sending a response over user-space TLS, the path used when the kernel has no kTLS
+//! (as on the build machines) or not for the negotiated cipher.
+//!
+//! Bytes cannot go from the page cache to the socket here: they must pass through the
+//! cipher. So the cost is kept to one copy in and one out per byte: the head and the file
+//! bytes are gathered into a plaintext chunk of [`TLS_CHUNK`] bytes read straight from
+//! the file (`pread`), sealed by rustls into full 16 KiB records in an output chunk, and
+//! written with one `send` per chunk. Both chunks come from a per-worker pool and go
+//! back after the response, so a busy worker allocates none. The head shares the first
+//! record with the first body bytes, as `MSG_MORE` arranges on the plain path.
+//!
+//! Cold ranges are warmed on the disk's blocking pool first, exactly as on the plain
+//! path, so `pread` never waits for a disk inside the event loop. Not here: the plain
+//! and kTLS paths (`transfer`).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+
+use linerate_http::range::ByteRange;
+use linerate_sys::pagecache::Residency;
+
+use crate::route::{Body, Response};
+use crate::stats::DeliveryPath;
+use crate::tls_conn::TlsStream;
+use crate::transfer::TransferError;
+use crate::worker::Worker;
+
+/// Plaintext gathered per encrypt-and-send: eight full records. Big enough that a
+/// 2 MiB segment costs 16 sends, small enough that a worker's in-flight responses
+/// (each holding a plaintext and a ciphertext chunk while its client reads) stay cheap:
+/// 256 KiB per response in flight.
+pub(crate) const TLS_CHUNK: usize = 128 * 1024;
+
+/// Bytes whose page-cache residency is checked at once; see `transfer`.
+const RESIDENCY_WINDOW: u64 = 2 * 1024 * 1024;
+
+/// Send one response completely over user-space TLS.
+/// `sent` gets the plaintext bytes sealed and written.
+pub(crate) async fn send(
+    worker: &Worker,
+    tls: &mut TlsStream,
+    response: Response,
+    sent: &mut u64,
+) -> Result<(), TransferError> {
+    let (plain, out) = worker.take_tls_chunks();
+    let mut w = Writer {
+        worker,
+        tls,
+        plain,
+        out,
+        sent: 0,
+    };
+    let result = w.response(response).await;
+    *sent = w.sent;
+    worker.stats.sent(DeliveryPath::UserspaceTls, w.sent);
+    worker.give_tls_chunks(w.plain, w.out);
+    result
+}
+
+struct Writer<'a> {
+    worker: &'a Worker,
+    tls: &'a mut TlsStream,
+    plain: Vec<u8>,
+    out: Vec<u8>,
+    /// Plaintext bytes written so far.
+    sent: u64,
+}
+
+impl Writer<'_> {
+    async fn response(&mut self, response: Response) -> Result<(), TransferError> {
+        match response.body {
+            Body::Empty => self.bytes(&response.head).await?,
+            Body::File { file, range } => {
+                self.bytes(&response.head).await?;
+                self.file(&file, range).await?;
+            }
+            Body::Multipart { file, plan } => {
+                self.bytes(&response.head).await?;
+                for part in &plan.parts {
+                    self.bytes(&part.head).await?;
+                    self.file(&file, part.range).await?;
+                }
+                self.bytes(&plan.trailer).await?;
+            }
+        }
+        self.flush().await
+    }
+
+    async fn bytes(&mut self, mut bytes: &[u8]) -> Result<(), TransferError> {
+        while !bytes.is_empty() {
+            let n = (TLS_CHUNK - self.plain.len()).min(bytes.len());
+            self.plain.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if self.plain.len() == TLS_CHUNK {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn file(&mut self, file: &File, range: ByteRange) -> Result<(), TransferError> {
+        let end = range.start + range.len;
+        let mut offset = range.start;
+        let mut resident_until = offset;
+        while offset < end {
+            if offset >= resident_until {
+                let window = (end - offset).min(RESIDENCY_WINDOW);
+                let shared = &self.worker.shared;
+                if shared.probe.residency(file.as_fd(), offset, window) == Residency::Cold {
+                    let dup = file.try_clone().map_err(TransferError::Disk)?;
+                    shared
+                        .cold
+                        .warm(dup, offset, window)
+                        .await
+                        .map_err(TransferError::Disk)?;
+                }
+                resident_until = offset + window;
+            }
+            let len = self.plain.len();
+            let want = usize::try_from(resident_until - offset)
+                .unwrap_or(TLS_CHUNK)
+                .min(TLS_CHUNK - len);
+            self.plain.resize(len + want, 0);
+            match file.read_at(&mut self.plain[len..], offset) {
+                Ok(0) => {
+                    self.plain.truncate(len);
+                    return Err(TransferError::Truncated);
+                }
+                Ok(n) => {
+                    self.plain.truncate(len + n);
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.plain.truncate(len),
+                Err(e) => {
+                    self.plain.truncate(len);
+                    return Err(TransferError::Disk(e));
+                }
+            }
+            if self.plain.len() == TLS_CHUNK {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Seal what is gathered and send it, with anything rustls had pending first.
+    async fn flush(&mut self) -> Result<(), TransferError> {
+        self.out.clear();
+        self.out.append(&mut self.tls.pending);
+        let plain = self.plain.len() as u64;
+        if plain > 0 {
+            self.tls
+                .encrypt(&self.plain, &mut self.out)
+                .map_err(TransferError::ClientGone)?;
+            self.plain.clear();
+        }
+        let limit = self.worker.live().options.timeouts.send;
+        write_all(&self.tls.stream, &self.out, limit).await?;
+        self.sent += plain;
+        Ok(())
+    }
+}
+
+/// Write all of `bytes`, allowing `limit` per stall.
+pub(crate) async fn write_all(
+    stream: &tokio::net::TcpStream,
+    mut bytes: &[u8],
+    limit: std::time::Duration,
+) -> Result<(), TransferError> {
+    while !bytes.is_empty() {
+        match stream.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                match tokio::time::timeout(limit, stream.writable()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(TransferError::ClientGone(e)),
+                    Err(_) => return Err(TransferError::SendTimeout),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(TransferError::ClientGone(e)),
+        }
+    }
+    Ok(())
+}

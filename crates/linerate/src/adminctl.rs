@@ -1,0 +1,215 @@
+//! The operator's side of the admin API: `linerate drain` and `linerate stats` (a live
+//! terminal view in the spirit of varnishstat/top). A minimal blocking HTTP/1.1 client:
+//! one request per connection, read to close. No serving logic.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+/// How long an admin call may take (connect, send, read): the admin API answers from
+/// memory, so a slow answer means a stuck server, which the operator should hear about.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Largest admin answer read (the dashboard page is the biggest, under 64 KiB).
+const MAX_ANSWER: u64 = 4 * 1024 * 1024;
+
+/// Where the admin API is and how to authenticate.
+#[derive(clap::Args)]
+pub struct AdminArgs {
+    /// Admin address. Default: `admin.listen` of `--config`, else 127.0.0.1:9090.
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// Configuration file to take the admin address and token from.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Bearer token; default: `admin.token` of `--config` (which keeps it out of `ps`).
+    #[arg(long)]
+    token: Option<String>,
+}
+
+/// `linerate stats` options.
+#[derive(clap::Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Print one sample and exit (for scripts and tests).
+    #[arg(long)]
+    once: bool,
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 1)]
+    interval: u64,
+}
+
+impl AdminArgs {
+    fn resolve(&self) -> anyhow::Result<(SocketAddr, String)> {
+        let config = match &self.config {
+            Some(p) => Some(crate::config::Config::load(p)?),
+            None => None,
+        };
+        let addr = match (self.admin, &config) {
+            (Some(a), _) => a,
+            (None, Some(c)) => c
+                .admin
+                .to_options()
+                .listen
+                .context("admin.listen is \"off\" in the configuration")?,
+            (None, None) => linerate_server::operate::DEFAULT_ADMIN_LISTEN.parse()?,
+        };
+        let token = match (&self.token, &config) {
+            (Some(t), _) => t.clone(),
+            (None, Some(c)) => c.admin.token.clone(),
+            (None, None) => String::new(),
+        };
+        Ok((addr, token))
+    }
+}
+
+/// One admin call; returns status and body.
+fn call(addr: SocketAddr, method: &str, path: &str, token: &str) -> anyhow::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, CALL_TIMEOUT)
+        .with_context(|| format!("admin API at {addr}"))?;
+    s.set_read_timeout(Some(CALL_TIMEOUT))?;
+    s.set_write_timeout(Some(CALL_TIMEOUT))?;
+    let auth = if token.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: Bearer {token}\r\n")
+    };
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = Vec::new();
+    s.take(MAX_ANSWER).read_to_end(&mut answer)?;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("admin API: malformed answer")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("admin API: malformed status line")?;
+    Ok((status, body.to_owned()))
+}
+
+/// `linerate drain`.
+pub fn drain(args: &AdminArgs) -> anyhow::Result<()> {
+    let (addr, token) = args.resolve()?;
+    let (status, body) = call(addr, "POST", "/drain", &token)?;
+    if status != 200 {
+        anyhow::bail!("drain refused ({status}): {}", body.trim());
+    }
+    println!("{}", body.trim());
+    Ok(())
+}
+
+/// `linerate stats`.
+pub fn stats(args: &StatsArgs) -> anyhow::Result<()> {
+    let (addr, _) = args.admin.resolve()?;
+    loop {
+        let (status, body) = call(addr, "GET", "/stats.json", "")?;
+        if status != 200 {
+            anyhow::bail!("stats ({status}): {}", body.trim());
+        }
+        let view = render(&body);
+        if args.once {
+            print!("{view}");
+            return Ok(());
+        }
+        // Clear the screen and home the cursor, like top.
+        print!("\x1b[2J\x1b[H{view}");
+        std::io::stdout().flush()?;
+        std::thread::sleep(Duration::from_secs(args.interval.max(1)));
+    }
+}
+
+/// A number field of a flat JSON document (the admin API's own output, so a tiny
+/// scanner is enough; a missing field shows as 0).
+fn field(json: &str, key: &str) -> f64 {
+    let needle = format!("\"{key}\":");
+    json.find(&needle)
+        .map(|i| &json[i + needle.len()..])
+        .and_then(|rest| {
+            let end = rest.find([',', '}']).unwrap_or(rest.len());
+            rest[..end].trim().parse().ok()
+        })
+        .unwrap_or(0.0)
+}
+
+fn text_field<'a>(json: &'a str, key: &str) -> &'a str {
+    let needle = format!("\"{key}\":\"");
+    json.find(&needle)
+        .map(|i| &json[i + needle.len()..])
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or("?")
+}
+
+fn human_bits(bytes_per_s: f64) -> String {
+    let bits = bytes_per_s * 8.0;
+    for (unit, scale) in [("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)] {
+        if bits >= scale {
+            return format!("{:.2} {unit}", bits / scale);
+        }
+    }
+    format!("{bits:.0} b/s")
+}
+
+/// The text view of one `/stats.json` document.
+fn render(json: &str) -> String {
+    let hit = if json.contains("\"hit_ratio\":null") {
+        "n/a (appliance)".to_owned()
+    } else {
+        format!("{:.1}%", field(json, "hit_ratio") * 100.0)
+    };
+    let mut out = format!(
+        "linerate  mode {}  uptime {:.0}s  workers {}\n\n\
+throughput   {:>14}\nrequests/s   {:>14.1}\nhit ratio    {:>14}\n\
+requests     {:>14}\nsent bytes   {:>14}\n\n\
+connections  open {}  active {}  idle {}  parked {}\n\nworker  requests        sent bytes   throughput\n",
+        text_field(json, "mode"),
+        field(json, "uptime_s"),
+        field(json, "workers"),
+        human_bits(field(json, "bytes_per_s")),
+        field(json, "requests_per_s"),
+        hit,
+        field(json, "requests_total"),
+        field(json, "sent_bytes_total"),
+        field(json, "open"),
+        field(json, "active"),
+        field(json, "idle"),
+        field(json, "parked"),
+    );
+    if let Some(list) = json.split("\"per_worker\":[").nth(1) {
+        for w in list.split("},{") {
+            if !w.contains("\"worker\":") {
+                continue;
+            }
+            out.push_str(&format!(
+                "{:>6}  {:>8}  {:>16}  {:>11}\n",
+                field(w, "worker"),
+                field(w, "requests"),
+                field(w, "sent_bytes"),
+                human_bits(field(w, "bytes_per_s"))
+            ));
+        }
+    }
+    out.push_str("\ndisks        none (store not wired into the server yet)\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn renders_a_stats_document() {
+        let doc = "{\"mode\":\"serving\",\"uptime_s\":3.0,\"workers\":2,\"requests_total\":5,\"sent_bytes_total\":100,\"requests_per_s\":2.0,\"bytes_per_s\":125000000,\"hit_ratio\":null,\"hit_ratio_total\":null,\"connections\":{\"open\":1,\"active\":0,\"idle\":1,\"parked\":0},\"per_worker\":[{\"worker\":0,\"requests\":3,\"sent_bytes\":60,\"bytes_per_s\":0,\"open\":1},{\"worker\":1,\"requests\":2,\"sent_bytes\":40,\"bytes_per_s\":0,\"open\":0}],\"disks\":[]}";
+        let v = super::render(doc);
+        assert!(v.contains("mode serving"), "{v}");
+        assert!(v.contains("1.00 Gb/s"), "{v}");
+        assert!(v.contains("n/a (appliance)"), "{v}");
+        assert!(v.contains("     1         2"), "{v}");
+    }
+}
