@@ -46,6 +46,9 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
     -subj /CN=localhost -addext subjectAltName=DNS:localhost \
     -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 
+# nginx's workers drop root privileges; let them read the library.
+chmod -R a+rX "$work"
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 LR_PORT=$(free_port)
 NG_PORT=$(free_port)
@@ -119,6 +122,13 @@ cipher() {
         sed -n 's/^.*Cipher is \(.*\)$/\1/p' | head -n 1
 }
 echo "[https] cipher: linerate $(cipher "$LR_PORT"), nginx $(cipher "$NG_PORT")" >&2
+# Both must serve the bytes, or the figures mean nothing.
+for port in "$LR_PORT" "$NG_PORT"; do
+    for seg in seg64k.m4s seg2m.m4s; do
+        curl -sk --http1.1 "https://localhost:$port/$seg" | cmp -s - "$work/root/$seg" ||
+            { echo "[https] port $port does not serve $seg correctly" >&2; cat "$work/nginx.err" "$work/nginx/error.log" >&2 2>/dev/null; exit 1; }
+    done
+done
 
 hz=$(getconf CLK_TCK)
 printf '| server | segment | requests/s | GB/s | server CPU s per GB |\n|---|---|---:|---:|---:|\n'
@@ -130,6 +140,9 @@ for seg in seg64k.m4s seg2m.m4s; do
         out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "https://localhost:$port/$seg" 2>&1)
         # shellcheck disable=SC2086
         t1=$(ticks $sp)
+        if grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
+            echo "[https] $server $seg: $(grep -E 'Non-2xx|Socket errors' <<<"$out" | tr -s ' ')" >&2
+        fi
         rps=$(sed -n 's/^Requests\/sec: *//p' <<<"$out")
         reqs=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out")
         size=$(stat -c %s "$work/root/$seg")

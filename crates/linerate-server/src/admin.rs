@@ -119,6 +119,7 @@ impl Admin {
             mode: self.control.mode(),
             uptime_s: self.control.started.elapsed().as_secs_f64(),
             reloads: self.control.reload_counts(),
+            ktls: self.control.ktls().cloned(),
         }
     }
 

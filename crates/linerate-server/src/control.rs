@@ -8,7 +8,7 @@
 //! when told to drain (see `worker`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use tokio::sync::watch;
@@ -66,6 +66,8 @@ pub(crate) struct Control {
     reloads_failed: AtomicU64,
     /// When the server started (for uptime).
     pub(crate) started: Instant,
+    /// What the start-up probe found kernel TLS accepts (set once, when TLS is on).
+    ktls: OnceLock<linerate_sys::ktls::Support>,
 }
 
 impl Control {
@@ -78,7 +80,18 @@ impl Control {
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             started: Instant::now(),
+            ktls: OnceLock::new(),
         }
+    }
+
+    /// Record the kernel-TLS probe result (once, at start-up) for `/metrics`.
+    pub(crate) fn set_ktls(&self, support: linerate_sys::ktls::Support) {
+        let _ = self.ktls.set(support);
+    }
+
+    /// The kernel-TLS probe result, when TLS listeners are configured.
+    pub(crate) fn ktls(&self) -> Option<&linerate_sys::ktls::Support> {
+        self.ktls.get()
     }
 
     /// The current mode.
@@ -204,6 +217,30 @@ fn merge_reloadable(
     keep!(tcp.congestion, "tcp.congestion");
     keep!(tcp.max_pacing_rate, "tcp.max_pacing_rate");
     keep!(timeouts.shutdown_grace, "timeouts.shutdown_grace_ms");
+    // TLS listeners, the handshake timeout and the kTLS switch are fixed at start-up;
+    // certificates and the unknown-SNI policy reload (see `tls_accept::follow_config`).
+    match (&old.tls, &mut new.tls) {
+        (Some(o), Some(n)) => {
+            macro_rules! keep_tls {
+                ($field:ident, $name:literal) => {
+                    if n.$field != o.$field {
+                        ignored.push($name);
+                        n.$field = o.$field.clone();
+                    }
+                };
+            }
+            keep_tls!(listen, "tls.listen");
+            keep_tls!(handshake_timeout, "tls.handshake_timeout_ms");
+            keep_tls!(ktls, "tls.ktls");
+        }
+        (None, None) => {}
+        // TLS listeners appeared or disappeared: the old ones keep serving (with the
+        // certificates they started with, when the new file has none).
+        (o, n) => {
+            ignored.push("tls.listen");
+            *n = o.clone();
+        }
+    }
     (new, ignored)
 }
 

@@ -67,6 +67,34 @@ pub(crate) fn kernel_suite(
     Some((version, cipher))
 }
 
+/// What to do before sending more records under the current key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LimitAction {
+    /// Under the limit: send.
+    Proceed,
+    /// Would pass the limit: switch to the next key first (TLS 1.3 KeyUpdate).
+    Rekey,
+    /// Would pass the limit and no rekey is possible: close instead of sending.
+    Close,
+}
+
+/// Records a response of `bytes` sent in `writes` calls may take: one per 16 KiB of
+/// plaintext, plus one per call (each call can close a partial record).
+fn record_estimate(bytes: u64, writes: u64) -> u64 {
+    bytes.div_ceil(MAX_RECORD_PLAINTEXT as u64) + writes
+}
+
+/// The decision for sending `estimate` more records after `sent`, under `limit`.
+fn limit_action(sent: u64, estimate: u64, limit: u64, can_rekey: bool) -> LimitAction {
+    if sent.saturating_add(estimate) <= limit {
+        LimitAction::Proceed
+    } else if can_rekey {
+        LimitAction::Rekey
+    } else {
+        LimitAction::Close
+    }
+}
+
 /// A connection on kernel TLS.
 pub(crate) struct KtlsStream {
     /// The socket; sends on it are encrypted by the kernel.
@@ -321,14 +349,15 @@ impl KtlsStream {
     /// plus one per call. Past the limit, rekey (TLS 1.3 on a kernel that can) or
     /// refuse, and the connection closes before the limit is reached.
     pub(crate) fn before_response(&mut self, bytes: u64, writes: u64) -> io::Result<()> {
-        let estimate = bytes.div_ceil(MAX_RECORD_PLAINTEXT as u64) + writes;
-        if self.tx_records.saturating_add(estimate) > self.tx_limit {
-            if self.version == Version::Tls13 && self.rekey {
-                self.rekey_tx()?;
-            } else {
+        let estimate = record_estimate(bytes, writes);
+        let can_rekey = self.version == Version::Tls13 && self.rekey;
+        match limit_action(self.tx_records, estimate, self.tx_limit, can_rekey) {
+            LimitAction::Proceed => {}
+            LimitAction::Rekey => self.rekey_tx()?,
+            LimitAction::Close => {
                 return Err(io::Error::other(
                     "record limit of the cipher reached and this kernel cannot rekey",
-                ));
+                ))
             }
         }
         self.tx_records += estimate;
@@ -338,5 +367,55 @@ impl KtlsStream {
     /// Best-effort close_notify (warning level 1, description 0).
     pub(crate) fn close_notify(&self) {
         let _ = ktls::send_record(self.stream.as_fd(), ktls::CONTENT_ALERT, &[1, 0]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_estimated_up_and_the_limit_rekeys_or_closes() {
+        assert_eq!(record_estimate(0, 1), 1);
+        assert_eq!(record_estimate(16 * 1024, 2), 3);
+        assert_eq!(record_estimate(16 * 1024 + 1, 2), 4);
+        // AES-GCM under TLS 1.3: 2^24.5 records (RFC 8446 §5.5); we act at 7/8.
+        let limit = (1u64 << 24) / LIMIT_DENOMINATOR * LIMIT_NUMERATOR;
+        assert_eq!(limit_action(0, 130, limit, false), LimitAction::Proceed);
+        assert_eq!(
+            limit_action(limit - 130, 130, limit, false),
+            LimitAction::Proceed
+        );
+        assert_eq!(
+            limit_action(limit - 129, 130, limit, true),
+            LimitAction::Rekey
+        );
+        assert_eq!(
+            limit_action(limit - 129, 130, limit, false),
+            LimitAction::Close
+        );
+        assert_eq!(
+            limit_action(u64::MAX, 1, u64::MAX, false),
+            LimitAction::Proceed
+        );
+    }
+
+    #[test]
+    fn only_kernel_capable_suites_map() {
+        use rustls::crypto::ring::cipher_suite as cs;
+        let v13 = Some(ProtocolVersion::TLSv1_3);
+        assert_eq!(
+            kernel_suite(v13, Some(cs::TLS13_AES_128_GCM_SHA256)),
+            Some((Version::Tls13, Cipher::Aes128Gcm))
+        );
+        assert_eq!(
+            kernel_suite(
+                Some(ProtocolVersion::TLSv1_2),
+                Some(cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256)
+            ),
+            Some((Version::Tls12, Cipher::Chacha20Poly1305))
+        );
+        assert_eq!(kernel_suite(None, Some(cs::TLS13_AES_256_GCM_SHA384)), None);
+        assert_eq!(kernel_suite(Some(ProtocolVersion::TLSv1_1), None), None);
     }
 }

@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use crate::control::Mode;
 use crate::stats::{
-    CacheStatus, CloseReason, DeliveryPath, Histogram, Snapshot, StatusClass, WorkerStats,
+    CacheStatus, CloseReason, DeliveryPath, Histogram, Snapshot, StatusClass, TlsOutcome,
+    WorkerStats,
 };
+use linerate_sys::ktls::{Cipher, Version};
 
 /// Rates over the admin thread's last sampling interval.
 #[derive(Debug, Clone, Default)]
@@ -35,6 +37,8 @@ pub(crate) struct Facts {
     pub(crate) uptime_s: f64,
     /// Successful and rejected reloads.
     pub(crate) reloads: (u64, u64),
+    /// The kernel-TLS probe result; `None` without TLS listeners.
+    pub(crate) ktls: Option<linerate_sys::ktls::Support>,
 }
 
 /// Per-worker snapshots and their sum.
@@ -281,6 +285,51 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
     );
     family(
         &mut out,
+        "linerate_tls_handshakes_total",
+        "counter",
+        "TLS handshakes, by outcome: the path a completed one's records took (ktls, userspace_tls) or why it failed.",
+    );
+    for (i, outcome) in TlsOutcome::ALL.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "linerate_tls_handshakes_total{{outcome=\"{}\"}} {}",
+            outcome.as_str(),
+            t.tls[i]
+        );
+    }
+    counter(
+        &mut out,
+        "linerate_tls_resumed_total",
+        "TLS handshakes that resumed a session (tickets).",
+        t.tls_resumed,
+    );
+    if let Some(support) = &facts.ktls {
+        family(
+            &mut out,
+            "linerate_ktls_supported",
+            "gauge",
+            "1 if the start-up probe found this kernel's kTLS accepts the version and cipher.",
+        );
+        for version in [Version::Tls12, Version::Tls13] {
+            for cipher in Cipher::ALL {
+                let _ = writeln!(
+                    out,
+                    "linerate_ktls_supported{{version=\"{}\",cipher=\"{}\"}} {}",
+                    version.as_str(),
+                    cipher.as_str(),
+                    u8::from(support.supports(version, cipher))
+                );
+            }
+        }
+        gauge(
+            &mut out,
+            "linerate_ktls_rekey_supported",
+            "1 if the kernel can replace kTLS keys (TLS 1.3 KeyUpdate; Linux >= 6.14).",
+            if support.rekey { 1.0 } else { 0.0 },
+        );
+    }
+    family(
+        &mut out,
         "linerate_config_reloads_total",
         "counter",
         "Configuration reloads, by result.",
@@ -398,6 +447,7 @@ mod tests {
             mode: Mode::Serving,
             uptime_s: 1.0,
             reloads: (0, 0),
+            ktls: None,
         };
         let text = prometheus(&[a, b], &facts);
         assert!(text.contains("linerate_requests_total{status=\"2xx\",cache=\"local\"} 2\n"));

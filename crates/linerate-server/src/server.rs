@@ -181,6 +181,9 @@ fn run_controlled(
         "starting"
     );
     let control = Arc::new(Control::new(Arc::new(options.clone()), reloader));
+    if let Some(t) = &tls {
+        control.set_ktls(t.support.clone());
+    }
     let stats: Vec<Arc<WorkerStats>> = (0..options.workers)
         .map(|_| Arc::new(WorkerStats::new()))
         .collect();

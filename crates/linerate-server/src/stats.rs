@@ -229,6 +229,52 @@ pub const DELIVERY_RATE_BOUNDS: &[u64] = &[
 /// Congestion window, segments: the initial window (10) to a loopback-sized window.
 pub const CWND_BOUNDS: &[u64] = &[10, 20, 40, 80, 160, 320, 640, 1_280, 2_560, 10_000];
 
+/// How a TLS connection's handshake ended, and which path its records took (the labels
+/// of `linerate_tls_handshakes_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsOutcome {
+    /// Completed; records in the kernel (kTLS).
+    KernelTls,
+    /// Completed; records in user space (rustls).
+    UserspaceTls,
+    /// Not finished within the handshake timeout (the TLS slowloris defence).
+    Timeout,
+    /// Plain HTTP sent to the TLS port (answered with 400).
+    PlainHttp,
+    /// Refused by rustls: not TLS, no common parameters, unknown SNI refused.
+    Refused,
+    /// The client left mid-handshake.
+    Abandoned,
+    /// Completed, but installing the keys in the kernel failed (closed).
+    HandoverFailed,
+}
+
+impl TlsOutcome {
+    /// All outcomes, in label order.
+    pub const ALL: [TlsOutcome; 7] = [
+        TlsOutcome::KernelTls,
+        TlsOutcome::UserspaceTls,
+        TlsOutcome::Timeout,
+        TlsOutcome::PlainHttp,
+        TlsOutcome::Refused,
+        TlsOutcome::Abandoned,
+        TlsOutcome::HandoverFailed,
+    ];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsOutcome::KernelTls => "ktls",
+            TlsOutcome::UserspaceTls => "userspace_tls",
+            TlsOutcome::Timeout => "timeout",
+            TlsOutcome::PlainHttp => "plain_http",
+            TlsOutcome::Refused => "refused",
+            TlsOutcome::Abandoned => "abandoned",
+            TlsOutcome::HandoverFailed => "handover_failed",
+        }
+    }
+}
+
 /// Why a connection ended (the labels of `linerate_connections_closed_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloseReason {
@@ -305,6 +351,8 @@ pub struct WorkerStats {
     accepted: AtomicU64,
     refused: AtomicU64,
     closed: [AtomicU64; 7],
+    tls: [AtomicU64; 7],
+    tls_resumed: AtomicU64,
     open: AtomicU64,
     active: AtomicU64,
     parked: AtomicU64,
@@ -343,6 +391,10 @@ pub struct Snapshot {
     pub refused: u64,
     /// Connections closed, per [`CloseReason`].
     pub closed: [u64; 7],
+    /// TLS handshakes per [`TlsOutcome`].
+    pub tls: [u64; 7],
+    /// TLS handshakes that resumed a session.
+    pub tls_resumed: u64,
     /// Open connections now.
     pub open: u64,
     /// Active connections now.
@@ -373,6 +425,10 @@ impl Snapshot {
         for (x, y) in self.closed.iter_mut().zip(o.closed.iter()) {
             *x += y;
         }
+        for (x, y) in self.tls.iter_mut().zip(o.tls.iter()) {
+            *x += y;
+        }
+        self.tls_resumed += o.tls_resumed;
         self.accepted += o.accepted;
         self.refused += o.refused;
         self.open += o.open;
@@ -415,6 +471,8 @@ impl WorkerStats {
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             closed: [const { AtomicU64::new(0) }; 7],
+            tls: [const { AtomicU64::new(0) }; 7],
+            tls_resumed: AtomicU64::new(0),
             open: AtomicU64::new(0),
             active: AtomicU64::new(0),
             parked: AtomicU64::new(0),
@@ -449,6 +507,14 @@ impl WorkerStats {
     pub fn accepted(&self) {
         bump(&self.accepted, 1);
         bump(&self.open, 1);
+    }
+
+    /// A TLS handshake ended with `outcome`; `resumed`: it resumed a session.
+    pub fn tls(&self, outcome: TlsOutcome, resumed: bool) {
+        bump(&self.tls[outcome as usize], 1);
+        if resumed {
+            bump(&self.tls_resumed, 1);
+        }
     }
 
     /// A connection was refused at the per-worker limit.
@@ -517,6 +583,10 @@ impl WorkerStats {
         for (x, y) in s.closed.iter_mut().zip(self.closed.iter()) {
             *x = r(y);
         }
+        for (x, y) in s.tls.iter_mut().zip(self.tls.iter()) {
+            *x = r(y);
+        }
+        s.tls_resumed = r(&self.tls_resumed);
         s.accepted = r(&self.accepted);
         s.refused = r(&self.refused);
         s.open = r(&self.open);

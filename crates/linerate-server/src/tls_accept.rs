@@ -1,14 +1,13 @@
 //! A new connection on a TLS listener: run the handshake under its deadline, then pick
 //! the path its records take (kernel TLS when the start-up probe found the kernel
 //! accepts the negotiated version and cipher, user-space TLS otherwise), and count what
-//! happened in the worker's [`TlsStats`].
+//! happened in the worker's statistics (`linerate_tls_handshakes_total{outcome}`).
 //!
 //! Also here: [`SharedTls`], the TLS state all workers share, and the per-worker task
 //! that follows certificate reloads.
 //!
 //! Not here: the handshake mechanics (`tls_conn`) or the kernel hand-over (`ktls_conn`).
 
-use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +19,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::control::Control;
+use crate::stats::TlsOutcome;
 use crate::tls_config::TlsConfigBuilder;
 
 use crate::ktls_conn;
@@ -91,55 +91,12 @@ pub(crate) async fn follow_config(worker: Rc<Worker>, control: Arc<Control>) {
     }
 }
 
-/// Per-worker TLS counters: plain `Cell`s, written only by the owning worker, summed
-/// only when read (DESIGN.md: no shared counter on the request path).
-#[derive(Debug, Default)]
-pub(crate) struct TlsStats {
-    /// Connections whose records the kernel carries.
-    pub(crate) kernel: Cell<u64>,
-    /// Connections whose records rustls carries in user space.
-    pub(crate) user: Cell<u64>,
-    /// Handshakes that resumed a session (tickets).
-    pub(crate) resumed: Cell<u64>,
-    /// Handshakes refused by rustls (garbage, no common parameters, unknown SNI).
-    pub(crate) refused: Cell<u64>,
-    /// Handshakes not finished in time (the slowloris defence).
-    pub(crate) timed_out: Cell<u64>,
-    /// Plain HTTP sent to the TLS port.
-    pub(crate) plain_http: Cell<u64>,
-    /// Clients that left mid-handshake.
-    pub(crate) abandoned: Cell<u64>,
-    /// Kernel hand-overs that failed after the handshake (connection closed).
-    pub(crate) handover_failed: Cell<u64>,
-}
-
-fn bump(c: &Cell<u64>) {
-    c.set(c.get() + 1);
-}
-
-impl TlsStats {
-    /// One line for the log, at worker stop.
-    pub(crate) fn summary(&self) -> String {
-        format!(
-            "kernel={} user={} resumed={} refused={} timed_out={} plain_http={} abandoned={} handover_failed={}",
-            self.kernel.get(),
-            self.user.get(),
-            self.resumed.get(),
-            self.refused.get(),
-            self.timed_out.get(),
-            self.plain_http.get(),
-            self.abandoned.get(),
-            self.handover_failed.get()
-        )
-    }
-}
-
 /// Handshake `stream` and choose its path. `None`: the connection was closed (every
 /// failure is answered, counted and logged at debug here).
 pub(crate) async fn accept(worker: &Rc<Worker>, stream: TcpStream) -> Option<(Transport, Vec<u8>)> {
     let tls = worker.shared.tls.as_ref()?;
     let config = worker.tls_config()?;
-    let stats = &worker.tls_stats;
+    let stats = &worker.stats;
     let kernel_possible = tls.mode == KtlsMode::Auto && !tls.support.ciphers.is_empty();
     let deadline = Instant::now() + tls.handshake_timeout;
     let done = tokio::select! {
@@ -149,12 +106,13 @@ pub(crate) async fn accept(worker: &Rc<Worker>, stream: TcpStream) -> Option<(Tr
     let h = match done {
         Ok(h) => h,
         Err(e) => {
-            bump(match e {
-                HandshakeError::Timeout => &stats.timed_out,
-                HandshakeError::PlainHttp => &stats.plain_http,
-                HandshakeError::Protocol(_) => &stats.refused,
-                HandshakeError::ClientClosed => &stats.abandoned,
-            });
+            let outcome = match e {
+                HandshakeError::Timeout => TlsOutcome::Timeout,
+                HandshakeError::PlainHttp => TlsOutcome::PlainHttp,
+                HandshakeError::Protocol(_) => TlsOutcome::Refused,
+                HandshakeError::ClientClosed => TlsOutcome::Abandoned,
+            };
+            stats.tls(outcome, false);
             match &e {
                 HandshakeError::Protocol(err) => {
                     tracing::debug!(kind = e.as_str(), error = %err, "TLS handshake failed")
@@ -164,16 +122,14 @@ pub(crate) async fn accept(worker: &Rc<Worker>, stream: TcpStream) -> Option<(Tr
             return None;
         }
     };
-    if h.conn.handshake_kind() == Some(HandshakeKind::Resumed) {
-        bump(&stats.resumed);
-    }
+    let resumed = h.conn.handshake_kind() == Some(HandshakeKind::Resumed);
     if kernel_possible && h.incoming.is_empty() {
         let suite =
             ktls_conn::kernel_suite(h.conn.protocol_version(), h.conn.negotiated_cipher_suite());
         if let Some((version, cipher)) = suite.filter(|(v, c)| tls.support.supports(*v, *c)) {
             return match ktls_conn::hand_over(h, version, cipher, tls.support.rekey) {
                 Ok((k, early)) => {
-                    bump(&stats.kernel);
+                    stats.tls(TlsOutcome::KernelTls, resumed);
                     tracing::trace!(
                         version = version.as_str(),
                         cipher = cipher.as_str(),
@@ -181,15 +137,27 @@ pub(crate) async fn accept(worker: &Rc<Worker>, stream: TcpStream) -> Option<(Tr
                     );
                     Some((Transport::Ktls(Box::new(k)), early))
                 }
+                // The kernel attaches TLS only to an established socket: a client that
+                // already closed (ENOTCONN) or reset is gone, not a failure of ours.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOTCONN) | Some(libc::ECONNRESET) | Some(libc::EPIPE)
+                    ) =>
+                {
+                    stats.tls(TlsOutcome::Abandoned, resumed);
+                    tracing::debug!(error = %e, "client left before the kernel TLS hand-over");
+                    None
+                }
                 Err(e) => {
-                    bump(&stats.handover_failed);
+                    stats.tls(TlsOutcome::HandoverFailed, resumed);
                     tracing::warn!(error = %e, "kernel TLS hand-over failed; closing");
                     None
                 }
             };
         }
     }
-    bump(&stats.user);
+    stats.tls(TlsOutcome::UserspaceTls, resumed);
     let mut h = h;
     let early = std::mem::take(&mut h.early);
     Some((Transport::Tls(Box::new(TlsStream::new(h))), early))

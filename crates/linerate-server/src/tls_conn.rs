@@ -8,7 +8,7 @@
 //! socket before the kernel holds the keys: a record the kernel did not see would break
 //! its sequence numbers. Without kTLS, reads take whatever is there.
 //!
-//! Defined answers to bad input (counted per worker, see `TlsStats`): bytes that are
+//! Defined answers to bad input (counted per worker: `linerate_tls_handshakes_total{outcome}`): bytes that are
 //! not TLS get a fatal alert; plain HTTP on the TLS port (detected by its first byte,
 //! an upper-case method letter where a TLS record has a content type ≤ 0x18) gets a
 //! plain `400` and close, as nginx does; a handshake not finished within the handshake

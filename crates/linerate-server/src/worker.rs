@@ -27,7 +27,7 @@ use crate::control::{Control, Mode};
 use crate::options::ServerOptions;
 use crate::park::Parking;
 use crate::stats::{CloseReason, WorkerStats};
-use crate::tls_accept::{SharedTls, TlsStats};
+use crate::tls_accept::SharedTls;
 use crate::transport::Transport;
 
 /// After `accept` fails with EMFILE/ENFILE/ENOMEM, wait this long before accepting
@@ -41,8 +41,9 @@ const POOLED_BUFFERS: usize = 1024;
 /// A buffer that grew past this (a large pipelined burst) is freed rather than pooled.
 const POOLED_BUFFER_MAX: usize = 16 * 1024;
 
-/// Free user-space TLS chunk pairs kept per worker (each 2 × `TLS_CHUNK`): enough for
-/// the responses one core has in flight at once under load; past it they are freed.
+/// Free user-space TLS chunk pairs kept per worker (each 2 × `TLS_CHUNK`, 512 KiB):
+/// enough for the responses one core has in flight at once under load; past it they
+/// are freed, so an idle worker keeps at most 32 MiB.
 const POOLED_TLS_CHUNKS: usize = 64;
 
 /// Read-only state built at start-up and shared by all workers.
@@ -122,8 +123,6 @@ pub(crate) struct Worker {
     tcp_rng: Cell<u64>,
     /// This worker's copy of the TLS server configuration (see the module docs).
     pub(crate) tls_config: RefCell<Option<Arc<ServerConfig>>>,
-    /// TLS handshake outcomes and connection paths.
-    pub(crate) tls_stats: TlsStats,
     /// Free (plaintext, ciphertext) chunk pairs for user-space TLS sends.
     tls_chunks: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
 }
@@ -277,7 +276,6 @@ impl WorkerPlan {
         let tls_config = self.shared.tls.as_ref().map(|t| t.configs.borrow().clone());
         let worker = Rc::new(Worker {
             tls_config: RefCell::new(tls_config),
-            tls_stats: TlsStats::default(),
             tls_chunks: RefCell::new(Vec::new()),
             live: RefCell::new(Rc::new(Live::new(options))),
             log: RefCell::new(log),
@@ -341,7 +339,18 @@ impl WorkerPlan {
         housekeeping.abort();
         if let Some(t) = tls_task {
             t.abort();
-            tracing::info!(worker = worker.index, tls = %worker.tls_stats.summary(), "TLS connections");
+            let s = worker.stats.snapshot();
+            let counts: Vec<String> = crate::stats::TlsOutcome::ALL
+                .iter()
+                .zip(s.tls.iter())
+                .map(|(o, n)| format!("{}={n}", o.as_str()))
+                .collect();
+            tracing::info!(
+                worker = worker.index,
+                handshakes = %counts.join(" "),
+                resumed = s.tls_resumed,
+                "TLS connections"
+            );
         }
         worker.log.borrow_mut().flush(&worker.stats);
         if worker.open.get() > 0 {
@@ -395,13 +404,14 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, security: Securi
 }
 
 /// Handshake, then serve, a TLS connection as a task of this worker. A failed
-/// handshake is counted in `tls_stats` and closes as a bad request.
+/// handshake is counted in the worker statistics and closes as a bad request.
 fn spawn_tls_connection(worker: &Rc<Worker>, stream: tokio::net::TcpStream) {
     let w = worker.clone();
     tokio::task::spawn_local(async move {
-        let why = match crate::tls_accept::accept(&w, stream).await {
-            // Boxed: the handshake's and the connection's futures are large and only
-            // one is live at a time.
+        // Boxed: rustls's handshake state makes the handshake future ~18 KiB, and an
+        // accept loop's task should not carry that inline; the connection's future
+        // is boxed for the same reason.
+        let why = match Box::pin(crate::tls_accept::accept(&w, stream)).await {
             Some((io, early)) => match Box::pin(crate::conn::serve(&w, io, true, early)).await {
                 crate::conn::Outcome::Closed(why) => why,
                 // TLS connections never park (see `transport`).

@@ -4,7 +4,7 @@
 //! reports itself skipped.
 //!
 //! It proves the kernel path engaged (the kernel's own `/proc/net/tls_stat` counts our
-//! sockets, and linerate's per-worker counters say `kernel=`), compares every byte the
+//! sockets, and linerate's per-worker counters say `ktls=`), compares every byte the
 //! client decrypted with the file for TLS 1.3 and 1.2 and each kTLS cipher, checks
 //! control records (close_notify, a peer KeyUpdate) end or continue the connection
 //! cleanly, and prints relative throughput and CPU of kernel versus user-space TLS.
@@ -145,7 +145,7 @@ fn kernel_tls_carries_byte_exact_bodies_and_control_records() {
     let log = log.lock().unwrap();
     let kernel: u64 = log
         .iter()
-        .filter_map(|l| l.split("kernel=").nth(1))
+        .filter_map(|l| l.split("handshakes=ktls=").nth(1))
         .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     assert!(

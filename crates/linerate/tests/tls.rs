@@ -135,6 +135,34 @@ fn sessions_resume_with_tickets() {
 }
 
 #[test]
+fn a_peer_key_update_is_followed_or_ends_the_connection_cleanly() {
+    let seg = content(100_000, 4);
+    let lib = library(&[("s.m4s", &seg)]);
+    let cert = TestCert::new(&["localhost"]);
+    let (srv, addr) = serve_tls(lib.path(), &cert, "");
+    let config = client(&[&cert.der], Versions::Tls13);
+    let mut s = connect(addr, "localhost", &config).unwrap();
+    assert!(get(&mut s, "/s.m4s", &[]).body == seg);
+    // RFC 8446 §4.6.3: KeyUpdate(update_requested); the server must switch both keys.
+    s.conn.refresh_traffic_keys().unwrap();
+    send_get(&mut s, "/s.m4s", &[]);
+    match read_resp(&mut s) {
+        Some(r) => {
+            assert!(r.body == seg);
+            for _ in 0..3 {
+                assert!(get(&mut s, "/s.m4s", &[]).body == seg);
+            }
+        }
+        // Only kernel TLS on a kernel that cannot rekey (< 6.14) may close instead.
+        None => assert!(
+            std::path::Path::new("/proc/net/tls_stat").exists(),
+            "user-space TLS must follow a KeyUpdate"
+        ),
+    }
+    srv.stop();
+}
+
+#[test]
 fn sni_picks_the_certificate_and_unknown_names_follow_policy() {
     let lib = library(&[("a.ts", b"abc")]);
     let a = TestCert::new(&["a.test"]);
@@ -272,6 +300,32 @@ fn bad_input_gets_defined_answers_and_leaks_nothing() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Every outcome above is counted by the server, and the kTLS probe is exported.
+    let mut m = std::net::TcpStream::connect(srv.admin_addr()).unwrap();
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let metrics = String::from_utf8(support::read_to_close(&mut m)).unwrap();
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+    };
+    let outcome = |o: &str| value(&format!("linerate_tls_handshakes_total{{outcome=\"{o}\"}}"));
+    assert_eq!(outcome("plain_http"), 1);
+    assert!(outcome("refused") >= 3);
+    assert!(outcome("timeout") >= 2);
+    // Seven handshakes completed on the client's side; the two clients that left at
+    // once may be counted as abandoned when the server's last flight (TLS 1.3 session
+    // tickets) finds them gone, which is timing (and, on kTLS, exact-record reads).
+    let done = outcome("userspace_tls") + outcome("ktls");
+    let all: Vec<String> = metrics
+        .lines()
+        .filter(|l| l.starts_with("linerate_tls_handshakes_total"))
+        .map(str::to_owned)
+        .collect();
+    assert!(done >= 5 && done + outcome("abandoned") >= 7, "{all:?}");
+    assert!(metrics.contains("linerate_ktls_supported{version=\"tls1.3\",cipher=\"aes-128-gcm\"}"));
     let status = srv.stop();
     assert!(status.success());
 }
