@@ -64,7 +64,7 @@ impl Pending {
 }
 
 /// What is known when the response ends.
-pub(crate) struct Finished {
+pub(crate) struct Finished<'c> {
     /// Status sent.
     pub(crate) status: u16,
     /// Bytes handed to the kernel (head and body).
@@ -75,6 +75,8 @@ pub(crate) struct Finished {
     pub(crate) cache: CacheStatus,
     /// Smoothed RTT, if this connection is sampled.
     pub(crate) rtt_us: Option<u32>,
+    /// The socket's congestion control (e.g. `cubic`), if this connection is sampled.
+    pub(crate) congestion: Option<&'c str>,
     /// Worker index.
     pub(crate) worker: usize,
 }
@@ -239,7 +241,7 @@ fn escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-/// `ip - - [date] "request" status bytes "referer" "agent" cache=… dur_us=… rtt_us=…`.
+/// `ip - - [date] "request" status bytes "referer" "agent" cache=… dur_us=… rtt_us=… cc=…`.
 /// The date is the response's HTTP date (RFC 9110 IMF-fixdate, UTC) rather than
 /// nginx's `$time_local`: it is already formatted once a second per worker.
 fn combined(out: &mut Vec<u8>, peer: Option<SocketAddr>, date: &[u8], p: &Pending, d: &Finished) {
@@ -264,6 +266,9 @@ fn combined(out: &mut Vec<u8>, peer: Option<SocketAddr>, date: &[u8], p: &Pendin
         }
         None => out.push(b'-'),
     }
+    out.extend_from_slice(b" cc=");
+    // The kernel's names are lower-case letters, digits and `_`; escaped all the same.
+    escaped(out, d.congestion.unwrap_or("-").as_bytes());
     out.push(b'\n');
 }
 
@@ -307,6 +312,11 @@ fn json(out: &mut Vec<u8>, peer: Option<SocketAddr>, date: &[u8], p: &Pending, d
         }
         None => out.extend_from_slice(b"null"),
     }
+    out.extend_from_slice(b",\"cc\":");
+    match d.congestion {
+        Some(cc) => json_str(out, cc.as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
     let _ = writeln!(out, ",\"worker\":{}}}", d.worker);
 }
 
@@ -315,7 +325,7 @@ fn json(out: &mut Vec<u8>, peer: Option<SocketAddr>, date: &[u8], p: &Pending, d
 mod tests {
     use super::*;
 
-    fn sample() -> (Pending, Finished) {
+    fn sample() -> (Pending, Finished<'static>) {
         let p = Pending::capture(
             b"GET /a\"b.ts HTTP/1.1\r\nHost: x\r\nUser-Agent: player/1\r\nreferer: http://r/\r\n\r\n",
         );
@@ -325,6 +335,7 @@ mod tests {
             duration_us: 56,
             cache: CacheStatus::Local,
             rtt_us: Some(42),
+            congestion: Some("cubic"),
             worker: 3,
         };
         (p, d)
@@ -338,7 +349,7 @@ mod tests {
         combined(&mut out, peer, b"Sun, 06 Nov 1994 08:49:37 GMT", &p, &d);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "127.0.0.1 - - [Sun, 06 Nov 1994 08:49:37 GMT] \"GET /a\\x22b.ts HTTP/1.1\" 206 1234 \"http://r/\" \"player/1\" cache=local dur_us=56 rtt_us=42\n"
+            "127.0.0.1 - - [Sun, 06 Nov 1994 08:49:37 GMT] \"GET /a\\x22b.ts HTTP/1.1\" 206 1234 \"http://r/\" \"player/1\" cache=local dur_us=56 rtt_us=42 cc=cubic\n"
         );
     }
 
@@ -346,11 +357,12 @@ mod tests {
     fn json_line() {
         let (p, mut d) = sample();
         d.rtt_us = None;
+        d.congestion = None;
         let mut out = Vec::new();
         json(&mut out, None, b"D", &p, &d);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "{\"time\":\"D\",\"remote\":null,\"request\":\"GET /a\\u0022b.ts HTTP/1.1\",\"status\":206,\"bytes\":1234,\"referer\":\"http://r/\",\"user_agent\":\"player/1\",\"cache\":\"local\",\"duration_us\":56,\"rtt_us\":null,\"worker\":3}\n"
+            "{\"time\":\"D\",\"remote\":null,\"request\":\"GET /a\\u0022b.ts HTTP/1.1\",\"status\":206,\"bytes\":1234,\"referer\":\"http://r/\",\"user_agent\":\"player/1\",\"cache\":\"local\",\"duration_us\":56,\"rtt_us\":null,\"cc\":null,\"worker\":3}\n"
         );
     }
 

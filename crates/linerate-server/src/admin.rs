@@ -5,7 +5,8 @@
 //!
 //! Defined answers for bad input: a malformed or oversized head is `400`, a command
 //! without the right `Authorization: Bearer` token is `401` (and changes nothing), a
-//! command when no token is configured is `403`, an unknown path `404`, a wrong method
+//! command when no token is configured is `403`, an unknown path `404` (as are `/metrics`
+//! and `/stats.json` when `admin.metrics` is off), a wrong method
 //! `405`, a reload whose file is invalid `422` (the old configuration keeps running).
 //!
 //! Not here: formatting the documents (`metrics`) or what drain and reload do (`control`).
@@ -21,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::control::{Control, Mode, ReloadOutcome};
 use crate::metrics::{self, Facts, Rates, Scrape};
+use crate::operate::Metrics;
 use crate::stats::WorkerStats;
 
 /// Largest admin request head. Admin requests are a line and a few fields.
@@ -276,7 +278,12 @@ fn route(admin: &Admin, method: &str, path: &str, authorization: Option<&[u8]>) 
         return command_reply(admin, path);
     }
     let facts = admin.facts();
+    // Restart-only, so the running options hold the start-up value.
+    let metrics = admin.control.options().admin.metrics;
     let reply = match path {
+        "/metrics" | "/stats.json" if metrics == Metrics::Off => {
+            return Reply::text(404, "metrics are off (admin.metrics = false)")
+        }
         "/metrics" => Reply::new(
             200,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -288,7 +295,7 @@ fn route(admin: &Admin, method: &str, path: &str, authorization: Option<&[u8]>) 
             } else {
                 503
             };
-            let body = metrics::health(&admin.stats, &facts, &admin.rates.borrow());
+            let body = metrics::health(&admin.stats, &facts, &admin.rates.borrow(), metrics);
             Reply::new(status, "application/json", body)
         }
         "/stats.json" => Reply::new(

@@ -105,9 +105,16 @@ pub(crate) async fn serve(
     if sampled && first {
         worker.stats.sampled();
     }
-    // One getpeername per connection task, and only when requests are being logged.
-    let peer = if worker.log.borrow().enabled() {
+    // One getpeername per connection task, and only when requests are being logged;
+    // one getsockopt(TCP_CONGESTION) more when the connection is also sampled.
+    let logging = worker.log.borrow().enabled();
+    let peer = if logging {
         io.tcp().peer_addr().ok()
+    } else {
+        None
+    };
+    let congestion = if logging && sampled {
+        crate::tcpsample::congestion(io.tcp())
     } else {
         None
     };
@@ -118,6 +125,7 @@ pub(crate) async fn serve(
         sampled,
         peer,
         rtt_us: None,
+        congestion,
     };
     let ending = conn.run(first).await;
     worker.give_buffer(std::mem::take(&mut conn.buf));
@@ -149,6 +157,8 @@ struct Conn<'w> {
     peer: Option<std::net::SocketAddr>,
     /// The latest sampled smoothed RTT.
     rtt_us: Option<u32>,
+    /// The socket's congestion control, when sampled and logged.
+    congestion: Option<String>,
 }
 
 /// What reading more bytes gave.
@@ -176,9 +186,14 @@ impl Conn<'_> {
             // holds: inline, the transfer's nested futures made every connection's task
             // 1,200 bytes even while idle (measured with size_of_val; see
             // docs/benchmarks.md, idle connections). One allocation per request instead.
-            self.worker.stats.enter(ConnState::Active);
+            let stats = self.worker.request_stats();
+            if let Some(s) = stats {
+                s.enter(ConnState::Active);
+            }
             let ending = Box::pin(self.serve_one()).await;
-            self.worker.stats.leave(ConnState::Active);
+            if let Some(s) = stats {
+                s.leave(ConnState::Active);
+            }
             if let Some(ending) = ending {
                 return ending;
             }
@@ -251,13 +266,18 @@ impl Conn<'_> {
         }
         let persistence = response.persistence;
         let (status, cache) = (response.status, response.cache);
-        let started = Instant::now();
+        // The clock is read only when something uses the duration: with metrics off
+        // and this request not logged, the request path makes no clock call at all.
+        let stats = self.worker.request_stats();
+        let started = (stats.is_some() || pending.is_some()).then(Instant::now);
         let mut sent = 0;
         let result = self.io.send(self.worker, response, &mut sent).await;
-        let duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.worker
-            .stats
-            .response(status.code(), cache, duration_us);
+        let duration_us = started.map_or(0, |t| {
+            u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
+        });
+        if let Some(s) = stats {
+            s.response(status.code(), cache, duration_us);
+        }
         if self.sampled {
             self.rtt_us = crate::tcpsample::during(self.worker, self.io.tcp());
         }
@@ -268,6 +288,7 @@ impl Conn<'_> {
                 duration_us,
                 cache,
                 rtt_us: self.rtt_us,
+                congestion: self.congestion.as_deref(),
                 worker: self.worker.index,
             };
             self.worker.date.with(|date| {

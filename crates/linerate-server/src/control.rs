@@ -214,8 +214,11 @@ fn merge_reloadable(
     keep!(cold_threads_per_disk, "server.cold_threads_per_disk");
     keep!(root, "appliance.root");
     keep!(admin.listen, "admin.listen");
+    keep!(admin.metrics, "admin.metrics");
+    // Set on the listener sockets, which stay open across a reload.
     keep!(tcp.congestion, "tcp.congestion");
     keep!(tcp.max_pacing_rate, "tcp.max_pacing_rate");
+    keep!(tcp.listeners, "tcp.listeners");
     keep!(timeouts.shutdown_grace, "timeouts.shutdown_grace_ms");
     // TLS listeners, the handshake timeout and the kTLS switch are fixed at start-up;
     // certificates and the unknown-SNI policy reload (see `tls_accept::follow_config`).
@@ -254,11 +257,28 @@ mod tests {
         let mut new = ServerOptions::new("/b".into());
         new.workers = old.workers + 1;
         new.max_discarded_body = 7;
+        new.admin.metrics = crate::operate::Metrics::Off;
+        new.tcp.listeners.push(crate::operate::ListenerTcp {
+            listen: ([127, 0, 0, 1], 8443).into(),
+            tuning: crate::operate::TcpTuning::default(),
+        });
+        new.tcp.info_sample = 0.5;
         let (merged, ignored) = merge_reloadable(&old, new);
         assert_eq!(merged.root, old.root);
         assert_eq!(merged.workers, old.workers);
         assert_eq!(merged.max_discarded_body, 7);
-        assert_eq!(ignored, vec!["server.workers", "appliance.root"]);
+        assert_eq!(merged.admin.metrics, crate::operate::Metrics::On);
+        assert!(merged.tcp.listeners.is_empty());
+        assert_eq!(merged.tcp.info_sample, 0.5);
+        assert_eq!(
+            ignored,
+            vec![
+                "server.workers",
+                "appliance.root",
+                "admin.metrics",
+                "tcp.listeners"
+            ]
+        );
     }
 
     #[test]

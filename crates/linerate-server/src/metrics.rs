@@ -10,6 +10,7 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 use crate::control::Mode;
+use crate::operate::Metrics;
 use crate::stats::{
     CacheStatus, CloseReason, DeliveryPath, Histogram, Snapshot, StatusClass, TlsOutcome,
     WorkerStats,
@@ -376,16 +377,27 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
 }
 
 /// `/health`: the load balancer's view. The store is not wired into the server yet, so
-/// `disks` is empty.
-pub(crate) fn health(stats: &[Arc<WorkerStats>], facts: &Facts, rates: &Rates) -> String {
+/// `disks` is empty. With `admin.metrics` off nothing counts requests or bytes, so the
+/// two rates are `null` rather than a misleading 0.
+pub(crate) fn health(
+    stats: &[Arc<WorkerStats>],
+    facts: &Facts,
+    rates: &Rates,
+    metrics: Metrics,
+) -> String {
     let t = Scrape::take(stats).total;
+    let (throughput, requests) = match metrics {
+        Metrics::On => (
+            format!("{:.0}", rates.bytes_per_s),
+            format!("{:.1}", rates.requests_per_s),
+        ),
+        Metrics::Off => ("null".to_owned(), "null".to_owned()),
+    };
     format!(
-        "{{\"status\":\"{}\",\"draining\":{},\"open_connections\":{},\"throughput_bytes_per_second\":{:.0},\"requests_per_second\":{:.1},\"disks\":[]}}\n",
+        "{{\"status\":\"{}\",\"draining\":{},\"open_connections\":{},\"throughput_bytes_per_second\":{throughput},\"requests_per_second\":{requests},\"disks\":[]}}\n",
         facts.mode.as_str(),
         facts.mode != Mode::Serving,
         t.open,
-        rates.bytes_per_s,
-        rates.requests_per_s,
     )
 }
 

@@ -22,7 +22,7 @@ pub const DEFAULT_LOG_BUFFER_BYTES: usize = 64 * 1024;
 /// Default longest time a buffered access-log line waits before it is written.
 pub const DEFAULT_LOG_FLUSH: Duration = Duration::from_secs(1);
 
-/// The admin listener. Restart needed to change `listen`; `token` reloads.
+/// The admin listener. Restart needed to change `listen` and `metrics`; `token` reloads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdminOptions {
     /// Where the admin API listens; `None` turns it off. Default [`DEFAULT_ADMIN_LISTEN`].
@@ -30,6 +30,32 @@ pub struct AdminOptions {
     /// Bearer token the mutating endpoints (drain, reload, reopen-logs) require; empty
     /// turns those endpoints off (403). Default empty. Reloadable.
     pub token: String,
+    /// Whether workers count every request (requests by status and cache status, bytes
+    /// sent, response durations, the active-connection gauge). Default
+    /// [`Metrics::On`]. Cost when on: a few plain stores into the worker's own cache
+    /// lines per request (see `stats`; docs/benchmarks.md measures it). Off: `/metrics`
+    /// and `/stats.json` answer 404; connection counts, `/health` and TCP_INFO sampling
+    /// stay. Restart needed (each worker copies it once at start).
+    pub metrics: Metrics,
+}
+
+/// Whether per-request metrics are counted ([`AdminOptions::metrics`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metrics {
+    /// Count every request; `/metrics` and `/stats.json` serve them.
+    On,
+    /// Count nothing per request; `/metrics` and `/stats.json` answer 404.
+    Off,
+}
+
+impl Metrics {
+    /// Configuration and log name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metrics::On => "on",
+            Metrics::Off => "off",
+        }
+    }
 }
 
 impl Default for AdminOptions {
@@ -38,6 +64,7 @@ impl Default for AdminOptions {
             // The constant is a valid literal address (checked by a unit test).
             listen: DEFAULT_ADMIN_LISTEN.parse().ok(),
             token: String::new(),
+            metrics: Metrics::On,
         }
     }
 }
@@ -89,21 +116,59 @@ impl Default for AccessLogOptions {
     }
 }
 
-/// TCP tuning (applied to every listener at start-up; restart needed) and sampling
+/// TCP tuning (applied to the listeners at start-up; restart needed) and sampling
 /// (reloadable).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpOptions {
-    /// Congestion control set on every listener (accepted sockets inherit it), e.g.
-    /// `bbr` or `cubic`; `None` keeps the system default. An algorithm the kernel lacks is
-    /// a start-up error. Default `None`.
+    /// Congestion control set on every listener without its own entry in `listeners`
+    /// (accepted sockets inherit it), e.g. `bbr` or `cubic`; `None` keeps the system
+    /// default. An algorithm the kernel lacks is a start-up error. Default `None`.
     pub congestion: Option<String>,
-    /// `SO_MAX_PACING_RATE` per connection, bytes per second; `None` = no cap. Default
-    /// `None`.
+    /// `SO_MAX_PACING_RATE` per connection, bytes per second, for listeners without
+    /// their own entry; `None` = no cap. Default `None`.
     pub max_pacing_rate: Option<u64>,
+    /// Per-listener tuning that replaces the two defaults above for one listen address
+    /// (plain or TLS). Default none. Restart needed.
+    pub listeners: Vec<ListenerTcp>,
     /// Share of connections whose `TCP_INFO` is read after every response and at the
     /// end, 0.0-1.0. Cost: one `getsockopt` per response on sampled connections.
     /// Default [`DEFAULT_TCP_INFO_SAMPLE`]. Reloadable.
     pub info_sample: f64,
+}
+
+/// The tuning of one listen address, resolved: the binary fills what the
+/// configuration's override leaves out from the `[tcp]` defaults, so `None` here means
+/// "system default" / "no cap", never "inherit".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerTcp {
+    /// The listen address exactly as configured in `server.listen` or `tls.listen`
+    /// (port 0 included: matched before the port is resolved).
+    pub listen: SocketAddr,
+    /// Its tuning.
+    pub tuning: TcpTuning,
+}
+
+/// What is set on a listener socket (and inherited by its accepted sockets).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TcpTuning {
+    /// `TCP_CONGESTION`; `None` keeps the system default.
+    pub congestion: Option<String>,
+    /// `SO_MAX_PACING_RATE`, bytes per second; `None` = no cap.
+    pub max_pacing_rate: Option<u64>,
+}
+
+impl TcpOptions {
+    /// The tuning for the listener configured as `listen`: its own entry, or the
+    /// defaults. Called once per listener socket at start-up.
+    pub fn tuning_for(&self, listen: SocketAddr) -> TcpTuning {
+        match self.listeners.iter().find(|l| l.listen == listen) {
+            Some(l) => l.tuning.clone(),
+            None => TcpTuning {
+                congestion: self.congestion.clone(),
+                max_pacing_rate: self.max_pacing_rate,
+            },
+        }
+    }
 }
 
 impl Default for TcpOptions {
@@ -111,6 +176,7 @@ impl Default for TcpOptions {
         TcpOptions {
             congestion: None,
             max_pacing_rate: None,
+            listeners: Vec::new(),
             info_sample: DEFAULT_TCP_INFO_SAMPLE,
         }
     }
@@ -118,8 +184,33 @@ impl Default for TcpOptions {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn default_admin_address_parses() {
-        assert!(super::AdminOptions::default().listen.is_some());
+        assert!(AdminOptions::default().listen.is_some());
+        assert_eq!(AdminOptions::default().metrics.as_str(), "on");
+    }
+
+    #[test]
+    fn listener_tuning_overrides_the_defaults() {
+        let a: SocketAddr = ([127, 0, 0, 1], 8080).into();
+        let b: SocketAddr = ([127, 0, 0, 1], 8443).into();
+        let tcp = TcpOptions {
+            congestion: Some("cubic".into()),
+            max_pacing_rate: Some(1000),
+            listeners: vec![ListenerTcp {
+                listen: b,
+                tuning: TcpTuning {
+                    congestion: Some("bbr".into()),
+                    max_pacing_rate: None,
+                },
+            }],
+            ..TcpOptions::default()
+        };
+        assert_eq!(tcp.tuning_for(a).congestion.as_deref(), Some("cubic"));
+        assert_eq!(tcp.tuning_for(a).max_pacing_rate, Some(1000));
+        assert_eq!(tcp.tuning_for(b).congestion.as_deref(), Some("bbr"));
+        assert_eq!(tcp.tuning_for(b).max_pacing_rate, None);
     }
 }

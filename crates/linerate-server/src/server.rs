@@ -39,8 +39,8 @@ pub enum ServerError {
         /// What bind/listen said.
         source: std::io::Error,
     },
-    /// `tcp.congestion` or `tcp.max_pacing_rate` could not be set (an algorithm the
-    /// kernel lacks gives "No such file or directory").
+    /// `tcp.congestion` or `tcp.max_pacing_rate` (or a `tcp.listeners` override) could
+    /// not be set (an algorithm the kernel lacks gives "No such file or directory").
     #[error("tcp tuning on {addr} (congestion control / pacing): {source}")]
     TcpTuning {
         /// The listener.
@@ -324,6 +324,7 @@ fn bind_all(
             source,
         })?;
         let mut addr = configured;
+        let tuning = options.tcp.tuning_for(configured);
         for listeners in per_worker.iter_mut() {
             let l = bind_one(addr, options.backlog).map_err(|source| ServerError::Bind {
                 addr: configured,
@@ -335,7 +336,7 @@ fn bind_all(
                     source,
                 })?;
             }
-            tune_listener(&l, options).map_err(|source| ServerError::TcpTuning {
+            tune_listener(&l, &tuning).map_err(|source| ServerError::TcpTuning {
                 addr: configured,
                 source,
             })?;
@@ -363,12 +364,17 @@ fn ensure_port_free(addr: SocketAddr) -> std::io::Result<()> {
     probe.bind(&addr.into())
 }
 
-/// Congestion control and pacing cap on a listener; accepted sockets inherit both.
-fn tune_listener(sock: &std::net::TcpListener, options: &ServerOptions) -> std::io::Result<()> {
-    if let Some(cc) = &options.tcp.congestion {
+/// Congestion control and pacing cap on a listener; accepted sockets inherit both (the
+/// kernel copies them into each child socket: see the test in `linerate_sys::tcp`), so
+/// accepting costs no extra syscall.
+fn tune_listener(
+    sock: &std::net::TcpListener,
+    tuning: &crate::operate::TcpTuning,
+) -> std::io::Result<()> {
+    if let Some(cc) = &tuning.congestion {
         linerate_sys::tcp::set_congestion(sock.as_fd(), cc)?;
     }
-    if let Some(rate) = options.tcp.max_pacing_rate {
+    if let Some(rate) = tuning.max_pacing_rate {
         linerate_sys::tcp::set_max_pacing_rate(sock.as_fd(), rate)?;
     }
     Ok(())

@@ -54,7 +54,9 @@ pub(crate) async fn send(
     };
     let result = w.response(response).await;
     *sent = w.sent;
-    worker.stats.sent(DeliveryPath::UserspaceTls, w.sent);
+    if let Some(stats) = worker.request_stats() {
+        stats.sent(DeliveryPath::UserspaceTls, w.sent);
+    }
     worker.give_tls_chunks(w.plain, w.out);
     result
 }

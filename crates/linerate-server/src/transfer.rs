@@ -86,7 +86,9 @@ pub(crate) async fn send(
     };
     let result = out.response(response).await;
     *sent = out.sent;
-    worker.stats.sent(path, out.sent);
+    if let Some(stats) = worker.request_stats() {
+        stats.sent(path, out.sent);
+    }
     result
 }
 

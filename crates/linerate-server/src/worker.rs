@@ -24,6 +24,7 @@ use crate::accesslog::AccessLog;
 use crate::clock::DateCache;
 use crate::coldpool::ColdPool;
 use crate::control::{Control, Mode};
+use crate::operate::Metrics;
 use crate::options::ServerOptions;
 use crate::park::Parking;
 use crate::stats::{CloseReason, WorkerStats};
@@ -116,6 +117,9 @@ pub(crate) struct Worker {
     pub(crate) parking: Parking,
     /// This worker's statistics (only this thread writes them).
     pub(crate) stats: Arc<WorkerStats>,
+    /// `admin.metrics`, copied at start (restart-only), so the per-request check reads
+    /// a field of this worker and nothing another thread can write.
+    metrics: Metrics,
     live: RefCell<Rc<Live>>,
     /// This worker's access log.
     pub(crate) log: RefCell<AccessLog>,
@@ -186,6 +190,16 @@ impl Worker {
         let n = self.boundary_seq.get().wrapping_add(1);
         self.boundary_seq.set(n);
         format!("linerate-{:x}-{:x}", self.index, n)
+    }
+
+    /// The statistics per-request counts go to, or `None` when `admin.metrics` is off
+    /// (connection counts always go to [`Worker::stats`]).
+    #[inline]
+    pub(crate) fn request_stats(&self) -> Option<&WorkerStats> {
+        match self.metrics {
+            Metrics::On => Some(&self.stats),
+            Metrics::Off => None,
+        }
     }
 
     /// The reloadable options in effect now.
@@ -280,6 +294,7 @@ impl WorkerPlan {
             live: RefCell::new(Rc::new(Live::new(options))),
             log: RefCell::new(log),
             stats: self.stats,
+            metrics: self.shared.options.admin.metrics,
             tcp_rng: Cell::new(0x2545_F491_4F6C_DD1D ^ (self.index as u64 + 1)),
             shared: self.shared,
             date: DateCache::new(),

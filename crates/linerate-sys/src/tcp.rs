@@ -82,6 +82,8 @@ pub struct TcpInfo {
     pub delivery_rate: u64,
     /// Congestion window, segments.
     pub snd_cwnd: u32,
+    /// The socket's `SO_MAX_PACING_RATE`, bytes per second (`u64::MAX` = no cap).
+    pub max_pacing_rate: u64,
 }
 
 /// `getsockopt(TCP_INFO)`.
@@ -106,6 +108,7 @@ pub fn tcp_info(sock: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         data_segs_out: raw.data_segs_out,
         delivery_rate: raw.delivery_rate,
         snd_cwnd: raw.snd_cwnd,
+        max_pacing_rate: raw.max_pacing_rate,
     })
 }
 
@@ -190,12 +193,17 @@ mod tests {
     #[test]
     fn info_congestion_and_pacing_on_loopback() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        // Reno is always built in; set on the listener, inherited by accepted sockets.
+        // Reno is always built in. Both are set on the listener and inherited by accepted
+        // sockets: the kernel copies the listener's `struct sock` into the child
+        // (sk_clone_lock), and keeps a congestion control set with setsockopt unless the
+        // route carries its own (`ip route ... congctl`; tcp_ca_openreq_child). The
+        // server relies on this instead of two setsockopt calls per accepted connection.
         set_congestion(listener.as_fd(), "reno").unwrap();
         set_max_pacing_rate(listener.as_fd(), 1_000_000).unwrap();
         let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (mut server, _) = listener.accept().unwrap();
         assert_eq!(congestion(server.as_fd()).unwrap(), "reno");
+        assert_eq!(tcp_info(server.as_fd()).unwrap().max_pacing_rate, 1_000_000);
         server.write_all(&[7u8; 10_000]).unwrap();
         let mut buf = vec![0u8; 10_000];
         client.read_exact(&mut buf).unwrap();

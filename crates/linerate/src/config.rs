@@ -167,12 +167,50 @@ impl Config {
             .tls
             .validate()
             .map_err(<toml::de::Error as serde::de::Error>::custom)?;
+        if let Some(key) = config.tcp.unknown_listener(&config.listen_addresses()) {
+            return Err(error_at(
+                text,
+                key.span(),
+                &config.unknown_listener_message(*key.get_ref()),
+            ));
+        }
         // Configured extensions merge over the built-in table.
         let mut merged: std::collections::BTreeMap<String, String> =
             defaults::default_cache_control().into_iter().collect();
         merged.extend(std::mem::take(&mut config.cache_control.extensions));
         config.cache_control.extensions = merged;
         Ok(config)
+    }
+
+    /// Every listen address, plain then TLS: what `tcp.listeners` keys may name.
+    fn listen_addresses(&self) -> Vec<SocketAddr> {
+        self.server
+            .listen
+            .iter()
+            .chain(self.tls.listen.iter())
+            .copied()
+            .collect()
+    }
+
+    fn unknown_listener_message(&self, addr: SocketAddr) -> String {
+        let known: Vec<String> = self
+            .listen_addresses()
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        format!(
+            "tcp.listeners.\"{addr}\": not a listen address (server.listen and tls.listen are: {})",
+            known.join(", ")
+        )
+    }
+
+    /// Check `tcp.listeners` again after the command line replaced `server.listen`
+    /// (`--listen`): every override must still name a listener.
+    pub fn check_listener_overrides(&self) -> Result<(), String> {
+        match self.tcp.unknown_listener(&self.listen_addresses()) {
+            Some(key) => Err(self.unknown_listener_message(*key.get_ref())),
+            None => Ok(()),
+        }
     }
 
     /// The effective configuration as TOML (what `check-config` prints).
@@ -218,6 +256,26 @@ impl Config {
         o.tls = self.tls.to_options();
         o
     }
+}
+
+/// An error for a check made after deserialisation (across sections), laid out as the
+/// `toml` crate lays out its own: line, column, the line itself and a caret.
+fn error_at(text: &str, span: std::ops::Range<usize>, message: &str) -> toml::de::Error {
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_no = text[..start].matches('\n').count() + 1;
+    let column = text[line_start..start].chars().count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let gutter = " ".repeat(line_no.to_string().len());
+    let width = span
+        .end
+        .saturating_sub(span.start)
+        .clamp(1, line.len().max(1));
+    <toml::de::Error as serde::de::Error>::custom(format!(
+        "TOML parse error at line {line_no}, column {column}\n{gutter} |\n{line_no} | {line}\n{gutter} | {}{}\n{message}",
+        " ".repeat(column - 1),
+        "^".repeat(width)
+    ))
 }
 
 fn workers<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -379,6 +437,80 @@ mod tests {
         assert_eq!(d.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
         assert_eq!(d.access_log.path, None);
         assert_eq!(d.tcp.max_pacing_rate, None);
+    }
+
+    #[test]
+    fn per_listener_tcp_overrides_validate_and_resolve() {
+        let c = Config::parse(
+            "[server]\nlisten = [\"127.0.0.1:8080\"]\n[tls]\nlisten = [\"127.0.0.1:8443\"]\n[[tls.certificates]]\nchain = \"a\"\nkey = \"b\"\n[tcp]\ncongestion = \"cubic\"\nmax_pacing_rate = 1000\n[tcp.listeners.\"127.0.0.1:8443\"]\ncongestion = \"bbr\"\n",
+        )
+        .unwrap();
+        let tcp = c.to_options().tcp;
+        let plain = tcp.tuning_for("127.0.0.1:8080".parse().unwrap());
+        let tls = tcp.tuning_for("127.0.0.1:8443".parse().unwrap());
+        assert_eq!(plain.congestion.as_deref(), Some("cubic"));
+        assert_eq!(tls.congestion.as_deref(), Some("bbr"));
+        // A key the override leaves out comes from [tcp]; 0 turns the cap off.
+        assert_eq!(tls.max_pacing_rate, Some(1000));
+        let c = Config::parse(
+            "[tcp]\nmax_pacing_rate = 1000\n[tcp.listeners.\"127.0.0.1:8080\"]\nmax_pacing_rate = 0\n",
+        )
+        .unwrap();
+        let t = c
+            .to_options()
+            .tcp
+            .tuning_for("127.0.0.1:8080".parse().unwrap());
+        assert_eq!((t.congestion, t.max_pacing_rate), (None, None));
+        // Printed back, it parses to the same thing.
+        assert_eq!(Config::parse(&c.to_toml()).unwrap().to_toml(), c.to_toml());
+
+        for (text, line, what) in [
+            (
+                "[tcp]\n[tcp.listeners.\"127.0.0.1:9\"]\ncongestion = \"reno\"\n",
+                "line 2",
+                "not a listen address",
+            ),
+            (
+                "[tcp.listeners.\"nowhere\"]\ncongestion = \"reno\"\n",
+                "line 1",
+                "socket address",
+            ),
+            (
+                "[tcp.listeners.\"127.0.0.1:8080\"]\ncongestoin = \"reno\"\n",
+                "line 2",
+                "congestoin",
+            ),
+            (
+                "[tcp.listeners.\"127.0.0.1:8080\"]\ncongestion = \"BBR!\"\n",
+                "line 2",
+                "algorithm",
+            ),
+        ] {
+            let e = Config::parse(text).unwrap_err().to_string();
+            assert!(e.contains(line) && e.contains(what), "{text:?} -> {e}");
+        }
+        // `--listen` replaces server.listen after parsing: checked again then.
+        let mut c =
+            Config::parse("[tcp.listeners.\"127.0.0.1:8080\"]\ncongestion = \"reno\"\n").unwrap();
+        assert!(c.check_listener_overrides().is_ok());
+        c.server.listen = vec!["127.0.0.1:1".parse().unwrap()];
+        let e = c.check_listener_overrides().unwrap_err();
+        assert!(e.contains("127.0.0.1:8080"), "{e}");
+    }
+
+    #[test]
+    fn metrics_switch() {
+        use linerate_server::operate::Metrics;
+        assert_eq!(
+            Config::parse("").unwrap().to_options().admin.metrics,
+            Metrics::On
+        );
+        let c = Config::parse("[admin]\nmetrics = false\n").unwrap();
+        assert_eq!(c.to_options().admin.metrics, Metrics::Off);
+        let e = Config::parse("[admin]\nmetrics = \"no\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2"), "{e}");
     }
 
     #[test]

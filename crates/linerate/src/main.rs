@@ -99,6 +99,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             if let Some(w) = workers {
                 c.server.workers = w;
             }
+            c.check_listener_overrides()?;
             Ok(c.to_options())
         }) as linerate_server::Reloader
     });
@@ -114,6 +115,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(w) = args.workers {
         config.server.workers = w;
+    }
+    if let Some(path) = &args.config {
+        config
+            .check_listener_overrides()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     let options = config.to_options();
     linerate_server::run_with_reload(options, reloader, |started| {

@@ -7,8 +7,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use linerate_server::operate::{self, AccessLogOptions, AdminOptions, LogFormat, TcpOptions};
+use std::collections::BTreeMap;
+
+use linerate_server::operate::{
+    self, AccessLogOptions, AdminOptions, ListenerTcp, LogFormat, Metrics, TcpOptions, TcpTuning,
+};
 use serde::{Deserialize, Deserializer, Serialize};
+use toml::Spanned;
 
 /// Shortest admin token accepted: a guessable token would make the commands public to
 /// anyone who can reach the admin address.
@@ -33,6 +38,9 @@ pub struct AdminSection {
     /// Bearer token for drain/reload/reopen-logs; empty disables them. Default empty.
     #[serde(deserialize_with = "token")]
     pub token: String,
+    /// Count per-request metrics; false makes `/metrics` and `/stats.json` answer 404.
+    /// Default true. Restart needed to change.
+    pub metrics: bool,
 }
 
 impl Default for AdminSection {
@@ -40,6 +48,7 @@ impl Default for AdminSection {
         AdminSection {
             listen: operate::DEFAULT_ADMIN_LISTEN.to_owned(),
             token: String::new(),
+            metrics: true,
         }
     }
 }
@@ -90,14 +99,41 @@ impl Default for AccessLogSection {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TcpSection {
-    /// Congestion control for every listener (`bbr`, `cubic`...); empty = system default.
+    /// Congestion control for every listener without an override (`bbr`, `cubic`...);
+    /// empty = system default. Default empty.
     #[serde(deserialize_with = "congestion")]
     pub congestion: String,
-    /// Pacing cap per connection, bytes/s; 0 = none. Default 0.
+    /// Pacing cap per connection, bytes/s, for listeners without an override; 0 = none.
+    /// Default 0.
     pub max_pacing_rate: u64,
     /// Share of connections whose TCP_INFO is sampled, 0.0-1.0. Default 0.01.
     #[serde(deserialize_with = "share")]
     pub info_sample: f64,
+    /// `[tcp.listeners."ip:port"]`: overrides for one listen address (plain or TLS),
+    /// which must be configured in `server.listen` or `tls.listen`. Default none.
+    /// The keys keep their position in the file for the error that names them.
+    #[serde(
+        deserialize_with = "listener_overrides",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub listeners: BTreeMap<Spanned<SocketAddr>, ListenerTcpSection>,
+}
+
+/// `[tcp.listeners."ip:port"]`: a key left out takes the `[tcp]` value.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTcpSection {
+    /// Congestion control on this listener; empty = system default. Default: `tcp.congestion`.
+    #[serde(
+        default,
+        deserialize_with = "congestion_override",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub congestion: Option<String>,
+    /// Pacing cap per connection on this listener, bytes/s; 0 = none. Default:
+    /// `tcp.max_pacing_rate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pacing_rate: Option<u64>,
 }
 
 impl Default for TcpSection {
@@ -106,6 +142,7 @@ impl Default for TcpSection {
             congestion: String::new(),
             max_pacing_rate: 0,
             info_sample: operate::DEFAULT_TCP_INFO_SAMPLE,
+            listeners: BTreeMap::new(),
         }
     }
 }
@@ -116,6 +153,11 @@ impl AdminSection {
         AdminOptions {
             listen: self.listen.parse::<SocketAddr>().ok(),
             token: self.token.clone(),
+            metrics: if self.metrics {
+                Metrics::On
+            } else {
+                Metrics::Off
+            },
         }
     }
 }
@@ -137,14 +179,72 @@ impl AccessLogSection {
 }
 
 impl TcpSection {
-    /// Typed options.
+    /// Typed options; each override is resolved against the `[tcp]` defaults.
     pub fn to_options(&self) -> TcpOptions {
+        let tuning = |congestion: &str, rate: u64| TcpTuning {
+            congestion: Some(congestion.to_owned()).filter(|c| !c.is_empty()),
+            max_pacing_rate: Some(rate).filter(|&r| r > 0),
+        };
+        let default = tuning(&self.congestion, self.max_pacing_rate);
         TcpOptions {
-            congestion: Some(self.congestion.clone()).filter(|c| !c.is_empty()),
-            max_pacing_rate: Some(self.max_pacing_rate).filter(|&r| r > 0),
+            congestion: default.congestion,
+            max_pacing_rate: default.max_pacing_rate,
+            listeners: self
+                .listeners
+                .iter()
+                .map(|(listen, o)| ListenerTcp {
+                    listen: *listen.get_ref(),
+                    tuning: tuning(
+                        o.congestion.as_deref().unwrap_or(&self.congestion),
+                        o.max_pacing_rate.unwrap_or(self.max_pacing_rate),
+                    ),
+                })
+                .collect(),
             info_sample: self.info_sample,
         }
     }
+
+    /// The first override whose address is not among `listen` (the plain and TLS listen
+    /// addresses), with its position in the file when it came from one.
+    pub fn unknown_listener(&self, listen: &[SocketAddr]) -> Option<&Spanned<SocketAddr>> {
+        self.listeners
+            .keys()
+            .find(|k| !listen.contains(k.get_ref()))
+    }
+}
+
+/// The override table, refusing two keys that spell the same address differently
+/// (`"[::1]:80"` and `"[0:0:0:0:0:0:0:1]:80"` would otherwise silently merge).
+fn listener_overrides<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<Spanned<SocketAddr>, ListenerTcpSection>, D::Error> {
+    struct Overrides;
+    impl<'de> serde::de::Visitor<'de> for Overrides {
+        type Value = BTreeMap<Spanned<SocketAddr>, ListenerTcpSection>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a table of \"ip:port\" = { congestion, max_pacing_rate }")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((k, v)) = m.next_entry::<Spanned<SocketAddr>, ListenerTcpSection>()? {
+                let addr = *k.get_ref();
+                if out.insert(k, v).is_some() {
+                    return Err(serde::de::Error::custom(format!(
+                        "tcp.listeners: {addr} is listed twice"
+                    )));
+                }
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Overrides)
+}
+
+fn congestion_override<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    congestion(d).map(Some)
 }
 
 fn admin_listen<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {

@@ -307,6 +307,10 @@ fn json_access_log_with_sampled_tcp_info_and_congestion_control() {
         !line.contains("\"rtt_us\":null"),
         "sampled connections log their RTT: {line}"
     );
+    assert!(
+        line.contains("\"cc\":\"reno\""),
+        "and the algorithm read back from the server's socket: {line}"
+    );
     eventually("tcp histograms", || {
         let m = metrics(&srv);
         value(&m, "linerate_tcp_sampled_connections_total") == Some(1.0)
@@ -331,6 +335,115 @@ fn json_access_log_with_sampled_tcp_info_and_congestion_control() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("congestion"));
+}
+
+/// An algorithm other than reno that this process may set, from the kernel's list of
+/// those allowed to unprivileged sockets (reno is always there; the default, usually
+/// cubic, is too).
+fn congestion_other_than_reno() -> Option<String> {
+    let allowed =
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").ok()?;
+    let available =
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").ok()?;
+    let available: Vec<&str> = available.split_whitespace().collect();
+    allowed
+        .split_whitespace()
+        .find(|a| *a != "reno" && available.contains(a))
+        .map(str::to_owned)
+}
+
+#[test]
+fn congestion_control_per_listener_seen_on_the_server_sockets() {
+    let Some(other) = congestion_other_than_reno() else {
+        eprintln!("skipped: the kernel allows no congestion control besides reno");
+        return;
+    };
+    let lib = library(&[("a.ts", b"AAAA")]);
+    let logs = tempfile::tempdir().unwrap();
+    let path = logs.path().join("access.json");
+    // Two plain listeners (127.0.0.2 is loopback too on Linux): the first gets [tcp]'s
+    // reno, the second its own override. info_sample = 1.0 makes every connection
+    // sampled, so each log line carries the algorithm read back from the server's
+    // accepted socket with getsockopt(TCP_CONGESTION).
+    let text = format!(
+        "[server]\nworkers = 2\nlisten = [\"127.0.0.1:0\", \"127.0.0.2:0\"]\n[appliance]\nroot = {:?}\n[access_log]\npath = {:?}\nformat = \"json\"\nflush_ms = 50\n[tcp]\ncongestion = \"reno\"\ninfo_sample = 1.0\n[tcp.listeners.\"127.0.0.2:0\"]\ncongestion = \"{other}\"\nmax_pacing_rate = 125000000\n",
+        lib.path().to_str().unwrap(),
+        path.to_str().unwrap()
+    );
+    let srv = Server::start_text(&text, &[]);
+    eventually("both listeners announced", || srv.listening().len() == 2);
+    let addrs = srv.listening();
+    for (i, addr) in addrs.iter().enumerate() {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let req = format!("GET /a.ts?l={i} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        assert_eq!(support::read_response(&mut s, false).unwrap().body, b"AAAA");
+    }
+    eventually("two json lines", || {
+        std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            == 2
+    });
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line_for = |i: usize| {
+        text.lines()
+            .find(|l| l.contains(&format!("/a.ts?l={i} ")))
+            .unwrap_or_else(|| panic!("no line for listener {i}: {text}"))
+            .to_owned()
+    };
+    assert!(line_for(0).contains("\"cc\":\"reno\""), "{}", line_for(0));
+    assert!(
+        line_for(1).contains(&format!("\"cc\":\"{other}\"")),
+        "{}",
+        line_for(1)
+    );
+    assert!(srv.stop().success());
+
+    // An override for an address that is not a listener is refused at parse time.
+    let mut cfg = tempfile::NamedTempFile::new().unwrap();
+    write!(
+        cfg,
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"off\"\n[appliance]\nroot = {:?}\n[tcp.listeners.\"127.0.0.1:1\"]\ncongestion = \"reno\"\n",
+        lib.path().to_str().unwrap()
+    )
+    .unwrap();
+    let out = Command::new(binary())
+        .args(["check-config"])
+        .arg(cfg.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 7") && err.contains("not a listen address"),
+        "{err}"
+    );
+}
+
+#[test]
+fn metrics_off_counts_nothing_and_says_so() {
+    let lib = library(&[("a.ts", b"AAAA")]);
+    let srv = Server::start(
+        lib.path(),
+        "[admin]\nlisten = \"127.0.0.1:0\"\nmetrics = false\n",
+    );
+    assert_eq!(srv.get("/a.ts", &[]).body, b"AAAA");
+    let admin_addr = srv.admin_addr();
+    for path in ["/metrics", "/stats.json"] {
+        let (status, body) = admin(admin_addr, "GET", path, "");
+        assert_eq!(status, 404, "{path}");
+        assert!(body.contains("admin.metrics"), "{path}: {body}");
+    }
+    let (status, body) = admin(admin_addr, "GET", "/health", "");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("\"throughput_bytes_per_second\":null,\"requests_per_second\":null"),
+        "{body}"
+    );
+    assert!(srv.stop().success());
 }
 
 #[test]

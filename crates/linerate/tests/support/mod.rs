@@ -46,20 +46,26 @@ impl Server {
 
     /// Full control: `server_keys` go under `[server]`, `extra` after, `env` to the process.
     pub fn start_with(root: &Path, server_keys: &str, extra: &str, env: &[(&str, &str)]) -> Server {
+        let text = format!(
+            "[server]\nlisten = [\"127.0.0.1:0\"]\n{server_keys}\n[appliance]\nroot = {:?}\n{extra}\n",
+            root.to_str().unwrap()
+        );
+        Server::start_text(&text, env)
+    }
+
+    /// Start with this whole configuration file (an ephemeral admin port is added unless
+    /// it has an `[admin]` section). [`Server::addr`] is the first plain listener; the
+    /// others are in [`Server::listening`].
+    pub fn start_text(text: &str, env: &[(&str, &str)]) -> Server {
         let mut config = tempfile::NamedTempFile::new().unwrap();
         // The admin API defaults to 127.0.0.1:9090; tests run in parallel, so each
         // server gets an ephemeral admin port unless the test configures [admin] itself.
-        let admin = if extra.contains("[admin]") {
+        let admin = if text.contains("[admin]") {
             ""
         } else {
             "[admin]\nlisten = \"127.0.0.1:0\"\n"
         };
-        write!(
-            config,
-            "[server]\nlisten = [\"127.0.0.1:0\"]\n{server_keys}\n[appliance]\nroot = {:?}\n{admin}{extra}\n",
-            root.to_str().unwrap()
-        )
-        .unwrap();
+        write!(config, "{admin}{text}").unwrap();
         let mut cmd = Command::new(binary());
         cmd.arg("serve").arg("--config").arg(config.path());
         cmd.stdin(Stdio::null())
@@ -162,6 +168,21 @@ impl Server {
     /// The configuration file the server was started with (tests rewrite it to reload).
     pub fn config_path(&self) -> &Path {
         self._config.path()
+    }
+
+    /// Every plain listener's address, in configuration order (from the "listening on
+    /// http://ADDR" lines, which are logged before the server counts as started).
+    pub fn listening(&self) -> Vec<SocketAddr> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.split("listening on http://").nth(1))
+            .map(|rest| {
+                let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                addr.parse().unwrap()
+            })
+            .collect()
     }
 
     /// Whether any logged line contains `needle`.
