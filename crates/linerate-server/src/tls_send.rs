@@ -15,11 +15,9 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
 use linerate_http::range::ByteRange;
-use linerate_sys::pagecache::Residency;
 
 use crate::route::{Body, Response};
 use crate::stats::DeliveryPath;
@@ -32,9 +30,6 @@ use crate::worker::Worker;
 /// gave ~15% more GB/s and less CPU per GB for 2 MiB segments. The cost is memory per
 /// response in flight (a plaintext and a ciphertext chunk, 512 KiB, pooled per worker).
 pub(crate) const TLS_CHUNK: usize = 256 * 1024;
-
-/// Bytes whose page-cache residency is checked at once; see `transfer`.
-const RESIDENCY_WINDOW: u64 = 2 * 1024 * 1024;
 
 /// Send one response completely over user-space TLS.
 /// `sent` gets the plaintext bytes sealed and written.
@@ -108,17 +103,8 @@ impl Writer<'_> {
         let mut resident_until = offset;
         while offset < end {
             if offset >= resident_until {
-                let window = (end - offset).min(RESIDENCY_WINDOW);
-                let shared = &self.worker.shared;
-                if shared.probe.residency(file.as_fd(), offset, window) == Residency::Cold {
-                    let dup = file.try_clone().map_err(TransferError::Disk)?;
-                    shared
-                        .cold
-                        .warm(dup, offset, window)
-                        .await
-                        .map_err(TransferError::Disk)?;
-                }
-                resident_until = offset + window;
+                resident_until =
+                    crate::transfer::ensure_resident(self.worker, file, offset, end).await?;
             }
             let len = self.plain.len();
             let want = usize::try_from(resident_until - offset)

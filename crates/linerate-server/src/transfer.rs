@@ -92,6 +92,35 @@ pub(crate) async fn send(
     result
 }
 
+/// Make the next residency window of `file` from `offset` (at most up to `end`) resident
+/// in the page cache, reading it on the disk's blocking pool if `cachestat` says it is
+/// not, so the caller can then read or sendfile it without blocking the event loop.
+/// Returns the end of the window. Shared by the sendfile and user-space TLS paths.
+pub(crate) async fn ensure_resident(
+    worker: &Worker,
+    file: &File,
+    offset: u64,
+    end: u64,
+) -> Result<u64, TransferError> {
+    let window = (end - offset).min(RESIDENCY_WINDOW);
+    let shared = &worker.shared;
+    if shared.probe.residency(file.as_fd(), offset, window) == Residency::Cold {
+        // The pool gets its own descriptor: this connection may die meanwhile.
+        let dup = file.try_clone().map_err(TransferError::Disk)?;
+        tracing::debug!(
+            offset,
+            len = window,
+            "cold window: reading on the disk pool"
+        );
+        shared
+            .cold
+            .warm(dup, offset, window)
+            .await
+            .map_err(TransferError::Disk)?;
+    }
+    Ok(offset + window)
+}
+
 struct Sender<'a> {
     worker: &'a Worker,
     stream: &'a TcpStream,
@@ -144,23 +173,7 @@ impl Sender<'_> {
         let mut resident_until = offset;
         while offset < end {
             if offset >= resident_until {
-                let window = (end - offset).min(RESIDENCY_WINDOW);
-                let shared = &self.worker.shared;
-                if shared.probe.residency(file.as_fd(), offset, window) == Residency::Cold {
-                    // The pool gets its own descriptor: this connection may die meanwhile.
-                    let dup = file.try_clone().map_err(TransferError::Disk)?;
-                    tracing::debug!(
-                        offset,
-                        len = window,
-                        "cold window: reading on the disk pool"
-                    );
-                    shared
-                        .cold
-                        .warm(dup, offset, window)
-                        .await
-                        .map_err(TransferError::Disk)?;
-                }
-                resident_until = offset + window;
+                resident_until = ensure_resident(self.worker, file, offset, end).await?;
             }
             let count = usize::try_from(resident_until - offset)
                 .unwrap_or(SENDFILE_CHUNK)

@@ -270,7 +270,7 @@ impl Response {
 }
 
 /// Read one response from a keep-alive connection. `None` on EOF before a head.
-pub fn read_response(s: &mut TcpStream, head_only: bool) -> Option<Response> {
+pub fn read_response(s: &mut impl Read, head_only: bool) -> Option<Response> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
