@@ -27,8 +27,23 @@ export CARGO_TARGET_DIR="$target_dir"
 echo "== static build (linerate + the ktls_vm and tls test binaries) into $target_dir"
 cargo build --target "$triple" -p linerate --bin linerate
 test_exe() { # the executable of integration test $1
+    # Select the artifact by target kind and name: the JSON also lists the `linerate`
+    # binary the tests depend on, in no fixed order (taking the last "executable" line
+    # once picked the server binary after a rebuild, and the VM ran it as the test).
     cargo test --target "$triple" -p linerate --test "$1" --no-run --message-format=json 2>/dev/null |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
+        python3 -c '
+import json, sys
+name = sys.argv[1]
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    t = m.get("target") or {}
+    if m.get("reason") == "compiler-artifact" and "test" in t.get("kind", []) \
+            and t.get("name") == name and m.get("executable"):
+        print(m["executable"])
+' "$1" | tail -n 1
 }
 ktls_bin=$(test_exe ktls_vm)
 tls_bin=$(test_exe tls)
