@@ -10,6 +10,7 @@
 
 mod accesslog;
 mod admin;
+pub mod cacheopts;
 mod clock;
 mod coldpool;
 mod conn;
@@ -31,6 +32,7 @@ mod transfer;
 mod transport;
 mod worker;
 
+pub use cacheopts::{CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOptions};
 pub use control::{Mode, ReloadOutcome, Reloader};
 pub use options::{
     CertificateOptions, KtlsMode, Pinning, ServerOptions, Timeouts, TlsOptions, UnknownSni,

@@ -84,6 +84,8 @@ pub struct ServerOptions {
     pub tcp: crate::operate::TcpOptions,
     /// HTTPS listeners and their certificates. Default: none.
     pub tls: Option<TlsOptions>,
+    /// Cache mode (origins, routes, store). `None`: appliance mode, serving `root`.
+    pub cache: Option<crate::cacheopts::CacheOptions>,
 }
 
 /// Default time a TLS client gets to finish its handshake, from accept. The TLS
@@ -224,6 +226,7 @@ impl ServerOptions {
             access_log: crate::operate::AccessLogOptions::default(),
             tcp: crate::operate::TcpOptions::default(),
             tls: None,
+            cache: None,
         }
     }
 }
