@@ -13,6 +13,7 @@
 //! remain → [`response::HeadWriter`].
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod conditional;
 pub mod date;
 pub mod mime;
@@ -22,6 +23,7 @@ pub mod range;
 pub mod request;
 pub mod response;
 mod syntax;
+pub mod upstream;
 
 pub use request::{
     parse_request, BodyFraming, Method, ParseOutcome, Persistence, RequestError, RequestHead,

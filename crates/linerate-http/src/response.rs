@@ -42,6 +42,13 @@ pub enum StatusCode {
     ServiceUnavailable,
     /// 505
     HttpVersionNotSupported,
+    /// 502 (cache mode: the origin failed or answered something invalid)
+    BadGateway,
+    /// 504 (cache mode: the origin did not answer in time, or `only-if-cached` missed)
+    GatewayTimeout,
+    /// Any other status, passed through from an origin (cache mode). Reason phrase
+    /// from RFC 9110 §15 where registered, else empty (RFC 9112 §4 allows that).
+    Other(u16),
 }
 
 impl StatusCode {
@@ -65,6 +72,9 @@ impl StatusCode {
             StatusCode::NotImplemented => 501,
             StatusCode::ServiceUnavailable => 503,
             StatusCode::HttpVersionNotSupported => 505,
+            StatusCode::BadGateway => 502,
+            StatusCode::GatewayTimeout => 504,
+            StatusCode::Other(n) => n,
         }
     }
     /// Reason phrase: the one RFC 9110 §15 registers (RFC 6585 §5 for 431).
@@ -87,13 +97,72 @@ impl StatusCode {
             StatusCode::NotImplemented => "Not Implemented",
             StatusCode::ServiceUnavailable => "Service Unavailable",
             StatusCode::HttpVersionNotSupported => "HTTP Version Not Supported",
+            StatusCode::BadGateway => "Bad Gateway",
+            StatusCode::GatewayTimeout => "Gateway Timeout",
+            StatusCode::Other(n) => other_reason(n),
         }
     }
     /// Whether this status never carries a body (RFC 9110 §6.4.1: 1xx, 204, 304).
     /// Of the statuses here only 304 qualifies. (A response to HEAD has no body either,
     /// whatever its status; that is the server's decision, not the status's.)
     pub fn is_bodiless(self) -> bool {
-        matches!(self, StatusCode::NotModified)
+        match self {
+            StatusCode::NotModified => true,
+            StatusCode::Other(n) => n < 200 || n == 204 || n == 304,
+            _ => false,
+        }
+    }
+
+    /// The status for code `n`: a named variant when there is one, else `Other(n)`.
+    pub fn from_code(n: u16) -> StatusCode {
+        match n {
+            200 => StatusCode::Ok,
+            206 => StatusCode::PartialContent,
+            304 => StatusCode::NotModified,
+            400 => StatusCode::BadRequest,
+            403 => StatusCode::Forbidden,
+            404 => StatusCode::NotFound,
+            405 => StatusCode::MethodNotAllowed,
+            408 => StatusCode::RequestTimeout,
+            412 => StatusCode::PreconditionFailed,
+            413 => StatusCode::ContentTooLarge,
+            414 => StatusCode::UriTooLong,
+            416 => StatusCode::RangeNotSatisfiable,
+            431 => StatusCode::RequestHeaderFieldsTooLarge,
+            500 => StatusCode::InternalServerError,
+            501 => StatusCode::NotImplemented,
+            502 => StatusCode::BadGateway,
+            503 => StatusCode::ServiceUnavailable,
+            504 => StatusCode::GatewayTimeout,
+            505 => StatusCode::HttpVersionNotSupported,
+            n => StatusCode::Other(n),
+        }
+    }
+}
+
+/// Reason phrases of the other statuses an origin commonly sends (RFC 9110 §15).
+fn other_reason(n: u16) -> &'static str {
+    match n {
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
+        204 => "No Content",
+        300 => "Multiple Choices",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        406 => "Not Acceptable",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Content",
+        429 => "Too Many Requests",
+        _ => "",
     }
 }
 
@@ -140,6 +209,18 @@ impl<'b> HeadWriter<'b> {
         }
         self.buf.extend_from_slice(b"\r\n");
         self
+    }
+    /// Append a field whose name came from elsewhere (an origin's response, already
+    /// validated as a token by the parser); same value sanitising as [`Self::field`].
+    pub fn field_raw(&mut self, name: &[u8], value: &[u8]) -> &mut Self {
+        if !crate::syntax::is_token(name) {
+            return self;
+        }
+        // A token is ASCII, so this cannot fail.
+        match std::str::from_utf8(name) {
+            Ok(n) => self.field(n, value),
+            Err(_) => self,
+        }
     }
     /// Append `name: <decimal>\r\n` without allocating.
     pub fn field_u64(&mut self, name: &str, value: u64) -> &mut Self {
