@@ -115,16 +115,36 @@ impl Index {
     /// Insert `entry`; on a conflict the one with the newer `created_ms` stays (ties go
     /// to the newcomer: a writer publishing now).
     pub(crate) fn insert(&self, entry: Arc<Entry>) -> Inserted {
+        insert_locked(&mut self.shard(entry.hash), entry)
+    }
+
+    /// [`Index::insert`], but only if `allow` (called with the current entry, under the
+    /// shard lock) agrees; `None` if it refused. A writer publishes through this so a
+    /// purge (which cancels it under the same lock) is never undone by the publish.
+    pub(crate) fn insert_if(
+        &self,
+        entry: Arc<Entry>,
+        allow: impl FnOnce(Option<&Arc<Entry>>) -> bool,
+    ) -> Option<Inserted> {
         let mut shard = self.shard(entry.hash);
-        match shard.objects.get(&entry.hash.0) {
-            Some(old) if old.created_ms > entry.created_ms => {
-                let old = Arc::clone(old);
-                Inserted::KeptNewer(old)
-            }
-            _ => match shard.objects.insert(entry.hash.0, entry) {
-                Some(old) => Inserted::Replaced(old),
-                None => Inserted::New,
-            },
+        if !allow(shard.objects.get(&entry.hash.0)) {
+            return None;
+        }
+        Some(insert_locked(&mut shard, entry))
+    }
+
+    /// Cancel and forget every in-flight write whose key matches `pred` (one shard lock
+    /// at a time): none of them will publish. Used by prefix purge.
+    pub(crate) fn cancel_inflight_matching(&self, mut pred: impl FnMut(&[u8]) -> bool) {
+        for s in self.shards.iter() {
+            lock(s).inflight.retain(|_, w| {
+                if pred(&w.key) {
+                    w.cancel();
+                    false
+                } else {
+                    true
+                }
+            });
         }
     }
 
@@ -161,6 +181,17 @@ impl Index {
     /// Number of indexed objects (sums every shard; for tests and statistics).
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).objects.len()).sum()
+    }
+}
+
+/// The insert rule of [`Index::insert`], on a locked shard.
+fn insert_locked(shard: &mut Shard, entry: Arc<Entry>) -> Inserted {
+    match shard.objects.get(&entry.hash.0) {
+        Some(old) if old.created_ms > entry.created_ms => Inserted::KeptNewer(Arc::clone(old)),
+        _ => match shard.objects.insert(entry.hash.0, entry) {
+            Some(old) => Inserted::Replaced(old),
+            None => Inserted::New,
+        },
     }
 }
 

@@ -4,10 +4,11 @@
 //! What it owns: object placement across disks (weighted rendezvous hashing), the
 //! on-disk object format and its atomic publish, the sharded in-memory index and its
 //! persistence (journal + snapshot, loaded in the background after a restart or crash),
-//! read-while-write, per-disk failure handling, S3-FIFO eviction ahead of need, purge
-//! and statistics. What it does not do: build cache keys from requests, decide
-//! freshness, talk to origins or send bytes to clients (cache mode and the server do);
-//! it has no `unsafe` (syscalls it needs are in `linerate-sys`).
+//! read-while-write, per-disk failure handling, S3-FIFO eviction ahead of need, purge,
+//! metadata updates (freshening after a 304) and statistics. What it does not do:
+//! build cache keys from requests, decide freshness, talk to origins or send bytes to
+//! clients (cache mode and the server do); it has no `unsafe` (syscalls it needs are in
+//! `linerate-sys`).
 //!
 //! Entry point: [`Store`]. See `docs/store.md` (configuration) and
 //! `docs/on-disk-format.md` (files on disk).
@@ -29,6 +30,7 @@ pub mod policy;
 pub mod progress;
 mod stats;
 mod store;
+mod update;
 mod writer;
 
 pub mod key;
@@ -41,4 +43,5 @@ pub use meta::ObjectMeta;
 pub use progress::{BodyProgress, Progress, Readable, WriteFailure, WriterFailed};
 pub use stats::DiskStats;
 pub use store::{OpenError, Store, WriteRefused};
+pub use update::UpdateError;
 pub use writer::{ObjectWriter, Published, WriteError};

@@ -126,9 +126,33 @@ impl Store {
             )
         };
         if let Some(e) = entry {
-            return inner.lookup_entry(key, &e);
+            return inner.lookup_entry(key, &e, true);
         }
-        if let Some(w) = inflight.filter(|w| *w.key == *key) {
+        Self::follow_inflight(inner, key, hash, inflight)
+    }
+
+    /// Like [`Store::lookup`], but an object being written wins over a stored one of the
+    /// same key: for a client whose own fill is replacing a stale copy.
+    pub fn lookup_latest(&self, key: &[u8]) -> Lookup {
+        let inner = &*self.inner;
+        let hash = KeyHash::of(key);
+        let inflight = inner.index.shard(hash).inflight.get(&hash.0).cloned();
+        if inflight
+            .as_ref()
+            .is_some_and(|w| w.followable && *w.key == *key)
+        {
+            return Self::follow_inflight(inner, key, hash, inflight);
+        }
+        self.lookup(key)
+    }
+
+    fn follow_inflight(
+        inner: &Inner,
+        key: &[u8],
+        hash: KeyHash,
+        inflight: Option<Arc<crate::writer::Inflight>>,
+    ) -> Lookup {
+        if let Some(w) = inflight.filter(|w| w.followable && *w.key == *key) {
             let file = match w.file.try_clone() {
                 Ok(f) => f,
                 Err(_) => return Lookup::Miss(MissReason::DiskError),
@@ -142,17 +166,7 @@ impl Store {
                 disk: w.disk,
             });
         }
-        // Still loading: the file name is the key hash, so try the disk it belongs on.
-        if let Some(i) = inner.place(hash) {
-            if !inner.disks[i].loaded.load(Ordering::Acquire) {
-                return match inner.open_verified(i, hash, key) {
-                    Ok(h) => Lookup::Hit(h),
-                    Err(Failure::Missing) => Lookup::Miss(MissReason::NotCached),
-                    Err(f) => Lookup::Miss(f.reason()),
-                };
-            }
-        }
-        Lookup::Miss(MissReason::NotCached)
+        inner.lookup_unindexed(key, hash)
     }
 }
 
@@ -176,7 +190,24 @@ impl Failure {
 }
 
 impl Inner {
-    fn lookup_entry(&self, key: &[u8], e: &Arc<Entry>) -> Lookup {
+    /// A key the index does not hold: while its disk's index is still loading, the file
+    /// name is the key hash, so try the disk it belongs on; otherwise a miss.
+    pub(crate) fn lookup_unindexed(&self, key: &[u8], hash: KeyHash) -> Lookup {
+        if let Some(i) = self.place(hash) {
+            if !self.disks[i].loaded.load(Ordering::Acquire) {
+                return match self.open_verified(i, hash, key) {
+                    Ok(h) => Lookup::Hit(h),
+                    Err(Failure::Missing) => Lookup::Miss(MissReason::NotCached),
+                    Err(f) => Lookup::Miss(f.reason()),
+                };
+            }
+        }
+        Lookup::Miss(MissReason::NotCached)
+    }
+
+    /// Open the indexed object `e` for `key`; a failure forgets the entry (and deletes
+    /// a corrupt file). `touch`: count a hit for eviction.
+    pub(crate) fn lookup_entry(&self, key: &[u8], e: &Arc<Entry>, touch: bool) -> Lookup {
         if *e.key != *key {
             return Lookup::Miss(MissReason::KeyMismatch);
         }
@@ -186,7 +217,9 @@ impl Inner {
         }
         match self.open_verified(disk, e.hash, key) {
             Ok(h) => {
-                e.policy.touch();
+                if touch {
+                    e.policy.touch();
+                }
                 Lookup::Hit(h)
             }
             Err(f) => {

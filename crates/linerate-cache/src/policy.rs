@@ -102,6 +102,12 @@ impl PolicyState {
         self.freq.load(Ordering::Relaxed)
     }
 
+    /// Take over `other`'s hit count (an object replaced by itself with new metadata);
+    /// the queue is chosen when it is inserted.
+    pub(crate) fn inherit(&self, other: &PolicyState) {
+        self.set_freq(other.freq());
+    }
+
     fn set_freq(&self, f: u8) {
         self.freq.store(f, Ordering::Relaxed);
     }

@@ -24,6 +24,7 @@ use crate::journal::{list_journals, JournalWriter, Record};
 use crate::key::{KeyHash, MAX_KEY_LEN};
 use crate::meta::ObjectMeta;
 use crate::placement;
+use crate::policy::QueueId;
 use crate::progress::Progress;
 use crate::stats::DiskStats;
 use crate::writer::{Inflight, ObjectWriter};
@@ -71,6 +72,14 @@ impl WriteRefused {
             WriteRefused::Disk => "disk",
         }
     }
+}
+
+/// Why [`Store::begin`] did not start a write.
+pub(crate) enum Begin {
+    /// As for [`Store::begin_write`].
+    Refused(WriteRefused),
+    /// An update found a write of the key in flight.
+    Busy,
 }
 
 /// Shared state of the store (behind an `Arc`, shared with writers and threads).
@@ -157,20 +166,46 @@ impl Store {
     /// length when known (Content-Length): it is reserved up front, preallocated, and
     /// enforced. Never waits for eviction: if the disk is at capacity the write is
     /// refused and counted. Cost: create + one `pwrite` of the header (blocking).
+    ///
+    /// One write per key at a time is the caller's job. If a write of `key` is already
+    /// in flight, the new one takes its place: lookups follow the new one, and the old
+    /// one is cancelled (its appends still succeed, its `finish` fails with
+    /// [`crate::WriteFailure::Aborted`] and its readers get that failure), so the last
+    /// write begun is the one stored.
     pub fn begin_write(
         &self,
         key: &[u8],
         meta: ObjectMeta,
         expected_len: Option<u64>,
     ) -> Result<ObjectWriter, WriteRefused> {
+        match self.begin(key, meta, expected_len, now_ms(), false) {
+            Ok(w) => Ok(w),
+            Err(Begin::Refused(r)) => Err(r),
+            // Never: only updates give way to a write in flight.
+            Err(Begin::Busy) => Err(WriteRefused::Disk),
+        }
+    }
+
+    /// [`Store::begin_write`] with the creation time given. `update`: a metadata update
+    /// (see `update.rs`), which lookups do not follow and which gives way (→
+    /// [`Begin::Busy`]) to a write of the key already in flight instead of displacing it.
+    pub(crate) fn begin(
+        &self,
+        key: &[u8],
+        meta: ObjectMeta,
+        expected_len: Option<u64>,
+        created_ms: u64,
+        update: bool,
+    ) -> Result<ObjectWriter, Begin> {
         let inner = &self.inner;
         if key.len() > MAX_KEY_LEN || expected_len.is_some_and(|n| n > inner.cfg.max_object_bytes) {
-            return Err(WriteRefused::TooLarge);
+            return Err(Begin::Refused(WriteRefused::TooLarge));
         }
         let hash = KeyHash::of(key);
-        let disk_id = inner.place(hash).ok_or(WriteRefused::NoDisk)?;
+        let disk_id = inner
+            .place(hash)
+            .ok_or(Begin::Refused(WriteRefused::NoDisk))?;
         let disk = &inner.disks[disk_id];
-        let created_ms = now_ms();
         let mut header = ObjectHeader {
             key: key.to_vec(),
             meta,
@@ -179,12 +214,13 @@ impl Store {
             body_checksum: 0,
             created_ms,
         };
-        let header_len = header.encode().map_err(|_| WriteRefused::TooLarge)?.len();
+        let too_large = |_| Begin::Refused(WriteRefused::TooLarge);
+        let header_len = header.encode().map_err(too_large)?.len();
         header.body_offset = body_offset_for(header_len, expected_len);
-        let bytes = header.encode().map_err(|_| WriteRefused::TooLarge)?;
+        let bytes = header.encode().map_err(too_large)?;
         let reserve = charge_for(header.body_offset + expected_len.unwrap_or(0));
         if disk.reserve(reserve) == Reservation::Refused {
-            return Err(WriteRefused::NoSpace);
+            return Err(Begin::Refused(WriteRefused::NoSpace));
         }
         let tmp = disk.tmp_path(hash);
         let io = &*inner.io;
@@ -193,7 +229,7 @@ impl Store {
             Err(e) => {
                 disk.release(reserve);
                 inner.disk_error(disk_id as u16, IoOp::Create, &tmp, &e);
-                return Err(WriteRefused::Disk);
+                return Err(Begin::Refused(WriteRefused::Disk));
             }
         };
         let prep = match expected_len {
@@ -210,11 +246,13 @@ impl Store {
             disk.release(reserve);
             let _ = io.remove_file(&tmp);
             inner.disk_error(disk_id as u16, op, &tmp, &e);
-            return Err(if DiskErrorKind::of(&e) == DiskErrorKind::NoSpace {
-                WriteRefused::NoSpace
-            } else {
-                WriteRefused::Disk
-            });
+            return Err(Begin::Refused(
+                if DiskErrorKind::of(&e) == DiskErrorKind::NoSpace {
+                    WriteRefused::NoSpace
+                } else {
+                    WriteRefused::Disk
+                },
+            ));
         }
         let (tx, _) = watch::channel(Progress::Writing { written: 0 });
         let inflight = Arc::new(Inflight {
@@ -226,45 +264,61 @@ impl Store {
             disk: disk_id as u16,
             tx,
             cancelled: AtomicBool::new(false),
+            followable: !update,
         });
-        inner
-            .index
-            .shard(hash)
-            .inflight
-            .insert(hash.0, Arc::clone(&inflight));
-        Ok(ObjectWriter {
+        let writer = ObjectWriter {
             inner: Arc::clone(inner),
             disk: disk_id as u16,
             hash,
             header,
             tmp_path: tmp,
-            inflight,
+            inflight: Arc::clone(&inflight),
             written: 0,
             expected: expected_len,
             reserved: reserve,
             hasher: Xxh3::new(),
             done: false,
-        })
+        };
+        let busy = {
+            let mut shard = inner.index.shard(hash);
+            if update && shard.inflight.contains_key(&hash.0) {
+                true
+            } else {
+                if let Some(old) = shard.inflight.insert(hash.0, inflight) {
+                    old.cancel();
+                }
+                false
+            }
+        };
+        if busy {
+            drop(writer); // removes the temporary file and the reservation
+            return Err(Begin::Busy);
+        }
+        Ok(writer)
     }
 
     /// Remove `key` from the index and its disk (file unlinked, removal journaled).
-    /// Cancels an in-progress write of it. Returns whether a stored object was removed.
+    /// Cancels an in-progress write of it: lookups stop finding it at once, its appends
+    /// still succeed, its `finish` fails with [`crate::WriteFailure::Aborted`] (so it is
+    /// never published, even if it was finishing right now) and readers following it get
+    /// that failure. Returns whether a stored object was removed.
     /// Blocks until the index is loaded (at most [`PURGE_LOAD_WAIT`]) so a purge is
     /// never undone by the loader.
     pub fn purge(&self, key: &[u8]) -> bool {
         let inner = &self.inner;
         inner.wait_loaded(PURGE_LOAD_WAIT);
         let hash = KeyHash::of(key);
-        let (entry, inflight) = {
-            let shard = inner.index.shard(hash);
-            (
-                shard.objects.get(&hash.0).cloned(),
-                shard.inflight.get(&hash.0).cloned(),
-            )
+        let entry = {
+            // Cancel under the shard lock: a writer indexes under it after checking
+            // the flag, so either it sees the cancel or this purge sees its entry.
+            let mut shard = inner.index.shard(hash);
+            if shard.inflight.get(&hash.0).is_some_and(|w| *w.key == *key) {
+                if let Some(w) = shard.inflight.remove(&hash.0) {
+                    w.cancel();
+                }
+            }
+            shard.objects.get(&hash.0).cloned()
         };
-        if let Some(w) = inflight.filter(|w| *w.key == *key) {
-            w.cancelled.store(true, Ordering::Release);
-        }
         match entry.filter(|e| *e.key == *key) {
             Some(e) if inner.index.remove_if_same(&e) => {
                 inner.delete_object(&e);
@@ -274,13 +328,19 @@ impl Store {
         }
     }
 
-    /// Remove every object whose key starts with `prefix` (index, files, journals).
-    /// Returns how many were removed. Cost: walks every index shard (one lock at a
+    /// Remove every object whose key starts with `prefix` (index, files, journals), and
+    /// cancel writes of such keys in flight (as [`Store::purge`] does). Returns how many
+    /// stored objects were removed. Cost: walks every index shard twice (one lock at a
     /// time) and unlinks each match; blocks like [`Store::purge`].
     pub fn purge_prefix(&self, prefix: &[u8]) -> u64 {
         let inner = &self.inner;
         inner.wait_loaded(PURGE_LOAD_WAIT);
         lock(&inner.purged_prefixes).push(prefix.to_vec());
+        // Writes first: one that indexes after its shard was walked sees the cancel;
+        // one that indexed before is removed by the drain below.
+        inner
+            .index
+            .cancel_inflight_matching(|k| k.starts_with(prefix));
         let removed = inner.index.drain_matching(|e| e.key.starts_with(prefix));
         for e in &removed {
             inner.delete_object(e);
@@ -420,19 +480,67 @@ impl Inner {
     /// Put a freshly published (or adopted) entry in the index and its disk's policy,
     /// releasing whatever it replaced.
     pub(crate) fn index_published(&self, entry: Arc<Entry>) {
-        match self.index.insert(Arc::clone(&entry)) {
+        let inserted = self.index.insert(Arc::clone(&entry));
+        self.account_inserted(entry, inserted, false);
+    }
+
+    /// [`Inner::index_published`] if `allow` (called under the shard lock with the
+    /// current entry) agrees; returns whether it did. `inherit`: the entry replaces the
+    /// same object with new metadata, so it keeps the old entry's eviction state.
+    pub(crate) fn index_published_if(
+        &self,
+        entry: Arc<Entry>,
+        inherit: bool,
+        allow: impl FnOnce(Option<&Arc<Entry>>) -> bool,
+    ) -> bool {
+        match self.index.insert_if(Arc::clone(&entry), allow) {
+            Some(inserted) => {
+                self.account_inserted(entry, inserted, inherit);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn account_inserted(&self, entry: Arc<Entry>, inserted: Inserted, inherit: bool) {
+        match inserted {
             Inserted::New => self.disks[usize::from(entry.disk)].track(entry, None),
             Inserted::Replaced(old) => {
                 let old_disk = &self.disks[usize::from(old.disk)];
+                let queue = old.policy.queue();
                 old_disk.untrack(&old);
                 if old.disk != entry.disk {
                     // A stale copy on another disk (written while this disk was out,
                     // or before a placement change): remove it there.
                     self.delete_object(&old);
                 }
-                self.disks[usize::from(entry.disk)].track(entry, None);
+                let keep = inherit && old.disk == entry.disk && queue != QueueId::Removed;
+                if keep {
+                    entry.policy.inherit(&old.policy);
+                }
+                self.disks[usize::from(entry.disk)].track(entry, keep.then_some(queue));
             }
             Inserted::KeptNewer(_) => {}
+        }
+    }
+
+    /// Undo a rename whose object may not be indexed (its write was cancelled, or an
+    /// update found the object changed): unlink the file and journal the removal. An
+    /// entry still indexed for the key on this disk then names no file (or a file
+    /// renamed there later): its next lookup finds it missing and forgets it, as after
+    /// any file lost behind the index's back.
+    pub(crate) fn unpublish(&self, disk: u16, hash: KeyHash, path: &Path) {
+        let d = &self.disks[usize::from(disk)];
+        if !d.health.in_service() {
+            return; // wiped when it returns to service
+        }
+        match self.io.remove_file(path) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => self.disk_error(disk, IoOp::Remove, path, &err),
+        }
+        if let Err(err) = d.journal(&*self.io, &Record::Remove { hash }) {
+            self.disk_error(disk, IoOp::Append, d.dir(), &err);
         }
     }
 

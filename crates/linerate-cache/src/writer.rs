@@ -41,13 +41,56 @@ pub struct Inflight {
     pub(crate) created_ms: u64,
     pub(crate) disk: u16,
     pub(crate) tx: watch::Sender<Progress>,
-    /// Set by a purge: the write must not be published.
+    /// Set (under the key's shard lock) by a purge, or by a newer write of the same key
+    /// displacing this one: the write must not be published. Checked under that same
+    /// lock when the writer indexes its object, so a purge is never undone.
     pub(crate) cancelled: AtomicBool,
+    /// Whether lookups may follow this write (`Lookup::Filling`). False for a metadata
+    /// update, which copies a body that is already stored.
+    pub(crate) followable: bool,
 }
 
 impl Inflight {
     pub(crate) fn progress(&self) -> BodyProgress {
         BodyProgress::new(self.tx.subscribe())
+    }
+
+    /// Mark the write as not to be published (call with its shard locked).
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+}
+
+/// What the index must hold for the key when a metadata update publishes: the object
+/// whose body it copied. Anything else means the object changed meanwhile.
+#[derive(Debug)]
+pub(crate) enum Replaces {
+    /// This indexed entry.
+    Entry(Arc<Entry>),
+    /// A file found by name while its disk's index was loading: nothing indexed yet, or
+    /// the loader's entry for that same object.
+    Unindexed {
+        /// Disk holding it.
+        disk: u16,
+        /// Its header's `created_ms`.
+        created_ms: u64,
+    },
+}
+
+impl Replaces {
+    fn matches(&self, current: Option<&Arc<Entry>>) -> bool {
+        match (self, current) {
+            (Replaces::Entry(e), Some(c)) => Arc::ptr_eq(e, c),
+            (Replaces::Entry(_), None) => false,
+            (Replaces::Unindexed { .. }, None) => true,
+            (Replaces::Unindexed { disk, created_ms }, Some(c)) => {
+                c.disk == *disk && c.created_ms == *created_ms
+            }
+        }
     }
 }
 
@@ -137,8 +180,20 @@ impl ObjectWriter {
 
     /// Complete and publish the object; returns once it is indexed and journaled (so it
     /// survives a kill -9 from then on, and power loss too with
-    /// [`crate::Durability::SyncBeforePublish`]).
-    pub fn finish(mut self) -> Result<Published, WriteError> {
+    /// [`crate::Durability::SyncBeforePublish`]). Fails with [`WriteFailure::Aborted`]
+    /// if the key was purged, or a newer write of it begun, since this one began.
+    pub fn finish(self) -> Result<Published, WriteError> {
+        self.publish(None)
+    }
+
+    /// Running xxh3-64 of the body appended so far.
+    pub(crate) fn body_checksum(&self) -> u64 {
+        self.hasher.digest()
+    }
+
+    /// [`ObjectWriter::finish`]; with `replaces`, publish only if the index still holds
+    /// that object for the key (a metadata update), and keep its eviction state.
+    pub(crate) fn publish(mut self, replaces: Option<Replaces>) -> Result<Published, WriteError> {
         if self.done {
             return Err(WriteError {
                 failure: WriteFailure::Aborted,
@@ -147,7 +202,7 @@ impl ObjectWriter {
         if self.expected.is_some_and(|e| e != self.written) {
             return Err(self.fail(WriteFailure::LengthMismatch));
         }
-        if self.inflight.cancelled.load(Ordering::Acquire) {
+        if self.inflight.is_cancelled() {
             return Err(self.fail(WriteFailure::Aborted));
         }
         let inner = Arc::clone(&self.inner);
@@ -203,7 +258,16 @@ impl ObjectWriter {
             created_ms: self.header.created_ms,
             policy: PolicyState::default(),
         });
-        inner.index_published(Arc::clone(&entry));
+        let inflight = &self.inflight;
+        let published = inner.index_published_if(Arc::clone(&entry), replaces.is_some(), |cur| {
+            !inflight.is_cancelled() && replaces.as_ref().is_none_or(|r| r.matches(cur))
+        });
+        if !published {
+            // Purged, superseded or (an update) changed after the rename: take the file
+            // back out so nothing unindexed is left under the object's name.
+            inner.unpublish(self.disk, self.hash, &final_path);
+            return Err(self.fail(WriteFailure::Aborted));
+        }
         let rec = Record::Insert {
             hash: self.hash,
             charge,
