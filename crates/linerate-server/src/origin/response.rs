@@ -1,0 +1,407 @@
+//! One exchange on a connection: send the request, read the response head within the
+//! first-byte and idle timeouts, then hand out the body with its framing checked to
+//! the byte. The body is complete only when its end is exactly where the framing says;
+//! bytes past that end mean the framing lied, and nothing received may be stored.
+//!
+//! Not here: choosing the connection or retrying (the parent module).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use linerate_http::upstream::{parse_response_head, ChunkedDecoder, Framing, ResponseHead};
+use tokio::time::Instant;
+
+use super::conn::{Conn, Peek};
+use super::error::OriginError;
+use super::shared::OriginShared;
+use super::{unix_ms, Failure, Phase};
+
+/// Bytes read per call while the head is incomplete. Heads are usually under 1 KiB;
+/// 16 KiB also takes the first body bytes that arrive in the same segments.
+const HEAD_READ_CHUNK: usize = 16 * 1024;
+
+/// Most bytes asked of the socket in one body read. The space is zeroed before the
+/// read (no `unsafe` here to skip that), so it is kept near what one read returns on a
+/// busy connection (a TCP receive of 64 KiB, a few 16 KiB TLS records).
+const BODY_READ_CHUNK: usize = 64 * 1024;
+
+/// Send `wire` on `conn` and read the response head. `first_byte_timeout` bounds the
+/// write and the wait for the first byte (a request the origin will not read is as
+/// stuck as one it will not answer); `idle_timeout` each wait after that.
+pub(super) async fn exchange(
+    shared: &Arc<OriginShared>,
+    server: usize,
+    mut conn: Conn,
+    wire: &[u8],
+    is_head: bool,
+) -> Result<OriginResponse, Failure> {
+    let opts = &shared.opts;
+    let request_time_ms = unix_ms();
+    let first_byte_deadline = Instant::now() + opts.first_byte_timeout;
+    match tokio::time::timeout_at(first_byte_deadline, conn.write_all(wire)).await {
+        Err(_) => return Err(Failure::new(OriginError::FirstByteTimeout, Phase::Write)),
+        Ok(Err(e)) => return Err(Failure::new(OriginError::before_response(e), Phase::Write)),
+        Ok(Ok(())) => {}
+    }
+    let mut buf = Vec::with_capacity(HEAD_READ_CHUNK);
+    loop {
+        let nothing_yet = buf.is_empty();
+        let deadline = if nothing_yet {
+            first_byte_deadline
+        } else {
+            Instant::now() + opts.idle_timeout
+        };
+        let error = match conn.read_until(&mut buf, HEAD_READ_CHUNK, deadline).await {
+            Ok(Some(0)) if nothing_yet => Some(OriginError::Closed),
+            Ok(Some(0)) => Some(OriginError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "origin closed the connection inside the response head",
+            ))),
+            Ok(Some(_)) => None,
+            Ok(None) if nothing_yet => Some(OriginError::FirstByteTimeout),
+            Ok(None) => Some(OriginError::IdleTimeout),
+            Err(e) if nothing_yet => Some(OriginError::before_response(e)),
+            Err(e) => Some(OriginError::Io(e)),
+        };
+        if let Some(error) = error {
+            return Err(Failure::new(error, Phase::Head));
+        }
+        match parse_response_head(&buf, is_head) {
+            Err(e) => return Err(Failure::new(OriginError::BadHead(e), Phase::Head)),
+            Ok(None) => continue,
+            Ok(Some((head, head_len))) => {
+                let response_time_ms = unix_ms();
+                let mut body = Body {
+                    conn: Some(conn),
+                    pending: buf,
+                    pos: head_len,
+                    state: match head.framing {
+                        Framing::Length(n) => BodyState::Length {
+                            expected: n,
+                            remaining: n,
+                        },
+                        Framing::Chunked => BodyState::Chunked,
+                        Framing::UntilClose => BodyState::UntilClose,
+                        Framing::Empty => BodyState::Empty,
+                    },
+                    decoder: ChunkedDecoder::new(),
+                    keep_alive: head.keep_alive,
+                    idle_timeout: opts.idle_timeout,
+                };
+                // A body that is already over goes back to the pool now, so a caller
+                // that never reads an empty body does not cost a connection.
+                match body.state {
+                    BodyState::Empty => body.finish(End::Lenient).await,
+                    BodyState::Length { remaining: 0, .. } => body.finish(End::Strict).await,
+                    _ => {}
+                }
+                return Ok(OriginResponse {
+                    head,
+                    request_time_ms,
+                    response_time_ms,
+                    server,
+                    shared: shared.clone(),
+                    body,
+                });
+            }
+        }
+    }
+}
+
+/// A response from an origin server: the head, and the body still to be read.
+pub(crate) struct OriginResponse {
+    /// The final response head (interim 1xx responses skipped).
+    pub(crate) head: ResponseHead,
+    /// Unix milliseconds when the request was sent (RFC 9111 §4.2.3 `request_time`).
+    pub(crate) request_time_ms: u64,
+    /// Unix milliseconds when the head was parsed (RFC 9111 §4.2.3 `response_time`).
+    pub(crate) response_time_ms: u64,
+    /// Index of the server (in the origin's `servers`) that answered.
+    pub(crate) server: usize,
+    shared: Arc<OriginShared>,
+    body: Body,
+}
+
+impl std::fmt::Debug for OriginResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OriginResponse")
+            .field("head", &self.head)
+            .field("server", &self.server)
+            .field("state", &self.body.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OriginResponse {
+    /// Append up to `max` decoded body bytes to `buf` (a `max` of 0 counts as 1).
+    ///
+    /// `Ok(0)` only when the body is complete and valid: exactly `Content-Length` bytes
+    /// (fewer before end of file: [`OriginError::BodyShort`]; more, received already or
+    /// readable without waiting: [`OriginError::BodyLong`]), the chunked terminator
+    /// (then any byte more: `BodyLong`), or end of file for a body delimited by close.
+    /// Each wait is bounded by `idle_timeout`. When the body ends cleanly on a
+    /// persistent connection, the connection goes back to this worker's pool; dropping
+    /// an unfinished response closes it. After an error every later call fails too.
+    pub(crate) async fn read(
+        &mut self,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> Result<usize, OriginError> {
+        let result = self.body.read(buf, max.max(1)).await;
+        if let Err(e) = &result {
+            if !matches!(self.body.state, BodyState::Failed) {
+                self.shared.count_error(self.server, e);
+            }
+            self.body.state = BodyState::Failed;
+            self.body.conn = None;
+        }
+        result
+    }
+
+    /// The body's length when the framing gives it: `Content-Length`, or 0 for a body
+    /// that cannot exist (HEAD, 204, 304); `None` for chunked or until-close bodies.
+    pub(crate) fn content_length(&self) -> Option<u64> {
+        match self.head.framing {
+            Framing::Length(n) => Some(n),
+            Framing::Empty => Some(0),
+            Framing::Chunked | Framing::UntilClose => None,
+        }
+    }
+
+    /// Whether the connection has gone back to the pool (or been closed) because the
+    /// body is over.
+    #[cfg(test)]
+    pub(super) fn is_released(&self) -> bool {
+        self.body.conn.is_none()
+    }
+}
+
+/// Where the body stands.
+#[derive(Debug, Clone, Copy)]
+enum BodyState {
+    /// `Content-Length` body with `remaining` of `expected` bytes to come.
+    Length { expected: u64, remaining: u64 },
+    /// Chunked body (the decoder is `Body::decoder`).
+    Chunked,
+    /// Body delimited by the connection closing.
+    UntilClose,
+    /// No body (HEAD, 204, 304), not yet finished.
+    Empty,
+    /// Ended exactly where the framing said.
+    Complete,
+    /// Bytes followed the end: the next read reports [`OriginError::BodyLong`].
+    Extra,
+    /// An error was returned; the connection is closed.
+    Failed,
+}
+
+/// How to treat bytes after the end of a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// They are an error (`BodyLong`): `Content-Length` or chunked framing.
+    Strict,
+    /// They only make the connection unusable: a response that has no body by rule
+    /// (RFC 9112 §6.3 ¶1) is complete at its head whatever follows.
+    Lenient,
+}
+
+/// The body half of a response: the connection and what was read ahead.
+struct Body {
+    /// The connection, until the body is over.
+    conn: Option<Conn>,
+    /// Bytes read but not yet handed out (from `pos`): what followed the head, or
+    /// raw chunked input.
+    pending: Vec<u8>,
+    pos: usize,
+    state: BodyState,
+    decoder: ChunkedDecoder,
+    keep_alive: bool,
+    idle_timeout: Duration,
+}
+
+impl Body {
+    /// [`OriginResponse::read`], by framing.
+    async fn read(&mut self, buf: &mut Vec<u8>, max: usize) -> Result<usize, OriginError> {
+        match self.state {
+            BodyState::Length {
+                expected,
+                remaining,
+            } => self.read_length(buf, max, expected, remaining).await,
+            BodyState::Chunked => self.read_chunked(buf, max).await,
+            BodyState::UntilClose => self.read_until_close(buf, max).await,
+            BodyState::Empty => {
+                self.finish(End::Lenient).await;
+                self.ended()
+            }
+            BodyState::Complete | BodyState::Extra => self.ended(),
+            BodyState::Failed => Err(OriginError::Io(std::io::Error::other(
+                "the origin response already failed",
+            ))),
+        }
+    }
+
+    /// A `Content-Length` body: never reads past the declared end, so bytes beyond it
+    /// stay in the socket for `finish` to find.
+    async fn read_length(
+        &mut self,
+        buf: &mut Vec<u8>,
+        max: usize,
+        expected: u64,
+        remaining: u64,
+    ) -> Result<usize, OriginError> {
+        if remaining == 0 {
+            self.finish(End::Strict).await;
+            return self.ended();
+        }
+        let want = usize::try_from(remaining).map_or(max, |r| r.min(max));
+        let n = match self.take_pending(buf, want) {
+            0 => {
+                let n = self.fill(buf, want.min(BODY_READ_CHUNK)).await?;
+                if n == 0 {
+                    return Err(OriginError::BodyShort {
+                        expected,
+                        got: expected - remaining,
+                    });
+                }
+                n
+            }
+            n => n,
+        };
+        let remaining = remaining - n as u64;
+        self.state = BodyState::Length {
+            expected,
+            remaining,
+        };
+        if remaining == 0 {
+            // Finish now: the connection returns to the pool even if the caller, which
+            // knows the length, never asks for the end.
+            self.finish(End::Strict).await;
+        }
+        Ok(n)
+    }
+
+    /// A body delimited by close: end of file is its (only) valid end.
+    async fn read_until_close(
+        &mut self,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> Result<usize, OriginError> {
+        let n = match self.take_pending(buf, max) {
+            0 => self.fill(buf, max.min(BODY_READ_CHUNK)).await?,
+            n => n,
+        };
+        if n == 0 {
+            self.state = BodyState::Complete;
+            self.conn = None;
+        }
+        Ok(n)
+    }
+
+    /// A chunked body: raw input goes through `pending` and the decoder.
+    async fn read_chunked(&mut self, buf: &mut Vec<u8>, max: usize) -> Result<usize, OriginError> {
+        loop {
+            if self.pos == self.pending.len() {
+                self.pending.clear();
+                self.pos = 0;
+                let Some(conn) = self.conn.as_mut() else {
+                    return Err(closed_inside("a chunked body"));
+                };
+                let deadline = Instant::now() + self.idle_timeout;
+                match conn
+                    .read_until(&mut self.pending, BODY_READ_CHUNK, deadline)
+                    .await
+                {
+                    Ok(Some(0)) => return Err(closed_inside("a chunked body")),
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(OriginError::IdleTimeout),
+                    Err(e) => return Err(OriginError::Io(e)),
+                }
+            }
+            // Decoded bytes never outnumber input bytes, so this bounds the output.
+            let end = self.pending.len().min(self.pos.saturating_add(max));
+            let before = buf.len();
+            let (used, done) = self
+                .decoder
+                .decode(&self.pending[self.pos..end], buf)
+                .map_err(OriginError::BadChunked)?;
+            self.pos += used;
+            let produced = buf.len() - before;
+            if done {
+                self.finish(End::Strict).await;
+                if produced == 0 {
+                    return self.ended();
+                }
+            }
+            if produced > 0 {
+                return Ok(produced);
+            }
+        }
+    }
+
+    /// Move up to `want` pending bytes to `buf`; the count moved.
+    fn take_pending(&mut self, buf: &mut Vec<u8>, want: usize) -> usize {
+        let n = (self.pending.len() - self.pos).min(want);
+        buf.extend_from_slice(&self.pending[self.pos..self.pos + n]);
+        self.pos += n;
+        if n > 0 && self.pos == self.pending.len() {
+            // Drained: give the head buffer back; later reads go straight into `buf`.
+            self.pending = Vec::new();
+            self.pos = 0;
+        }
+        n
+    }
+
+    /// Read up to `want` bytes from the connection into `buf`; 0 at end of file.
+    async fn fill(&mut self, buf: &mut Vec<u8>, want: usize) -> Result<usize, OriginError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(0);
+        };
+        match conn
+            .read_until(buf, want, Instant::now() + self.idle_timeout)
+            .await
+        {
+            Ok(Some(n)) => Ok(n),
+            Ok(None) => Err(OriginError::IdleTimeout),
+            Err(e) => Err(OriginError::Io(e)),
+        }
+    }
+
+    /// The body is over: look for bytes past its end, then pool or close the
+    /// connection.
+    async fn finish(&mut self, end: End) {
+        let buffered_extra = self.pos < self.pending.len();
+        self.pending = Vec::new();
+        self.pos = 0;
+        let mut clean = !buffered_extra;
+        if let Some(mut conn) = self.conn.take() {
+            if clean {
+                match conn.peek().await {
+                    Peek::Quiet if self.keep_alive => conn.release(),
+                    Peek::Quiet | Peek::Closed => {}
+                    Peek::Data => clean = false,
+                }
+            }
+        }
+        self.state = if clean || end == End::Lenient {
+            BodyState::Complete
+        } else {
+            BodyState::Extra
+        };
+    }
+
+    /// The answer for a body that is over: `Ok(0)`, or `BodyLong` if bytes followed.
+    fn ended(&self) -> Result<usize, OriginError> {
+        match self.state {
+            BodyState::Extra => Err(OriginError::BodyLong),
+            _ => Ok(0),
+        }
+    }
+}
+
+/// End of file where the framing says more must come.
+fn closed_inside(what: &str) -> OriginError {
+    OriginError::Io(std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        format!("origin closed the connection inside {what}"),
+    ))
+}
