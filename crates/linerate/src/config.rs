@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::cacheconfig::{CacheSections, QuickStart};
 use linerate_server::options::{self as defaults, Pinning, ServerOptions, Timeouts};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -39,6 +40,15 @@ pub struct Config {
     pub tcp: crate::opsconfig::TcpSection,
     /// `[tls]`
     pub tls: crate::tlsconfig::TlsSection,
+    /// `[cache]` (cache mode; see [`crate::cacheconfig`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::cacheconfig::CacheSection>,
+    /// `[[origin]]` (cache mode).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub origin: Vec<crate::cacheconfig::OriginSection>,
+    /// `[[route]]` (cache mode).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub route: Vec<crate::cacheconfig::RouteSection>,
 }
 
 /// `[server]`: listeners and workers.
@@ -155,13 +165,25 @@ impl Default for CacheControlSection {
 impl Config {
     /// Read and parse a file. The error text names the file, key and line.
     pub fn load(path: &Path) -> anyhow::Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        Config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        Config::load_with(path, None)
     }
 
-    /// Parse TOML text.
+    /// Read and parse a file, with the quick start (`serve --origin --cache-dir`)
+    /// replacing its origins, routes and disks before cache mode is checked.
+    pub fn load_with(path: &Path, quick: Option<&QuickStart>) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Config::parse_with(&text, quick).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Parse TOML text (the tests' entry; the binary always goes through `parse_with`).
+    #[cfg(test)]
     pub fn parse(text: &str) -> Result<Config, toml::de::Error> {
+        Config::parse_with(text, None)
+    }
+
+    /// Parse TOML text, then apply the quick start (if any) and check cache mode.
+    pub fn parse_with(text: &str, quick: Option<&QuickStart>) -> Result<Config, toml::de::Error> {
         let mut config: Config = toml::from_str(text)?;
         config
             .tls
@@ -179,7 +201,31 @@ impl Config {
             defaults::default_cache_control().into_iter().collect();
         merged.extend(std::mem::take(&mut config.cache_control.extensions));
         config.cache_control.extensions = merged;
+        if let Some(q) = quick {
+            q.apply(&mut config.cache, &mut config.origin, &mut config.route);
+        }
+        let cache = config.cache_sections();
+        if cache.is_on() {
+            cache.validate().map_err(|e| match e.span {
+                Some(span) => error_at(text, span, &e.message),
+                None => <toml::de::Error as serde::de::Error>::custom(e.message),
+            })?;
+        }
         Ok(config)
+    }
+
+    /// Cache mode's sections.
+    pub fn cache_sections(&self) -> CacheSections<'_> {
+        CacheSections {
+            cache: self.cache.as_ref(),
+            origins: &self.origin,
+            routes: &self.route,
+        }
+    }
+
+    /// Whether the file (with the quick start) turns cache mode on.
+    pub fn cache_mode(&self) -> bool {
+        self.cache_sections().is_on()
     }
 
     /// Every listen address, plain then TLS: what `tcp.listeners` keys may name.
@@ -254,6 +300,8 @@ impl Config {
         o.access_log = self.access_log.to_options();
         o.tcp = self.tcp.to_options();
         o.tls = self.tls.to_options();
+        let cache = self.cache_sections();
+        o.cache = cache.is_on().then(|| cache.to_options());
         o
     }
 }

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod adminctl;
+mod cacheconfig;
 mod config;
 mod opsconfig;
 mod tlsconfig;
@@ -56,6 +57,31 @@ struct ServeArgs {
     /// Worker threads (0 = one per CPU); replaces `server.workers`.
     #[arg(long)]
     workers: Option<u64>,
+    /// Cache mode quick start: an origin server, `http://host[:port][/base]` or
+    /// `https://...` (repeatable: servers of one origin named "origin", with one
+    /// catch-all route to it). Replaces the file's `[[origin]]` and `[[route]]`. Needs
+    /// `--cache-dir`.
+    #[arg(long, value_name = "URL", value_parser = origin_url, requires = "cache_dir")]
+    origin: Vec<String>,
+    /// Cache mode quick start: the cache directory (one disk named "disk0"; created if
+    /// missing). Replaces the file's `[[cache.disk]]`. Needs `--origin`.
+    #[arg(long, value_name = "DIR", requires = "origin")]
+    cache_dir: Option<PathBuf>,
+    /// Capacity of `--cache-dir`, bytes (or with a K, M, G or T suffix: powers of 1024).
+    /// Default: 90% of the size of the filesystem holding it.
+    #[arg(long, value_name = "BYTES", value_parser = cache_size, requires = "cache_dir")]
+    cache_size: Option<u64>,
+}
+
+fn origin_url(s: &str) -> Result<String, String> {
+    cacheconfig::ServerUrl::parse(s).map(|_| s.to_owned())
+}
+
+fn cache_size(s: &str) -> Result<u64, String> {
+    match cacheconfig::parse_size(s)? {
+        0 => Err("must be greater than 0".to_owned()),
+        n => Ok(n),
+    }
 }
 
 fn main() -> ExitCode {
@@ -85,11 +111,23 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let quick = match (&args.cache_dir, args.origin.is_empty()) {
+        (None, true) => None,
+        (Some(dir), false) => Some(cacheconfig::QuickStart::resolve(
+            &args.origin,
+            dir,
+            args.cache_size,
+        )?),
+        // clap's `requires` already refuses these.
+        (None, false) => anyhow::bail!("--origin needs --cache-dir"),
+        (Some(_), true) => anyhow::bail!("--cache-dir needs --origin"),
+    };
     // SIGHUP re-reads the same file with the same command-line overrides.
     let reloader: Option<linerate_server::Reloader> = args.config.clone().map(|path| {
         let (listen, root, workers) = (args.listen.clone(), args.root.clone(), args.workers);
+        let quick = quick.clone();
         Box::new(move || {
-            let mut c = Config::load(&path).map_err(|e| format!("{e:#}"))?;
+            let mut c = Config::load_with(&path, quick.as_ref()).map_err(|e| format!("{e:#}"))?;
             if !listen.is_empty() {
                 c.server.listen = listen.clone();
             }
@@ -104,8 +142,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }) as linerate_server::Reloader
     });
     let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
+        Some(path) => Config::load_with(path, quick.as_ref())?,
+        None => Config::parse_with("", quick.as_ref())
+            .map_err(|e| anyhow::anyhow!("command line: {e}"))?,
     };
     if !args.listen.is_empty() {
         config.server.listen = args.listen;
@@ -139,7 +178,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let config = Config::load(file)?;
     let root = &config.appliance.root;
-    if !root.is_dir() {
+    // Cache mode serves from the store, so the appliance root is not needed.
+    if !config.cache_mode() && !root.is_dir() {
         anyhow::bail!(
             "{}: appliance.root {} is not a directory",
             file.display(),
@@ -151,6 +191,19 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
         linerate_server::tls_config::TlsConfigBuilder::new(tls)
             .and_then(|b| b.build())
             .map_err(|e| anyhow::anyhow!("{}: tls: {e}", file.display()))?;
+    }
+    for origin in &config.origin {
+        // A missing CA bundle fails the check, not the first https fetch.
+        if let Some(ca) = &origin.ca_file {
+            std::fs::File::open(ca).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: origin {:?}: ca_file {}: {e}",
+                    file.display(),
+                    origin.name.get_ref(),
+                    ca.display()
+                )
+            })?;
+        }
     }
     print!("{}", config.to_toml());
     Ok(())

@@ -1,6 +1,6 @@
 //! End to end: the command line — `--version`, `check-config` (valid, unknown key, bad
-//! value), quick-start flags, and the out-of-the-box default that serves the bundled
-//! sample library on 127.0.0.1:8080.
+//! value; appliance and cache mode), quick-start flags (cache mode's come in pairs), and
+//! the out-of-the-box default that serves the bundled sample library on 127.0.0.1:8080.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod support;
@@ -77,6 +77,78 @@ fn check_config_prints_effective_configuration_or_names_the_error() {
             assert!(err.contains(n), "{text}: {err} lacks {n}");
         }
     }
+}
+
+#[test]
+fn check_config_accepts_cache_mode_and_names_its_errors() {
+    // Cache mode needs no appliance root: a missing one is not an error here.
+    let good = "[appliance]\nroot = \"/nonexistent/linerate\"\n\
+        [cache]\ndurability = \"no_sync\"\n\
+        [[cache.disk]]\nname = \"nvme0\"\npath = \"/var/cache/linerate/nvme0\"\nmax_bytes = \"900G\"\n\
+        [[origin]]\nname = \"vod\"\nservers = [\"http://10.0.0.1:8080\", \"https://origin.example\"]\n\
+        [[route]]\npath_prefix = \"/vod/\"\norigin = \"vod\"\n[route.ttl_s]\nm3u8 = 2\n";
+    let (code, printed, err) = check_config(good);
+    assert_eq!(code, Some(0), "{err}");
+    for n in [
+        "durability = \"no_sync\"",
+        "max_bytes = 966367641600",
+        "connect_timeout_ms = 3000",
+        "cache_name = \"linerate\"",
+        "[route.ttl_s]",
+    ] {
+        assert!(printed.contains(n), "defaults filled in, {n}: {printed}");
+    }
+
+    for (text, needles) in [
+        (
+            good.replace("durability", "durabilty"),
+            &["durabilty", "line 4"][..],
+        ),
+        (
+            good.replace("origin = \"vod\"", "origin = \"vdo\""),
+            &["\"vdo\" is not defined", "line 14"][..],
+        ),
+        (
+            good.replace("http://10.0.0.1:8080", "ftp://10.0.0.1"),
+            &["http:// or https://", "line 11"][..],
+        ),
+    ] {
+        let (code, printed, err) = check_config(&text);
+        assert_eq!(code, Some(1), "{text}");
+        assert!(printed.is_empty(), "{printed}");
+        for n in needles {
+            assert!(err.contains(n), "{text}: {err} lacks {n}");
+        }
+    }
+}
+
+#[test]
+fn cache_quick_start_flags_come_together() {
+    for args in [
+        &["--origin", "http://127.0.0.1:8081"][..],
+        &["--cache-dir", "/tmp/linerate-never-created"][..],
+    ] {
+        let out = Command::new(binary())
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let missing = if args[0] == "--origin" {
+            "--cache-dir"
+        } else {
+            "--origin"
+        };
+        assert!(err.contains("required") && err.contains(missing), "{err}");
+    }
+    assert!(!std::path::Path::new("/tmp/linerate-never-created").exists());
+    let out = Command::new(binary())
+        .args(["serve", "--origin", "ftp://x", "--cache-dir", "/tmp/x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http:// or https://"));
 }
 
 #[test]

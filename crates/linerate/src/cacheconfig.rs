@@ -1,0 +1,1185 @@
+//! Cache mode's sections of the configuration file: `[cache]` with its
+//! `[[cache.disk]]` tables, `[[origin]]` and `[[route]]` (reference: docs/config.md,
+//! "Cache mode"), and the `serve --origin URL --cache-dir DIR` quick start. Same rules as
+//! the rest of the file: unknown keys and bad values are errors naming the key and line;
+//! defaults and their reasons come from `linerate_server::cacheopts` and
+//! `linerate_cache::StoreConfig`. Times are integers with the unit in the key's name:
+//! `_ms` for timeouts (as in `[timeouts]`), `_s` for freshness lifetimes (HTTP's
+//! `max-age` is in seconds).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use linerate_cache::{DiskConfig, Durability, StoreConfig};
+use linerate_server::cacheopts::{
+    self, CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOptions,
+};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use toml::Spanned;
+
+/// Longest timeout accepted, ms: a player has given up long before, and a stuck fetch
+/// holds an origin connection for this long.
+const MAX_TIMEOUT_MS: u64 = 600_000;
+
+/// Longest `down_for_ms`: an hour; a server down longer is a configuration matter.
+const MAX_DOWN_FOR_MS: u64 = 3_600_000;
+
+/// Longest freshness lifetime accepted, s (10 years): far past any real TTL (a year is
+/// the customary "immutable"), and far from overflowing expiry arithmetic.
+const MAX_LIFETIME_S: u64 = 10 * 365 * 86_400;
+
+/// Smallest slice: each slice is one origin request and one stored object, so below
+/// 64 KiB the per-request and per-file overhead outweighs the data.
+const MIN_SLICE_BYTES: u64 = 64 * 1024;
+
+/// Share of the filesystem's size that `--cache-dir` uses when `--cache-size` is not
+/// given: the rest is headroom for the filesystem and for the store's temporary files.
+const QUICK_START_SHARE_PERCENT: u64 = 90;
+
+/// Name of the origin the quick start defines.
+pub const QUICK_START_ORIGIN: &str = "origin";
+
+/// Name of the disk the quick start defines.
+pub const QUICK_START_DISK: &str = "disk0";
+
+/// `[cache]`: the store and cache-wide behaviour.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheSection {
+    /// Honour the client's `Cache-Control`. Default true.
+    pub honour_request_cache_control: bool,
+    /// Share of `now - Last-Modified` used as heuristic freshness, 0.0-1.0. Default 0.1.
+    #[serde(deserialize_with = "fraction")]
+    pub heuristic_fraction: f64,
+    /// Longest heuristic freshness, s. Default 86400.
+    #[serde(deserialize_with = "lifetime_s")]
+    pub heuristic_max_s: u64,
+    /// Largest request body forwarded for unsafe methods, bytes. Default 1048576.
+    #[serde(deserialize_with = "size")]
+    pub max_forwarded_body: u64,
+    /// Name in `Via` and `Cache-Status`. Default `linerate`.
+    #[serde(deserialize_with = "cache_name")]
+    pub cache_name: String,
+    /// `sync_before_publish` or `no_sync`. Default `sync_before_publish`.
+    pub durability: DurabilityName,
+    /// Start evicting above this percentage of a disk's capacity. Default 95.
+    pub high_watermark_percent: u8,
+    /// Evict down to this percentage. Default 90.
+    pub low_watermark_percent: u8,
+    /// Largest object (or slice) stored, bytes. Default 4 GiB.
+    #[serde(deserialize_with = "positive_size")]
+    pub max_object_bytes: u64,
+    /// `[[cache.disk]]`: the cache directories.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub disk: Vec<DiskSection>,
+}
+
+impl Default for CacheSection {
+    fn default() -> Self {
+        let store = StoreConfig::new(Vec::new());
+        let o = CacheOptions::new(store.clone(), Vec::new(), Vec::new());
+        CacheSection {
+            honour_request_cache_control: o.honour_request_cache_control,
+            heuristic_fraction: o.heuristic_fraction,
+            heuristic_max_s: o.heuristic_max.as_secs(),
+            max_forwarded_body: o.max_forwarded_body,
+            cache_name: o.cache_name,
+            durability: DurabilityName::from(store.durability),
+            high_watermark_percent: store.high_watermark_percent,
+            low_watermark_percent: store.low_watermark_percent,
+            max_object_bytes: store.max_object_bytes,
+            disk: Vec::new(),
+        }
+    }
+}
+
+/// Durability names as written in the file.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DurabilityName {
+    /// `fdatasync` before an object becomes visible.
+    SyncBeforePublish,
+    /// No sync (fastest; objects may be lost on power loss).
+    NoSync,
+}
+
+impl From<Durability> for DurabilityName {
+    fn from(d: Durability) -> Self {
+        match d {
+            Durability::SyncBeforePublish => DurabilityName::SyncBeforePublish,
+            Durability::NoSync => DurabilityName::NoSync,
+        }
+    }
+}
+
+/// `[[cache.disk]]`: one cache directory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskSection {
+    /// Stable name (placement input): letters, digits, `-`, `_`; at most 64 bytes.
+    #[serde(deserialize_with = "spanned_name")]
+    pub name: Spanned<String>,
+    /// Directory the store owns; created if missing.
+    pub path: PathBuf,
+    /// Most bytes kept on this disk (and its placement weight).
+    #[serde(deserialize_with = "positive_size")]
+    pub max_bytes: u64,
+}
+
+/// `[[origin]]`: one origin group.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OriginSection {
+    /// Name routes refer to: letters, digits, `-`, `_`; at most 64 bytes.
+    #[serde(deserialize_with = "spanned_name")]
+    pub name: Spanned<String>,
+    /// `http://host[:port][/base]` or `https://...`; at least one.
+    #[serde(deserialize_with = "servers")]
+    pub servers: Vec<ServerUrl>,
+    /// `Host` sent to the origin. Default: each server's own authority.
+    #[serde(
+        default,
+        deserialize_with = "host_header",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub host_header: Option<String>,
+    /// TCP (and TLS) connect timeout, ms. Default 3000.
+    #[serde(
+        default = "default_connect_timeout_ms",
+        deserialize_with = "timeout_ms"
+    )]
+    pub connect_timeout_ms: u64,
+    /// Request sent to first byte of the response head, ms. Default 10000.
+    #[serde(
+        default = "default_first_byte_timeout_ms",
+        deserialize_with = "timeout_ms"
+    )]
+    pub first_byte_timeout_ms: u64,
+    /// Longest pause between two reads of a response, ms. Default 10000.
+    #[serde(default = "default_idle_timeout_ms", deserialize_with = "timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// Connections one worker holds to one server. Default 64.
+    #[serde(default = "default_max_connections", deserialize_with = "positive")]
+    pub max_connections: u64,
+    /// PEM CA bundle for https servers. Default: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// Consecutive failures that mark a server down. Default 3.
+    #[serde(default = "default_down_after", deserialize_with = "down_after")]
+    pub down_after: u32,
+    /// How long a down server is skipped, ms. Default 10000.
+    #[serde(default = "default_down_for_ms", deserialize_with = "down_for_ms")]
+    pub down_for_ms: u64,
+}
+
+/// An origin server URL: printed back as written, parsed once when read.
+#[derive(Debug, Clone)]
+pub struct ServerUrl {
+    text: String,
+    parsed: OriginServer,
+}
+
+impl ServerUrl {
+    /// Parse one URL (the `--origin` flag and `servers` entries).
+    pub fn parse(text: &str) -> Result<ServerUrl, String> {
+        Ok(ServerUrl {
+            parsed: OriginServer::parse(text)?,
+            text: text.to_owned(),
+        })
+    }
+}
+
+impl Serialize for ServerUrl {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.text.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ServerUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        ServerUrl::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `[[route]]`: requests whose host and path prefix match go to `origin`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    /// Host to match (case-insensitive; `*.example.com` matches subdomains). Default:
+    /// any host.
+    #[serde(
+        default,
+        deserialize_with = "route_host",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub host: Option<String>,
+    /// Path prefix to match. Default `/`.
+    #[serde(default = "default_path_prefix", deserialize_with = "path_prefix")]
+    pub path_prefix: String,
+    /// Name of an `[[origin]]`. Required.
+    pub origin: Spanned<String>,
+    /// Freshness of a response that carries none, s. Default 60.
+    #[serde(default = "default_ttl_s", deserialize_with = "lifetime_s")]
+    pub default_ttl_s: u64,
+    /// `include` or `ignore` the query string in the cache key. Default `include`.
+    #[serde(default = "default_query")]
+    pub query: QueryName,
+    /// Slice size for large objects, bytes; 0 = off. Default 4194304.
+    #[serde(default = "default_slice_bytes", deserialize_with = "slice_bytes")]
+    pub slice_bytes: u64,
+    /// Serve stale while revalidating, s past expiry. Default 0.
+    #[serde(default, deserialize_with = "lifetime_s")]
+    pub stale_while_revalidate_s: u64,
+    /// Serve stale when the origin fails, s past expiry. Default 0.
+    #[serde(default, deserialize_with = "lifetime_s")]
+    pub stale_if_error_s: u64,
+    /// `[route.ttl_s]`: extension → freshness, s, for responses that carry none. When
+    /// given it replaces the built-in table entirely. Default: the built-in table.
+    #[serde(default = "default_ttl_table", deserialize_with = "ttl_table")]
+    pub ttl_s: BTreeMap<String, u64>,
+}
+
+/// Query-key names as written in the file.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum QueryName {
+    /// The whole query is part of the key.
+    Include,
+    /// The query is left out of the key (still forwarded).
+    Ignore,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn default_connect_timeout_ms() -> u64 {
+    ms(cacheopts::DEFAULT_CONNECT_TIMEOUT)
+}
+
+fn default_first_byte_timeout_ms() -> u64 {
+    ms(cacheopts::DEFAULT_FIRST_BYTE_TIMEOUT)
+}
+
+fn default_idle_timeout_ms() -> u64 {
+    ms(cacheopts::DEFAULT_ORIGIN_IDLE_TIMEOUT)
+}
+
+fn default_max_connections() -> u64 {
+    cacheopts::DEFAULT_ORIGIN_MAX_CONNECTIONS as u64
+}
+
+fn default_down_after() -> u32 {
+    cacheopts::DEFAULT_DOWN_AFTER
+}
+
+fn default_down_for_ms() -> u64 {
+    ms(cacheopts::DEFAULT_DOWN_FOR)
+}
+
+fn default_path_prefix() -> String {
+    "/".to_owned()
+}
+
+fn default_ttl_s() -> u64 {
+    cacheopts::DEFAULT_TTL.as_secs()
+}
+
+fn default_query() -> QueryName {
+    QueryName::Include
+}
+
+fn default_slice_bytes() -> u64 {
+    cacheopts::DEFAULT_SLICE_BYTES
+}
+
+fn default_ttl_table() -> BTreeMap<String, u64> {
+    cacheopts::default_ttl_by_extension()
+        .into_iter()
+        .map(|(e, d)| (e, d.as_secs()))
+        .collect()
+}
+
+impl OriginSection {
+    /// An origin with every default (the quick start's).
+    pub fn new(name: &str, servers: Vec<ServerUrl>) -> OriginSection {
+        OriginSection {
+            name: Spanned::new(0..0, name.to_owned()),
+            servers,
+            host_header: None,
+            connect_timeout_ms: default_connect_timeout_ms(),
+            first_byte_timeout_ms: default_first_byte_timeout_ms(),
+            idle_timeout_ms: default_idle_timeout_ms(),
+            max_connections: default_max_connections(),
+            ca_file: None,
+            down_after: default_down_after(),
+            down_for_ms: default_down_for_ms(),
+        }
+    }
+
+    fn to_options(&self) -> OriginOptions {
+        let mut o = OriginOptions::new(
+            self.name.get_ref(),
+            self.servers.iter().map(|s| s.parsed.clone()).collect(),
+        );
+        o.host_header = self.host_header.clone();
+        o.connect_timeout = Duration::from_millis(self.connect_timeout_ms);
+        o.first_byte_timeout = Duration::from_millis(self.first_byte_timeout_ms);
+        o.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
+        o.max_connections = usize::try_from(self.max_connections).unwrap_or(usize::MAX);
+        o.ca_file = self.ca_file.clone();
+        o.down_after = self.down_after;
+        o.down_for = Duration::from_millis(self.down_for_ms);
+        o
+    }
+}
+
+impl RouteSection {
+    /// A catch-all route to `origin` with every default (the quick start's).
+    pub fn new(origin: &str) -> RouteSection {
+        RouteSection {
+            host: None,
+            path_prefix: default_path_prefix(),
+            origin: Spanned::new(0..0, origin.to_owned()),
+            default_ttl_s: default_ttl_s(),
+            query: default_query(),
+            slice_bytes: default_slice_bytes(),
+            stale_while_revalidate_s: 0,
+            stale_if_error_s: 0,
+            ttl_s: default_ttl_table(),
+        }
+    }
+
+    fn to_options(&self) -> RouteOptions {
+        let mut r = RouteOptions::new(self.origin.get_ref());
+        r.host = self.host.clone();
+        r.path_prefix = self.path_prefix.clone();
+        r.default_ttl = Duration::from_secs(self.default_ttl_s);
+        r.ttl_by_extension = self
+            .ttl_s
+            .iter()
+            .map(|(e, s)| (e.clone(), Duration::from_secs(*s)))
+            .collect();
+        r.query = match self.query {
+            QueryName::Include => QueryKey::Include,
+            QueryName::Ignore => QueryKey::Ignore,
+        };
+        r.slice_bytes = self.slice_bytes;
+        r.stale_while_revalidate = Duration::from_secs(self.stale_while_revalidate_s);
+        r.stale_if_error = Duration::from_secs(self.stale_if_error_s);
+        r
+    }
+}
+
+/// Cache mode's part of the file, borrowed from the whole.
+pub struct CacheSections<'a> {
+    /// `[cache]`, if present.
+    pub cache: Option<&'a CacheSection>,
+    /// `[[origin]]`.
+    pub origins: &'a [OriginSection],
+    /// `[[route]]`.
+    pub routes: &'a [RouteSection],
+}
+
+/// A cross-key error, with the position of the value at fault when it came from the file.
+pub struct CrossKeyError {
+    /// Where in the file; `None` for errors about the file as a whole.
+    pub span: Option<Range<usize>>,
+    /// What is wrong, naming the keys.
+    pub message: String,
+}
+
+impl CrossKeyError {
+    fn whole(message: String) -> CrossKeyError {
+        CrossKeyError {
+            span: None,
+            message,
+        }
+    }
+
+    fn at<T>(value: &Spanned<T>, message: String) -> CrossKeyError {
+        let span = value.span();
+        CrossKeyError {
+            // Values made by the quick start have no position.
+            span: Some(span).filter(|s| !s.is_empty()),
+            message,
+        }
+    }
+}
+
+impl CacheSections<'_> {
+    /// Cache mode is on when the file has `[cache]`, an `[[origin]]` or a `[[route]]`.
+    pub fn is_on(&self) -> bool {
+        self.cache.is_some() || !self.origins.is_empty() || !self.routes.is_empty()
+    }
+
+    /// Check what single keys cannot: unique names, routes naming defined origins, at
+    /// least one disk and route, slices the store can hold; then
+    /// [`CacheOptions::validate`] on the result. Only called when cache mode is on.
+    pub fn validate(&self) -> Result<(), CrossKeyError> {
+        let default = CacheSection::default();
+        let cache = self.cache.unwrap_or(&default);
+        if cache.disk.is_empty() {
+            return Err(CrossKeyError::whole(
+                "cache mode needs at least one [[cache.disk]] (or `serve --cache-dir DIR`)"
+                    .to_owned(),
+            ));
+        }
+        for (i, d) in cache.disk.iter().enumerate() {
+            if cache.disk[..i]
+                .iter()
+                .any(|o| o.name.get_ref() == d.name.get_ref())
+            {
+                return Err(CrossKeyError::at(
+                    &d.name,
+                    format!("cache.disk: name {:?} is used twice", d.name.get_ref()),
+                ));
+            }
+        }
+        if self.origins.is_empty() {
+            return Err(CrossKeyError::whole(
+                "cache mode needs at least one [[origin]] (or `serve --origin URL`)".to_owned(),
+            ));
+        }
+        for (i, o) in self.origins.iter().enumerate() {
+            if self.origins[..i]
+                .iter()
+                .any(|p| p.name.get_ref() == o.name.get_ref())
+            {
+                return Err(CrossKeyError::at(
+                    &o.name,
+                    format!("origin {:?} is defined twice", o.name.get_ref()),
+                ));
+            }
+        }
+        if self.routes.is_empty() {
+            return Err(CrossKeyError::whole(
+                "cache mode needs at least one [[route]] (path_prefix = \"/\" matches everything)"
+                    .to_owned(),
+            ));
+        }
+        for r in self.routes {
+            if !self
+                .origins
+                .iter()
+                .any(|o| o.name.get_ref() == r.origin.get_ref())
+            {
+                let known: Vec<&str> = self
+                    .origins
+                    .iter()
+                    .map(|o| o.name.get_ref().as_str())
+                    .collect();
+                return Err(CrossKeyError::at(
+                    &r.origin,
+                    format!(
+                        "route {:?}: origin {:?} is not defined (origins: {})",
+                        r.path_prefix,
+                        r.origin.get_ref(),
+                        known.join(", ")
+                    ),
+                ));
+            }
+            if r.slice_bytes > cache.max_object_bytes {
+                return Err(CrossKeyError::whole(format!(
+                    "route {:?}: slice_bytes {} is larger than cache.max_object_bytes {}, so no slice could be stored",
+                    r.path_prefix, r.slice_bytes, cache.max_object_bytes
+                )));
+            }
+        }
+        self.to_options()
+            .validate()
+            .map_err(|e| CrossKeyError::whole(format!("cache mode: {e}")))
+    }
+
+    /// Typed options (after [`CacheSections::validate`]).
+    pub fn to_options(&self) -> CacheOptions {
+        let default = CacheSection::default();
+        let cache = self.cache.unwrap_or(&default);
+        let mut store = StoreConfig::new(
+            cache
+                .disk
+                .iter()
+                .map(|d| DiskConfig {
+                    name: d.name.get_ref().clone(),
+                    path: d.path.clone(),
+                    max_bytes: d.max_bytes,
+                })
+                .collect(),
+        );
+        store.durability = match cache.durability {
+            DurabilityName::SyncBeforePublish => Durability::SyncBeforePublish,
+            DurabilityName::NoSync => Durability::NoSync,
+        };
+        store.high_watermark_percent = cache.high_watermark_percent;
+        store.low_watermark_percent = cache.low_watermark_percent;
+        store.max_object_bytes = cache.max_object_bytes;
+        let mut o = CacheOptions::new(
+            store,
+            self.origins.iter().map(OriginSection::to_options).collect(),
+            self.routes.iter().map(RouteSection::to_options).collect(),
+        );
+        o.honour_request_cache_control = cache.honour_request_cache_control;
+        o.heuristic_fraction = cache.heuristic_fraction;
+        o.heuristic_max = Duration::from_secs(cache.heuristic_max_s);
+        o.max_forwarded_body = cache.max_forwarded_body;
+        o.cache_name = cache.cache_name.clone();
+        o
+    }
+}
+
+/// `serve --origin URL... --cache-dir DIR [--cache-size BYTES]`, resolved: it replaces
+/// the file's `[[origin]]`, `[[route]]` and `[[cache.disk]]` with one origin named
+/// `origin` (these servers), one catch-all route to it and one disk named `disk0`.
+#[derive(Debug, Clone)]
+pub struct QuickStart {
+    /// The origin's servers.
+    pub servers: Vec<ServerUrl>,
+    /// The cache directory.
+    pub dir: PathBuf,
+    /// Its capacity, bytes.
+    pub max_bytes: u64,
+}
+
+impl QuickStart {
+    /// Create `dir` if missing and size it: `size`, or 90 % of the size of the
+    /// filesystem holding it.
+    pub fn resolve(
+        servers: &[String],
+        dir: &Path,
+        size: Option<u64>,
+    ) -> anyhow::Result<QuickStart> {
+        let servers = servers
+            .iter()
+            .map(|s| ServerUrl::parse(s).map_err(|e| anyhow::anyhow!("--origin {e}")))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("--cache-dir {}: {e}", dir.display()))?;
+        let space = linerate_sys::fs::fs_space(dir)
+            .map_err(|e| anyhow::anyhow!("--cache-dir {}: {e}", dir.display()))?;
+        if space.read_only {
+            anyhow::bail!(
+                "--cache-dir {}: the filesystem is mounted read-only",
+                dir.display()
+            );
+        }
+        let max_bytes = match size {
+            Some(n) => n,
+            None => {
+                let n = space.total_bytes / 100 * QUICK_START_SHARE_PERCENT;
+                tracing::info!(
+                    dir = %dir.display(),
+                    max_bytes = n,
+                    "cache size: {QUICK_START_SHARE_PERCENT}% of the filesystem (--cache-size to set)"
+                );
+                n
+            }
+        };
+        if max_bytes == 0 {
+            anyhow::bail!("--cache-size: must be greater than 0");
+        }
+        Ok(QuickStart {
+            servers,
+            dir: dir.to_owned(),
+            max_bytes,
+        })
+    }
+
+    /// Replace the file's origins, routes and disks with the quick start's; `[cache]`'s
+    /// other keys stay.
+    pub fn apply(
+        &self,
+        cache: &mut Option<CacheSection>,
+        origins: &mut Vec<OriginSection>,
+        routes: &mut Vec<RouteSection>,
+    ) {
+        *origins = vec![OriginSection::new(QUICK_START_ORIGIN, self.servers.clone())];
+        *routes = vec![RouteSection::new(QUICK_START_ORIGIN)];
+        cache.get_or_insert_with(CacheSection::default).disk = vec![DiskSection {
+            name: Spanned::new(0..0, QUICK_START_DISK.to_owned()),
+            path: self.dir.clone(),
+            max_bytes: self.max_bytes,
+        }];
+    }
+}
+
+/// A size in bytes: an integer, or a string of digits with an optional `K`, `M`, `G` or
+/// `T` suffix (powers of 1024, as in nginx: `"900G"`).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let shift = match t.as_bytes().last().map(u8::to_ascii_uppercase) {
+        Some(b'K') => 10,
+        Some(b'M') => 20,
+        Some(b'G') => 30,
+        Some(b'T') => 40,
+        _ => 0,
+    };
+    let digits = if shift == 0 { t } else { &t[..t.len() - 1] };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "`{s}`: a size in bytes: an integer, or a string such as \"900G\" (suffix K, M, G or T: powers of 1024)"
+        ));
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("`{s}`: too large"))
+}
+
+fn size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    struct Size;
+    impl serde::de::Visitor<'_> for Size {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a size in bytes: an integer, or a string such as \"900G\"")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::custom("a size cannot be negative"))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<u64, E> {
+            parse_size(v).map_err(E::custom)
+        }
+    }
+    d.deserialize_any(Size)
+}
+
+fn positive_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = size(d)?;
+    if n == 0 {
+        return Err(serde::de::Error::custom("must be greater than 0"));
+    }
+    Ok(n)
+}
+
+fn slice_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = size(d)?;
+    if n != 0 && n < MIN_SLICE_BYTES {
+        return Err(serde::de::Error::custom(format!(
+            "must be 0 (no slicing) or at least {MIN_SLICE_BYTES}"
+        )));
+    }
+    Ok(n)
+}
+
+fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n == 0 {
+        return Err(serde::de::Error::custom("must be greater than 0"));
+    }
+    Ok(n)
+}
+
+fn timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n == 0 || n > MAX_TIMEOUT_MS {
+        return Err(serde::de::Error::custom(format!(
+            "must be between 1 and {MAX_TIMEOUT_MS} (ms)"
+        )));
+    }
+    Ok(n)
+}
+
+fn down_for_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n == 0 || n > MAX_DOWN_FOR_MS {
+        return Err(serde::de::Error::custom(format!(
+            "must be between 1 and {MAX_DOWN_FOR_MS} (ms)"
+        )));
+    }
+    Ok(n)
+}
+
+fn down_after<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n == 0 {
+        return Err(serde::de::Error::custom("must be greater than 0"));
+    }
+    Ok(n)
+}
+
+fn lifetime_s<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n > MAX_LIFETIME_S {
+        return Err(serde::de::Error::custom(format!(
+            "must be at most {MAX_LIFETIME_S} (s, 10 years)"
+        )));
+    }
+    Ok(n)
+}
+
+fn fraction<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(serde::de::Error::custom("must be between 0.0 and 1.0"));
+    }
+    Ok(v)
+}
+
+/// Names of disks and origins: 1-64 bytes of letters, digits, `-` and `_` (disk names
+/// feed placement, origin names will label metrics).
+fn spanned_name<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<String>, D::Error> {
+    let name = Spanned::<String>::deserialize(d)?;
+    let n = name.get_ref();
+    if n.is_empty()
+        || n.len() > 64
+        || !n
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(serde::de::Error::custom(format!(
+            "name {n:?}: 1-64 letters, digits, `-` or `_`"
+        )));
+    }
+    Ok(name)
+}
+
+fn servers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ServerUrl>, D::Error> {
+    let v = Vec::<ServerUrl>::deserialize(d)?;
+    if v.is_empty() {
+        return Err(serde::de::Error::custom(
+            "at least one server URL (\"http://host:port\" or \"https://host\")",
+        ));
+    }
+    Ok(v)
+}
+
+/// RFC 9110 `tchar`: what a `Via` pseudonym and a `Cache-Status` token may hold.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn cache_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() || s.len() > 64 || !s.bytes().all(is_tchar) {
+        return Err(serde::de::Error::custom(
+            "1-64 token characters (letters, digits and !#$%&'*+-.^_`|~; no spaces), as Via and Cache-Status carry it",
+        ));
+    }
+    Ok(s)
+}
+
+fn host_chars(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._:[]".contains(&b))
+}
+
+fn host_header<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    if !host_chars(&s) {
+        return Err(serde::de::Error::custom(
+            "a host[:port] (letters, digits, `-._:[]`)",
+        ));
+    }
+    Ok(Some(s))
+}
+
+fn route_host<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?.to_ascii_lowercase();
+    let bare = s.strip_prefix("*.").unwrap_or(&s);
+    let ok = if let Some(v6) = bare.strip_prefix('[').and_then(|b| b.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok() && bare.len() == s.len()
+    } else {
+        !bare.is_empty()
+            && bare.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+    };
+    if !ok {
+        return Err(serde::de::Error::custom(
+            "a host name without port (`cdn.example.com`, `*.example.com`, an IP address)",
+        ));
+    }
+    Ok(Some(s))
+}
+
+fn path_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if !s.starts_with('/')
+        || !s
+            .bytes()
+            .all(|b| (0x21..0x7f).contains(&b) && b != b'?' && b != b'#')
+    {
+        return Err(serde::de::Error::custom(
+            "a path starting with `/` (visible ASCII, no spaces, `?` or `#`)",
+        ));
+    }
+    Ok(s)
+}
+
+/// A file extension key of `[route.ttl_s]`: its own type so the error points at the key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Extension(String);
+
+impl<'de> Deserialize<'de> for Extension {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let k = String::deserialize(d)?;
+        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(serde::de::Error::custom(format!(
+                "extension `{k}`: letters and digits only, no dot"
+            )));
+        }
+        Ok(Extension(k.to_ascii_lowercase()))
+    }
+}
+
+/// A lifetime value of `[route.ttl_s]`.
+struct Lifetime(u64);
+
+impl<'de> Deserialize<'de> for Lifetime {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lifetime_s(d).map(Lifetime)
+    }
+}
+
+fn ttl_table<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, u64>, D::Error> {
+    let m = BTreeMap::<Extension, Lifetime>::deserialize(d)?;
+    Ok(m.into_iter().map(|(k, v)| (k.0, v.0)).collect())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const FULL: &str = r#"
+[cache]
+honour_request_cache_control = false
+heuristic_fraction = 0.05
+heuristic_max_s = 3600
+max_forwarded_body = "2M"
+cache_name = "edge-1"
+durability = "no_sync"
+high_watermark_percent = 90
+low_watermark_percent = 80
+max_object_bytes = "1G"
+
+[[cache.disk]]
+name = "nvme0"
+path = "/var/cache/linerate/nvme0"
+max_bytes = "900G"
+
+[[cache.disk]]
+name = "nvme1"
+path = "/var/cache/linerate/nvme1"
+max_bytes = 1000000000000
+
+[[origin]]
+name = "vod"
+servers = ["http://10.0.0.1:8080", "https://origin.example/base/"]
+host_header = "origin.example"
+connect_timeout_ms = 1000
+first_byte_timeout_ms = 20000
+idle_timeout_ms = 5000
+max_connections = 32
+ca_file = "/etc/linerate/origin-ca.pem"
+down_after = 5
+down_for_ms = 30000
+
+[[origin]]
+name = "live"
+servers = ["http://[::1]:9000"]
+
+[[route]]
+host = "CDN.example.com"
+path_prefix = "/vod/"
+origin = "vod"
+default_ttl_s = 300
+query = "ignore"
+slice_bytes = "1M"
+stale_while_revalidate_s = 10
+stale_if_error_s = 600
+
+[route.ttl_s]
+M3U8 = 2
+m4s = 86400
+
+[[route]]
+origin = "live"
+"#;
+
+    fn err(text: &str) -> String {
+        Config::parse(text).unwrap_err().to_string()
+    }
+
+    const MINIMAL: &str = "[[cache.disk]]\nname = \"d\"\npath = \"/tmp/c\"\nmax_bytes = 1000000\n[[origin]]\nname = \"o\"\nservers = [\"http://127.0.0.1:8081\"]\n[[route]]\norigin = \"o\"\n";
+
+    #[test]
+    fn full_example_converts() {
+        let c = Config::parse(FULL).unwrap();
+        let o = c.to_options().cache.unwrap();
+        assert!(!o.honour_request_cache_control);
+        assert_eq!(o.heuristic_fraction, 0.05);
+        assert_eq!(o.heuristic_max, Duration::from_secs(3600));
+        assert_eq!(o.max_forwarded_body, 2 << 20);
+        assert_eq!(o.cache_name, "edge-1");
+        assert_eq!(o.store.durability, Durability::NoSync);
+        assert_eq!(
+            (
+                o.store.high_watermark_percent,
+                o.store.low_watermark_percent
+            ),
+            (90, 80)
+        );
+        assert_eq!(o.store.max_object_bytes, 1 << 30);
+        assert_eq!(o.store.disks.len(), 2);
+        assert_eq!(o.store.disks[0].max_bytes, 900 << 30);
+        assert_eq!(o.store.disks[1].max_bytes, 1_000_000_000_000);
+        assert_eq!(
+            o.store.disks[0].path,
+            PathBuf::from("/var/cache/linerate/nvme0")
+        );
+
+        let vod = &o.origins[0];
+        assert_eq!(vod.name, "vod");
+        assert_eq!(vod.servers.len(), 2);
+        assert!(vod.servers[1].tls && vod.servers[1].base_path == "/base");
+        assert_eq!(vod.host_header.as_deref(), Some("origin.example"));
+        assert_eq!(vod.connect_timeout, Duration::from_secs(1));
+        assert_eq!(vod.first_byte_timeout, Duration::from_secs(20));
+        assert_eq!(vod.idle_timeout, Duration::from_secs(5));
+        assert_eq!(vod.max_connections, 32);
+        assert_eq!(
+            vod.ca_file,
+            Some(PathBuf::from("/etc/linerate/origin-ca.pem"))
+        );
+        assert_eq!((vod.down_after, vod.down_for), (5, Duration::from_secs(30)));
+        let live = &o.origins[1];
+        assert_eq!(live.connect_timeout, cacheopts::DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(
+            live.max_connections,
+            cacheopts::DEFAULT_ORIGIN_MAX_CONNECTIONS
+        );
+
+        let r = &o.routes[0];
+        assert_eq!(r.host.as_deref(), Some("cdn.example.com"));
+        assert_eq!(
+            (r.path_prefix.as_str(), r.origin.as_str()),
+            ("/vod/", "vod")
+        );
+        assert_eq!(r.default_ttl, Duration::from_secs(300));
+        assert_eq!(r.query, QueryKey::Ignore);
+        assert_eq!(r.slice_bytes, 1 << 20);
+        assert_eq!(r.stale_while_revalidate, Duration::from_secs(10));
+        assert_eq!(r.stale_if_error, Duration::from_secs(600));
+        // A given table replaces the built-in one.
+        assert_eq!(
+            r.ttl_by_extension,
+            vec![
+                ("m3u8".to_owned(), Duration::from_secs(2)),
+                ("m4s".to_owned(), Duration::from_secs(86_400))
+            ]
+        );
+        let d = &o.routes[1];
+        assert_eq!((d.host.as_deref(), d.path_prefix.as_str()), (None, "/"));
+        assert_eq!(d.slice_bytes, cacheopts::DEFAULT_SLICE_BYTES);
+        assert_eq!(
+            d.ttl_by_extension.len(),
+            cacheopts::default_ttl_by_extension().len()
+        );
+        assert!(o.validate().is_ok());
+
+        // Printed back, it parses to the same thing.
+        let printed = c.to_toml();
+        let again = Config::parse(&printed).unwrap();
+        assert_eq!(again.to_toml(), printed, "{printed}");
+    }
+
+    #[test]
+    fn defaults_and_mode_switch() {
+        assert!(Config::parse("").unwrap().to_options().cache.is_none());
+        let c = Config::parse(MINIMAL).unwrap();
+        let o = c.to_options().cache.unwrap();
+        let store = StoreConfig::new(Vec::new());
+        assert_eq!(o.store.durability, store.durability);
+        assert_eq!(o.store.high_watermark_percent, store.high_watermark_percent);
+        assert_eq!(o.store.max_object_bytes, store.max_object_bytes);
+        assert!(o.honour_request_cache_control);
+        assert_eq!(o.cache_name, "linerate");
+        assert_eq!(o.heuristic_max, Duration::from_secs(86_400));
+        assert_eq!(o.routes[0].default_ttl, cacheopts::DEFAULT_TTL);
+        assert_eq!(o.routes[0].query, QueryKey::Include);
+        let printed = c.to_toml();
+        assert!(
+            printed.contains("[cache]") && printed.contains("m3u8 = 2"),
+            "{printed}"
+        );
+        assert_eq!(Config::parse(&printed).unwrap().to_toml(), printed);
+        // An empty ttl table means no per-extension TTLs, and survives printing.
+        let c = Config::parse(&format!("{MINIMAL}[route.ttl_s]\n")).unwrap();
+        assert!(c.to_options().cache.unwrap().routes[0]
+            .ttl_by_extension
+            .is_empty());
+        let again = Config::parse(&c.to_toml()).unwrap();
+        assert!(again.to_options().cache.unwrap().routes[0]
+            .ttl_by_extension
+            .is_empty());
+        // [cache] alone turns cache mode on, and then everything else is needed.
+        let e = err("[cache]\ndurability = \"no_sync\"\n");
+        assert!(e.contains("[[cache.disk]]"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_line() {
+        for (text, line, key) in [
+            ("[cache]\ndurabilty = \"no_sync\"\n", "line 2", "durabilty"),
+            (
+                "[[cache.disk]]\nname = \"d\"\npath = \"/x\"\nmax_bytes = 1\nsize = 2\n",
+                "line 5",
+                "size",
+            ),
+            (
+                "[[origin]]\nname = \"o\"\nservers = [\"http://a\"]\ntimeout_ms = 5\n",
+                "line 4",
+                "timeout_ms",
+            ),
+            (
+                "[[route]]\norigin = \"o\"\nprefix = \"/\"\n",
+                "line 3",
+                "prefix",
+            ),
+            ("[[orgin]]\nname = \"o\"\n", "line 1", "orgin"),
+        ] {
+            let e = err(text);
+            assert!(e.contains(line) && e.contains(key), "{text:?} -> {e}");
+        }
+    }
+
+    #[test]
+    fn cross_references_name_the_key_and_line() {
+        let undefined = MINIMAL.replace("[[route]]\norigin = \"o\"", "[[route]]\norigin = \"vdo\"");
+        let e = err(&undefined);
+        assert!(
+            e.contains("line 9")
+                && e.contains("\"vdo\" is not defined")
+                && e.contains("origins: o"),
+            "{e}"
+        );
+        let twice = format!("{MINIMAL}[[origin]]\nname = \"o\"\nservers = [\"http://b\"]\n");
+        let e = err(&twice);
+        assert!(
+            e.contains("line 11") && e.contains("\"o\" is defined twice"),
+            "{e}"
+        );
+        let disks =
+            format!("{MINIMAL}[[cache.disk]]\nname = \"d\"\npath = \"/y\"\nmax_bytes = 1\n");
+        let e = err(&disks);
+        assert!(e.contains("line 11") && e.contains("used twice"), "{e}");
+        let e = err("[[origin]]\nname = \"o\"\nservers = [\"http://a\"]\n[[cache.disk]]\nname = \"d\"\npath = \"/x\"\nmax_bytes = 1\n");
+        assert!(e.contains("[[route]]"), "{e}");
+        let e = err(&format!("{MINIMAL}[cache]\nhigh_watermark_percent = 50\n"));
+        assert!(e.contains("cache mode") && e.contains("watermarks"), "{e}");
+        let e = err(&format!("{MINIMAL}[cache]\nmax_object_bytes = 65536\n"));
+        assert!(
+            e.contains("slice_bytes") && e.contains("max_object_bytes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_line() {
+        for (text, line, what) in [
+            (
+                "[[origin]]\nname = \"o\"\nservers = [\"ftp://a\"]\n",
+                "line 3",
+                "http:// or https://",
+            ),
+            ("[[origin]]\nname = \"o\"\nservers = [\"http://a:0\"]\n", "line 3", "port"),
+            ("[[origin]]\nname = \"o\"\nservers = []\n", "line 3", "at least one"),
+            ("[[origin]]\nname = \"o o\"\nservers = [\"http://a\"]\n", "line 2", "letters"),
+            (
+                "[[origin]]\nname = \"o\"\nservers = [\"http://a\"]\nconnect_timeout_ms = 0\n",
+                "line 4",
+                "between 1",
+            ),
+            (
+                "[[origin]]\nname = \"o\"\nservers = [\"http://a\"]\nhost_header = \"a\\r\\nX: y\"\n",
+                "line 4",
+                "host",
+            ),
+            ("[[route]]\norigin = \"o\"\npath_prefix = \"vod\"\n", "line 3", "starting with"),
+            ("[[route]]\norigin = \"o\"\nhost = \"a.com:80\"\n", "line 3", "without port"),
+            ("[[route]]\norigin = \"o\"\nquery = \"some\"\n", "line 3", "include"),
+            ("[[route]]\norigin = \"o\"\nslice_bytes = 100\n", "line 3", "at least"),
+            ("[[route]]\norigin = \"o\"\n[route.ttl_s]\n\"m.ts\" = 1\n", "line 4", "no dot"),
+            ("[[route]]\norigin = \"o\"\n[route.ttl_s]\nts = -1\n", "line 4", ""),
+            ("[cache]\nheuristic_fraction = 2.0\n", "line 2", "between 0.0"),
+            ("[cache]\ncache_name = \"a b\"\n", "line 2", "token"),
+            ("[cache]\ndurability = \"fast\"\n", "line 2", "no_sync"),
+            ("[cache]\nhigh_watermark_percent = 300\n", "line 2", ""),
+            (
+                "[[cache.disk]]\nname = \"d\"\npath = \"/x\"\nmax_bytes = \"9Q\"\n",
+                "line 4",
+                "900G",
+            ),
+            (
+                "[[cache.disk]]\nname = \"d\"\npath = \"/x\"\nmax_bytes = 0\n",
+                "line 4",
+                "greater than 0",
+            ),
+        ] {
+            let e = err(text);
+            assert!(e.contains(line) && e.contains(what), "{text:?} -> {e}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("900G"), Ok(900 << 30));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        for bad in ["", "G", "1.5G", "-1", "1 G", "1P", "99999999999T"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn quick_start_replaces_origins_routes_and_disks() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("new/cache");
+        let q = QuickStart::resolve(
+            &[
+                "http://127.0.0.1:8081".to_owned(),
+                "http://127.0.0.1:8082".to_owned(),
+            ],
+            &cache_dir,
+            None,
+        )
+        .unwrap();
+        assert!(cache_dir.is_dir(), "created");
+        assert!(q.max_bytes > 0);
+        // Over a file with its own cache mode: the file's [cache] keys stay.
+        let c = Config::parse_with(FULL, Some(&q)).unwrap();
+        let o = c.to_options().cache.unwrap();
+        assert_eq!(o.store.durability, Durability::NoSync);
+        assert_eq!(o.store.disks.len(), 1);
+        assert_eq!(o.store.disks[0].name, QUICK_START_DISK);
+        assert_eq!(o.store.disks[0].path, cache_dir);
+        assert_eq!(o.origins.len(), 1);
+        assert_eq!(o.origins[0].name, QUICK_START_ORIGIN);
+        assert_eq!(o.origins[0].servers[1].port, 8082);
+        assert_eq!(o.routes.len(), 1);
+        assert_eq!(o.routes[0].path_prefix, "/");
+        // With no file at all.
+        let q = QuickStart::resolve(&["http://h".to_owned()], &cache_dir, Some(1 << 20)).unwrap();
+        let o = Config::parse_with("", Some(&q))
+            .unwrap()
+            .to_options()
+            .cache
+            .unwrap();
+        assert_eq!(o.store.disks[0].max_bytes, 1 << 20);
+        assert!(o.validate().is_ok());
+        assert!(QuickStart::resolve(&["h".to_owned()], &cache_dir, None).is_err());
+    }
+}
