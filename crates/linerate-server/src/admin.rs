@@ -50,6 +50,8 @@ pub(crate) struct Admin {
     control: Arc<Control>,
     stats: Vec<Arc<WorkerStats>>,
     rates: RefCell<Rates>,
+    /// Cache mode (for purges), when configured.
+    cache: Option<Arc<crate::proxy::ProxyShared>>,
 }
 
 /// Totals at one sampling instant, for rates.
@@ -63,10 +65,15 @@ struct Mark {
 }
 
 impl Admin {
-    pub(crate) fn new(control: Arc<Control>, stats: Vec<Arc<WorkerStats>>) -> Admin {
+    pub(crate) fn new(
+        control: Arc<Control>,
+        stats: Vec<Arc<WorkerStats>>,
+        cache: Option<Arc<crate::proxy::ProxyShared>>,
+    ) -> Admin {
         Admin {
             control,
             stats,
+            cache,
             rates: RefCell::new(Rates::default()),
         }
     }
@@ -247,18 +254,24 @@ fn parse_and_route(admin: &Admin, buf: &[u8]) -> Option<Reply> {
             _ => return Some(Reply::text(400, "malformed request")),
         },
     };
-    let path = path.split('?').next().unwrap_or(path);
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     let authorization = req
         .headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("authorization"))
         .map(|h| h.value);
-    Some(route(admin, method, path, authorization))
+    Some(route(admin, method, path, query, authorization))
 }
 
-fn route(admin: &Admin, method: &str, path: &str, authorization: Option<&[u8]>) -> Reply {
+fn route(
+    admin: &Admin,
+    method: &str,
+    path: &str,
+    query: &str,
+    authorization: Option<&[u8]>,
+) -> Reply {
     let read_only = matches!(method, "GET" | "HEAD");
-    let command = matches!(path, "/drain" | "/reload" | "/reopen-logs");
+    let command = matches!(path, "/drain" | "/reload" | "/reopen-logs" | "/purge");
     if command {
         if method != "POST" {
             return method_not_allowed("POST");
@@ -274,6 +287,9 @@ fn route(admin: &Admin, method: &str, path: &str, authorization: Option<&[u8]>) 
             let mut r = Reply::text(401, "missing or wrong bearer token");
             r.extra = "WWW-Authenticate: Bearer realm=\"linerate\"\r\n";
             return r;
+        }
+        if path == "/purge" {
+            return purge_reply(admin, query);
         }
         return command_reply(admin, path);
     }
@@ -320,6 +336,57 @@ fn method_not_allowed(allow: &'static str) -> Reply {
         "Allow: GET, HEAD\r\n"
     };
     r
+}
+
+/// `POST /purge?url=URL` removes one URL (its variants and slices too);
+/// `POST /purge?prefix=URL` every URL starting with it. URLs are keys as cache mode
+/// builds them: `http[s]://host/path[?query]`, host lower-case and without its port.
+fn purge_reply(admin: &Admin, query: &str) -> Reply {
+    let Some(cache) = &admin.cache else {
+        return Reply::text(404, "not in cache mode");
+    };
+    let mut url = None;
+    let mut prefix = None;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("url", v)) => url = Some(percent_decode(v)),
+            Some(("prefix", v)) => prefix = Some(percent_decode(v)),
+            _ => {}
+        }
+    }
+    let (kind, removed) = match (url, prefix) {
+        (Some(Some(u)), None) => ("url", cache.purge_url(&crate::proxy::key_of_url(&u))),
+        (None, Some(Some(p))) => (
+            "prefix",
+            cache.store.purge_prefix(&crate::proxy::key_of_url(&p)),
+        ),
+        _ => return Reply::text(400, "give exactly one of url= or prefix= (percent-encoded)"),
+    };
+    tracing::info!(kind, removed, "purge through the admin API");
+    Reply::new(
+        200,
+        "application/json",
+        format!("{{\"purged\":{removed},\"by\":\"{kind}\"}}\n"),
+    )
+}
+
+/// Decode `%XX` escapes (and `+` as space is *not* applied: URLs keep their `+`).
+fn percent_decode(v: &str) -> Option<Vec<u8>> {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3)?;
+            let s = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(s, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
 }
 
 fn command_reply(admin: &Admin, path: &str) -> Reply {

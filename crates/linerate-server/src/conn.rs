@@ -216,12 +216,17 @@ impl Conn<'_> {
                     } else {
                         None
                     };
-                    break (
-                        route::respond_to(self.worker, &head),
-                        framing,
-                        head_len,
-                        pending,
+                    // Cache mode answers after the body is in (it may be forwarded).
+                    let response = if self.worker.proxy.is_some() {
+                        None
+                    } else {
+                        Some(route::respond_to(self.worker, &head))
+                    };
+                    let forwards_body = !matches!(
+                        head.method,
+                        linerate_http::Method::Get | linerate_http::Method::Head
                     );
+                    break (response, (framing, forwards_body), head_len, pending);
                 }
                 Ok(ParseOutcome::Partial) => match self.read_more(deadline).await {
                     Read::Data => {}
@@ -244,11 +249,34 @@ impl Conn<'_> {
                 }
             }
         };
+        let (framing, forwards_body) = framing;
+        let raw = response.is_none().then(|| self.buf[..head_len].to_vec());
         self.buf.drain(..head_len);
+        let mut forwarded = Vec::new();
         // The body of a GET/HEAD (or of a refused method) is read and dropped so the
         // next request starts where it should; bodies we cannot bound are refused.
+        // In cache mode the body of another method is read whole, to be forwarded.
         match framing {
             BodyFraming::None => {}
+            BodyFraming::Length(n) if raw.is_some() && forwards_body => {
+                let limit = self
+                    .worker
+                    .proxy
+                    .as_ref()
+                    .map_or(0, |p| p.shared.opts.max_forwarded_body);
+                if n > limit {
+                    self.answer_and_close(StatusCode::ContentTooLarge).await;
+                    return Some(Ending::BadRequest);
+                }
+                match self.take_body(n, deadline, &mut forwarded).await {
+                    Read::Data => {}
+                    Read::TimedOut => {
+                        self.answer_and_close(StatusCode::RequestTimeout).await;
+                        return Some(Ending::HeadTimeout);
+                    }
+                    Read::Eof | Read::Failed => return Some(Ending::ClientClosed),
+                }
+            }
             BodyFraming::Length(n) if n <= live.options.max_discarded_body => {
                 match self.discard(n, deadline).await {
                     Read::Data => {}
@@ -264,6 +292,18 @@ impl Conn<'_> {
                 return Some(Ending::BadRequest);
             }
         }
+        let response = match (response, raw) {
+            (Some(r), _) => r,
+            (None, Some(raw)) => {
+                let secure = !matches!(self.io, crate::transport::Transport::Plain(_));
+                crate::proxy::respond(self.worker, &raw, forwarded, secure).await
+            }
+            (None, None) => route::error(
+                self.worker,
+                StatusCode::InternalServerError,
+                Persistence::Close,
+            ),
+        };
         let persistence = response.persistence;
         let (status, cache) = (response.status, response.cache);
         // The clock is read only when something uses the duration: with metrics off
@@ -385,6 +425,23 @@ impl Conn<'_> {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return Read::Failed,
                 Err(_) => return Read::TimedOut,
+            }
+        }
+    }
+
+    /// Move `n` body bytes into `out`, from the buffer first, then from the socket.
+    async fn take_body(&mut self, mut n: u64, deadline: Instant, out: &mut Vec<u8>) -> Read {
+        loop {
+            let here = (self.buf.len() as u64).min(n);
+            out.extend_from_slice(&self.buf[..here as usize]);
+            self.buf.drain(..here as usize);
+            n -= here;
+            if n == 0 {
+                return Read::Data;
+            }
+            match self.read_more(deadline).await {
+                Read::Data => {}
+                other => return other,
             }
         }
     }

@@ -21,7 +21,7 @@ use crate::stats::CacheStatus;
 use crate::worker::Worker;
 
 /// `Server` field value.
-const SERVER: &[u8] = b"linerate";
+pub(crate) const SERVER: &[u8] = b"linerate";
 
 /// A response ready to send.
 pub(crate) struct Response {
@@ -55,6 +55,9 @@ pub(crate) enum Body {
         /// Part heads, ranges and trailer.
         plan: MultipartPlan,
     },
+    /// Cache mode: bytes from the store (possibly still being written) or from an
+    /// origin, produced piece by piece (see `proxy::body`).
+    Proxy(Box<crate::proxy::body::ProxyBody>),
 }
 
 /// Decide the response to one request.
@@ -200,7 +203,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
                 w.content_range(r.start, r.last(), len);
             }
         }
-        Body::Empty => {}
+        Body::Empty | Body::Proxy(_) => {}
     }
     w.field_u64("Content-Length", body_len);
     w.finish();
@@ -233,7 +236,7 @@ fn method_not_allowed(worker: &Worker, persistence: Persistence) -> Response {
     )
 }
 
-fn simple(
+pub(crate) fn simple(
     worker: &Worker,
     status: StatusCode,
     persistence: Persistence,
@@ -286,7 +289,11 @@ fn open_error_status(e: &io::Error, rel: &[u8]) -> StatusCode {
 
 /// `Connection: close` when closing; `Connection: keep-alive` to HTTP/1.0 clients that
 /// asked for it (RFC 9112 §9.3: 1.0 persistence must be announced).
-fn persistence_field(w: &mut HeadWriter<'_>, req: &RequestHead<'_>, persistence: Persistence) {
+pub(crate) fn persistence_field(
+    w: &mut HeadWriter<'_>,
+    req: &RequestHead<'_>,
+    persistence: Persistence,
+) {
     match (persistence, &req.version) {
         (Persistence::Close, _) => {
             w.field("Connection", b"close");
@@ -298,7 +305,7 @@ fn persistence_field(w: &mut HeadWriter<'_>, req: &RequestHead<'_>, persistence:
     }
 }
 
-fn copy_persistence(p: &Persistence) -> Persistence {
+pub(crate) fn copy_persistence(p: &Persistence) -> Persistence {
     match p {
         Persistence::KeepAlive => Persistence::KeepAlive,
         Persistence::Close => Persistence::Close,

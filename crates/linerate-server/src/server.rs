@@ -51,6 +51,9 @@ pub enum ServerError {
     /// The TLS configuration (certificates, keys) could not be loaded.
     #[error("tls: {0}")]
     Tls(#[from] crate::tls_config::TlsConfigError),
+    /// Cache mode could not start (store, origins, routes).
+    #[error("cache mode: {0}")]
+    Cache(String),
     /// Options that cannot work (zero workers, no address...).
     #[error("invalid options: {0}")]
     Invalid(&'static str),
@@ -157,7 +160,16 @@ fn run_controlled(
             "at least one listen address is needed",
         ));
     }
-    let root = open_root(&options.root)?;
+    // Cache mode opens its store first (it creates the cache directories); the page-cache
+    // probe then looks at the first cache disk instead of a library root.
+    let cache = match &options.cache {
+        Some(c) => Some(crate::proxy::ProxyShared::new(c.clone()).map_err(ServerError::Cache)?),
+        None => None,
+    };
+    let root = match &options.cache {
+        Some(c) => open_root(&c.store.disks[0].path)?,
+        None => open_root(&options.root)?,
+    };
     match linerate_sys::limits::raise_nofile_limit() {
         Ok(n) => tracing::debug!(nofile = n, "file descriptor limit"),
         Err(e) => tracing::warn!(error = %e, "could not raise the file descriptor limit"),
@@ -187,7 +199,7 @@ fn run_controlled(
     let stats: Vec<Arc<WorkerStats>> = (0..options.workers)
         .map(|_| Arc::new(WorkerStats::new()))
         .collect();
-    let shared = Arc::new(Shared::new(options, root, probe, cold, tls));
+    let shared = Arc::new(Shared::new(options, root, probe, cold, tls, cache.clone()));
 
     let mut threads = Vec::new();
     for (index, listeners) in sockets.into_iter().enumerate() {
@@ -214,7 +226,7 @@ fn run_controlled(
     let mut admin_thread = None;
     if let Some(listener) = admin_listener {
         admin_addr = listener.local_addr().ok();
-        let admin = crate::admin::Admin::new(control.clone(), stats);
+        let admin = crate::admin::Admin::new(control.clone(), stats, cache.clone());
         admin_thread = Some(
             std::thread::Builder::new()
                 .name("linerate-admin".into())

@@ -81,6 +81,19 @@ impl Writer<'_> {
                 }
                 self.bytes(&plan.trailer).await?;
             }
+            Body::Proxy(mut body) => {
+                self.bytes(&response.head).await?;
+                // Streamed: each piece is flushed, so a follower never holds bytes back.
+                while let Some(piece) = body.next().await? {
+                    match piece {
+                        crate::proxy::body::Piece::Bytes(b) => self.bytes(b).await?,
+                        crate::proxy::body::Piece::File(file, range) => {
+                            self.file(file, range).await?
+                        }
+                    }
+                    self.flush().await?;
+                }
+            }
         }
         self.flush().await
     }

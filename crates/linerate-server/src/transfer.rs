@@ -42,6 +42,9 @@ pub(crate) enum TransferError {
     Truncated,
     /// The disk failed reading a cold range.
     Disk(io::Error),
+    /// Cache mode: the body's source failed part-way (origin error while filling,
+    /// object changed at the origin); the client must not see a complete response.
+    Upstream(&'static str),
 }
 
 impl std::fmt::Display for TransferError {
@@ -53,6 +56,7 @@ impl std::fmt::Display for TransferError {
                 f.write_str("file shorter than promised (truncated while sending)")
             }
             TransferError::Disk(e) => write!(f, "disk read failed: {e}"),
+            TransferError::Upstream(why) => write!(f, "upstream failed: {why}"),
         }
     }
 }
@@ -65,6 +69,7 @@ impl TransferError {
             TransferError::SendTimeout => "send_timeout",
             TransferError::Truncated => "truncated",
             TransferError::Disk(_) => "disk",
+            TransferError::Upstream(_) => "upstream",
         }
     }
 }
@@ -144,6 +149,18 @@ impl Sender<'_> {
                     out.file(&file, part.range).await?;
                 }
                 out.bytes(&plan.trailer, Flush::Now).await
+            }
+            Body::Proxy(mut body) => {
+                out.bytes(&response.head, Flush::Now).await?;
+                while let Some(piece) = body.next().await? {
+                    match piece {
+                        crate::proxy::body::Piece::Bytes(b) => out.bytes(b, Flush::Now).await?,
+                        crate::proxy::body::Piece::File(file, range) => {
+                            out.file(file, range).await?
+                        }
+                    }
+                }
+                Ok(())
             }
         }
     }

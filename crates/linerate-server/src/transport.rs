@@ -122,5 +122,11 @@ fn size(response: &Response) -> (u64, u64) {
                 .sum::<u64>();
             (head + plan.body_len, 2 + 2 * parts + sendfiles)
         }
+        // A streamed body is sent in as many pieces as the fill delivers; bound the
+        // writes generously (one per 4 KiB, plus slack for small pieces).
+        Body::Proxy(body) => {
+            let len = body.len_hint();
+            (head + len, 1024 + len.div_ceil(4096))
+        }
     }
 }

@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub(crate) cold: ColdPool,
     /// HTTPS, when configured.
     pub(crate) tls: Option<SharedTls>,
+    /// Cache mode, when configured.
+    pub(crate) cache: Option<Arc<crate::proxy::ProxyShared>>,
 }
 
 impl Shared {
@@ -64,6 +66,7 @@ impl Shared {
         probe: PageCacheProbe,
         cold: ColdPool,
         tls: Option<SharedTls>,
+        cache: Option<Arc<crate::proxy::ProxyShared>>,
     ) -> Self {
         Shared {
             options,
@@ -71,6 +74,7 @@ impl Shared {
             probe,
             cold,
             tls,
+            cache,
         }
     }
 }
@@ -129,6 +133,8 @@ pub(crate) struct Worker {
     pub(crate) tls_config: RefCell<Option<Arc<ServerConfig>>>,
     /// Free (plaintext, ciphertext) chunk pairs for user-space TLS sends.
     tls_chunks: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// Cache mode: this worker's origin clients.
+    pub(crate) proxy: Option<crate::proxy::ProxyWorker>,
 }
 
 impl Worker {
@@ -288,7 +294,13 @@ impl WorkerPlan {
             &self.stats,
         );
         let tls_config = self.shared.tls.as_ref().map(|t| t.configs.borrow().clone());
+        let proxy = self
+            .shared
+            .cache
+            .as_ref()
+            .map(|c| crate::proxy::ProxyWorker::new(c.clone()));
         let worker = Rc::new(Worker {
+            proxy,
             tls_config: RefCell::new(tls_config),
             tls_chunks: RefCell::new(Vec::new()),
             live: RefCell::new(Rc::new(Live::new(options))),

@@ -7,6 +7,8 @@
     reason = "test harness: a failed step should fail the test loudly"
 )]
 
+pub mod origin;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,595 @@
+//! Response heads in cache mode: freshness of a stored response (RFC 9111 §4.2), and
+//! the head a client gets for a stored object, a relayed origin response, or an error,
+//! each with `Age`, `Via` and an RFC 9211 `Cache-Status`.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use linerate_cache::{Body as StoreBody, ObjectHandle, ObjectMeta};
+use linerate_http::cache::{
+    self, CacheStatus as CacheStatusField, Heuristic, RequestCacheControl, ResponseCacheControl,
+};
+use linerate_http::conditional::{self, IfRange, Precondition, Validators};
+use linerate_http::range::{self, RangeOutcome};
+use linerate_http::upstream::Framing;
+use linerate_http::{multipart, HeadWriter, Persistence, StatusCode, Version};
+
+use super::body::{ProxyBody, Relay, Segment, Stored};
+use super::{known_len, now_ms, ProxyShared, Req, Status};
+use crate::origin::OriginResponse;
+use crate::route::{Body, Response};
+use crate::stats::CacheStatus;
+use crate::worker::Worker;
+
+/// Freshness facts of one stored response, now.
+#[derive(Debug, Clone)]
+pub(crate) struct Freshness {
+    /// Seconds of freshness the response had when received.
+    pub(crate) lifetime: u64,
+    /// Its current age, seconds.
+    pub(crate) age: u64,
+    pub(crate) cc: ResponseCacheControl,
+    /// The route's defaults for the stale extensions.
+    route_swr: u64,
+    route_sie: u64,
+    /// Confirmed by the origin just now: fresh for this response whatever the numbers.
+    revalidated: bool,
+}
+
+impl Freshness {
+    /// Seconds left (negative: stale for that long).
+    pub(crate) fn ttl(&self) -> i64 {
+        i64::try_from(self.lifetime).unwrap_or(i64::MAX)
+            - i64::try_from(self.age).unwrap_or(i64::MAX)
+    }
+
+    fn is_fresh(&self) -> bool {
+        self.revalidated || self.lifetime > self.age
+    }
+
+    /// Whether it may be served without contacting the origin, given the request's
+    /// directives (RFC 9111 §4.2, §5.2.1).
+    pub(crate) fn usable_fresh(&self, rc: &RequestCacheControl) -> bool {
+        if self.revalidated {
+            return true;
+        }
+        if self.cc.no_cache || rc.no_cache {
+            return false;
+        }
+        if rc.max_age.is_some_and(|m| self.age > m) {
+            return false;
+        }
+        let ttl = self.ttl();
+        if let Some(min) = rc.min_fresh {
+            return ttl >= i64::try_from(min).unwrap_or(i64::MAX);
+        }
+        if ttl > 0 {
+            return true;
+        }
+        // max-stale lets the client take a stale response, unless the origin forbade it.
+        match rc.max_stale {
+            Some(limit)
+                if !self.cc.must_revalidate
+                    && !self.cc.proxy_revalidate
+                    && self.cc.s_maxage.is_none() =>
+            {
+                limit.is_none_or(|l| -ttl <= i64::try_from(l).unwrap_or(i64::MAX))
+            }
+            _ => false,
+        }
+    }
+
+    /// May be served stale with no request directive asking for it (never when the
+    /// origin said must-revalidate, proxy-revalidate, s-maxage or no-cache).
+    pub(crate) fn may_serve_stale_unasked(&self) -> bool {
+        !(self.cc.must_revalidate
+            || self.cc.proxy_revalidate
+            || self.cc.s_maxage.is_some()
+            || self.cc.no_cache)
+    }
+
+    /// Inside the stale-while-revalidate window.
+    pub(crate) fn within_swr(&self) -> bool {
+        let window = self.cc.stale_while_revalidate.unwrap_or(self.route_swr);
+        self.may_serve_stale_unasked()
+            && !self.is_fresh()
+            && -self.ttl() <= window as i64
+            && window > 0
+    }
+
+    /// Inside the stale-if-error window.
+    pub(crate) fn within_sie(&self) -> bool {
+        let window = self.cc.stale_if_error.unwrap_or(self.route_sie);
+        self.may_serve_stale_unasked() && window > 0 && -self.ttl() <= window as i64
+    }
+
+    /// The same, marked as just confirmed by the origin.
+    pub(crate) fn revalidated(mut self) -> Freshness {
+        self.revalidated = true;
+        self
+    }
+}
+
+fn field<'m>(meta: &'m ObjectMeta, name: &[u8]) -> Option<&'m [u8]> {
+    meta.header(name)
+}
+
+fn fields<'m>(meta: &'m ObjectMeta, name: &'m [u8]) -> impl Iterator<Item = &'m [u8]> + 'm {
+    meta.headers
+        .iter()
+        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
+/// Freshness of a stored response, for `req`'s route.
+pub(crate) fn freshness(px: &ProxyShared, req: &Req<'_>, meta: &ObjectMeta) -> Freshness {
+    freshness_for(px, req.route, req.target, meta)
+}
+
+/// Freshness of a stored response of `target` on route `route`.
+pub(crate) fn freshness_for(
+    px: &ProxyShared,
+    route: usize,
+    target: &[u8],
+    meta: &ObjectMeta,
+) -> Freshness {
+    let route = &px.routes[route];
+    let cc = ResponseCacheControl::parse(fields(meta, b"cache-control"));
+    let date = field(meta, b"date").and_then(linerate_http::date::parse);
+    let lifetime = cache::freshness_lifetime(
+        &cc,
+        field(meta, b"expires"),
+        date,
+        meta.last_modified_s,
+        meta.response_time_ms / 1000,
+        meta.status,
+        Heuristic {
+            fraction: px.opts.heuristic_fraction,
+            max_secs: px.opts.heuristic_max.as_secs(),
+        },
+        route.default_ttl(target),
+    );
+    let age_value = field(meta, b"age").and_then(cache::parse_delta_seconds);
+    let age = cache::current_age(
+        date,
+        age_value,
+        meta.request_time_ms,
+        meta.response_time_ms,
+        now_ms(),
+    );
+    Freshness {
+        lifetime,
+        age,
+        cc,
+        route_swr: route.opts.stale_while_revalidate.as_secs(),
+        route_sie: route.opts.stale_if_error.as_secs(),
+        revalidated: false,
+    }
+}
+
+/// `Via` value for our hop.
+pub(crate) fn via_value(name: &str) -> String {
+    format!("1.1 {name}")
+}
+
+/// Fields never replayed from a stored or relayed response: framing and hop-by-hop
+/// ones (we write our own), our internal markers, and `Age` (recomputed).
+fn replayable(name: &[u8], tokens: &[Vec<u8>]) -> bool {
+    let lower = name.to_ascii_lowercase();
+    !(cache::is_hop_by_hop(&lower, tokens)
+        || matches!(
+            lower.as_slice(),
+            b"content-length" | b"content-range" | b"age" | b"via" | b"accept-ranges"
+        )
+        || lower.starts_with(b"x-linerate-"))
+}
+
+/// Write our common fields: Via (appended to the origin's), Cache-Status, connection.
+fn common(
+    w: &mut HeadWriter<'_>,
+    worker: &Worker,
+    req: &Req<'_>,
+    via_in: Option<&[u8]>,
+    status: &CacheStatusField<'_>,
+    persistence: Persistence,
+) {
+    let name = worker_name(worker);
+    let ours = via_value(&name);
+    match via_in {
+        Some(v) => {
+            let mut joined = v.to_vec();
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(ours.as_bytes());
+            w.field("Via", &joined);
+        }
+        None => {
+            w.field("Via", ours.as_bytes());
+        }
+    }
+    w.field("Cache-Status", status.to_header().as_bytes());
+    crate::route::persistence_field(w, &req.head, persistence);
+}
+
+fn worker_name(worker: &Worker) -> String {
+    worker
+        .proxy
+        .as_ref()
+        .map(|p| p.shared.opts.cache_name.clone())
+        .unwrap_or_else(|| "linerate".to_owned())
+}
+
+fn status_field<'a>(
+    name: &'a str,
+    st: &'a Status,
+    hit: bool,
+    ttl: Option<i64>,
+) -> CacheStatusField<'a> {
+    CacheStatusField {
+        name,
+        hit,
+        fwd: if hit { None } else { st.fwd },
+        fwd_status: st.fwd_status,
+        ttl,
+        stored: st.stored,
+        collapsed: st.collapsed,
+        detail: st.detail,
+    }
+}
+
+/// Serve a stored object (complete or still being written).
+pub(crate) fn serve(
+    worker: &Rc<Worker>,
+    req: &Req<'_>,
+    h: ObjectHandle,
+    fresh: &Freshness,
+    st: Status,
+    metric: CacheStatus,
+) -> Response {
+    let meta = Arc::clone(&h.meta);
+    let name = worker_name(worker);
+    let hit = matches!(metric, CacheStatus::Hit | CacheStatus::Stale) && st.fwd.is_none();
+    let ttl = Some(fresh.ttl());
+    let csf = status_field(&name, &st, hit, ttl);
+    let len = known_len(&h);
+    let status = meta.status;
+    let tokens = cache::connection_tokens(fields(&meta, b"connection"));
+    let etag = field(&meta, b"etag")
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .unwrap_or("");
+    let validators = Validators {
+        etag,
+        last_modified: meta.last_modified_s.unwrap_or(0),
+    };
+    let mut head = Vec::with_capacity(512);
+    let write_stored = |w: &mut HeadWriter<'_>| {
+        for (n, v) in &meta.headers {
+            if replayable(n, &tokens) {
+                w.field_raw(n, v);
+            }
+        }
+        w.field_u64("Age", fresh.age);
+        common(w, worker, req, field(&meta, b"via"), &csf, req.persistence);
+    };
+    let response = |head: Vec<u8>, body: Body, code: StatusCode| Response {
+        head,
+        body,
+        persistence: req.persistence,
+        status: code,
+        cache: metric,
+    };
+    // Preconditions and ranges apply to a stored 200 (RFC 9110 §13.2.1, §14.2).
+    if status == 200 && (!etag.is_empty() || meta.last_modified_s.is_some()) {
+        match conditional::evaluate(&req.head, &validators) {
+            Precondition::Proceed => {}
+            Precondition::NotModified => {
+                let mut r = not_modified(worker, req, &meta, fresh, &st);
+                r.cache = metric;
+                return r;
+            }
+            Precondition::Failed => {
+                return error(
+                    worker,
+                    req,
+                    StatusCode::PreconditionFailed,
+                    st.clone(),
+                    "precondition",
+                );
+            }
+        }
+    }
+    let outcome = match (req.head_only, req.head.range, len) {
+        (false, Some(value), Some(len)) if status == 200 => {
+            if conditional::if_range(req.head.if_range, &validators) == IfRange::Apply {
+                match range::parse_range(value) {
+                    Some(specs) => range::resolve(&specs, len),
+                    None => RangeOutcome::Full,
+                }
+            } else {
+                RangeOutcome::Full
+            }
+        }
+        _ => RangeOutcome::Full,
+    };
+    let code = StatusCode::from_code(status);
+    let progress = match &h.body {
+        StoreBody::Complete { .. } => None,
+        StoreBody::Streaming(p) => Some(p.clone()),
+    };
+    let mut segments = VecDeque::new();
+    let mut w;
+    let mut sent_code = code;
+    match outcome {
+        RangeOutcome::Full => {
+            w = HeadWriter::new(&mut head, code);
+            write_stored(&mut w);
+            match len {
+                Some(len) => {
+                    if status == 200 {
+                        w.field("Accept-Ranges", b"bytes");
+                    }
+                    if !code.is_bodiless() {
+                        w.field_u64("Content-Length", len);
+                    }
+                    segments.push_back(Segment::Range { start: 0, len });
+                }
+                None => {
+                    let chunked = matches!(req.head.version, Version::Http11);
+                    if chunked {
+                        w.field("Transfer-Encoding", b"chunked");
+                    }
+                    segments.push_back(Segment::ToEnd { start: 0, chunked });
+                }
+            }
+        }
+        RangeOutcome::Single(r) => {
+            sent_code = StatusCode::PartialContent;
+            let total = len.unwrap_or(0);
+            w = HeadWriter::new(&mut head, StatusCode::PartialContent);
+            write_stored(&mut w);
+            w.field("Accept-Ranges", b"bytes");
+            w.content_range(r.start, r.last(), total);
+            w.field_u64("Content-Length", r.len);
+            segments.push_back(Segment::Range {
+                start: r.start,
+                len: r.len,
+            });
+        }
+        RangeOutcome::Multi(ranges) => {
+            sent_code = StatusCode::PartialContent;
+            let total = len.unwrap_or(0);
+            let ctype = field(&meta, b"content-type")
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .unwrap_or("application/octet-stream");
+            let plan = multipart::plan(&ranges, total, ctype, &worker.next_boundary());
+            w = HeadWriter::new(&mut head, StatusCode::PartialContent);
+            for (n, v) in &meta.headers {
+                if replayable(n, &tokens) && !n.eq_ignore_ascii_case(b"content-type") {
+                    w.field_raw(n, v);
+                }
+            }
+            w.field_u64("Age", fresh.age);
+            common(
+                &mut w,
+                worker,
+                req,
+                field(&meta, b"via"),
+                &csf,
+                req.persistence,
+            );
+            w.field("Accept-Ranges", b"bytes");
+            w.field("Content-Type", plan.content_type.as_bytes());
+            w.field_u64("Content-Length", plan.body_len);
+            for part in plan.parts {
+                segments.push_back(Segment::Bytes(part.head));
+                segments.push_back(Segment::Range {
+                    start: part.range.start,
+                    len: part.range.len,
+                });
+            }
+            segments.push_back(Segment::Bytes(plan.trailer));
+        }
+        RangeOutcome::Unsatisfiable => {
+            let mut w = HeadWriter::new(&mut head, StatusCode::RangeNotSatisfiable);
+            write_stored(&mut w);
+            w.content_range_unsatisfied(len.unwrap_or(0));
+            w.field_u64("Content-Length", 0);
+            w.finish();
+            return response(head, Body::Empty, StatusCode::RangeNotSatisfiable);
+        }
+    }
+    let code = sent_code;
+    w.finish();
+    let body = if req.head_only || code.is_bodiless() {
+        Body::Empty
+    } else {
+        Body::Proxy(Box::new(ProxyBody::Stored(Stored {
+            file: h.file,
+            body_offset: h.body_offset,
+            progress,
+            object_len: len,
+            segments,
+            literal: Vec::new(),
+        })))
+    };
+    response(head, body, code)
+}
+
+/// The head for a relayed (uncached) origin response; the body follows as it arrives.
+pub(crate) fn relayed(
+    worker: &Rc<Worker>,
+    req: &Req<'_>,
+    r: OriginResponse,
+    st: Status,
+) -> Response {
+    let name = worker_name(worker);
+    let csf = status_field(&name, &st, false, None);
+    let code = StatusCode::from_code(r.head.status);
+    let tokens = cache::connection_tokens(r.head.headers_named(b"connection"));
+    let mut head = Vec::with_capacity(512);
+    let mut w = HeadWriter::new(&mut head, code);
+    let mut via_in = None;
+    for (n, v) in &r.head.headers {
+        if n.eq_ignore_ascii_case(b"via") {
+            via_in = Some(v.as_slice());
+        }
+        let keep_length = req.head_only && n.eq_ignore_ascii_case(b"content-length");
+        let keep_range =
+            n.eq_ignore_ascii_case(b"content-range") || n.eq_ignore_ascii_case(b"accept-ranges");
+        if replayable(n, &tokens) || keep_length || keep_range {
+            w.field_raw(n, v);
+        }
+    }
+    if let Some(age) = r.head.header(b"age") {
+        w.field("Age", age);
+    }
+    let mut persistence = req.persistence;
+    let chunked = match r.head.framing {
+        Framing::Length(n) => {
+            if !req.head_only {
+                w.field_u64("Content-Length", n);
+            }
+            false
+        }
+        Framing::Empty => {
+            if !req.head_only && !code.is_bodiless() {
+                w.field_u64("Content-Length", 0);
+            }
+            false
+        }
+        Framing::Chunked | Framing::UntilClose if req.head_only => false,
+        Framing::Chunked | Framing::UntilClose => {
+            if matches!(req.head.version, Version::Http11) {
+                w.field("Transfer-Encoding", b"chunked");
+                true
+            } else {
+                // An HTTP/1.0 client: the body ends when the connection does.
+                persistence = Persistence::Close;
+                false
+            }
+        }
+    };
+    common(&mut w, worker, req, via_in, &csf, persistence);
+    w.finish();
+    let body = if req.head_only || matches!(r.head.framing, Framing::Empty) {
+        Body::Empty
+    } else {
+        Body::Proxy(Box::new(ProxyBody::Relay(Relay {
+            response: r,
+            chunked,
+            buf: Vec::new(),
+            done: false,
+        })))
+    };
+    Response {
+        head,
+        body,
+        persistence,
+        status: code,
+        cache: CacheStatus::Pass,
+    }
+}
+
+/// An error we answer ourselves (502/504/412...), with a Cache-Status saying why.
+pub(crate) fn error(
+    worker: &Worker,
+    req: &Req<'_>,
+    status: StatusCode,
+    mut st: Status,
+    detail: &'static str,
+) -> Response {
+    st.detail = Some(detail);
+    let name = worker_name(worker);
+    let csf = status_field(&name, &st, false, None);
+    let reason = status.reason();
+    let body = format!("{} {}\n", status.code(), reason);
+    let mut head = Vec::with_capacity(256);
+    let mut w = HeadWriter::new(&mut head, status);
+    worker.date.with(|d| w.field("Date", d));
+    w.field("Server", crate::route::SERVER);
+    w.field("Content-Type", b"text/plain; charset=utf-8");
+    w.field_u64("Content-Length", body.len() as u64);
+    w.field("Cache-Control", b"no-store");
+    common(&mut w, worker, req, None, &csf, req.persistence);
+    w.finish();
+    if !req.head_only {
+        head.extend_from_slice(body.as_bytes());
+    }
+    Response {
+        head,
+        body: Body::Empty,
+        persistence: req.persistence,
+        status,
+        cache: if st.fwd.is_some() {
+            CacheStatus::Miss
+        } else {
+            CacheStatus::Local
+        },
+    }
+}
+
+/// Replay a stored response's fields (those a hit may repeat).
+pub(crate) fn stored_fields(w: &mut HeadWriter<'_>, meta: &ObjectMeta, skip_content_type: bool) {
+    let tokens = cache::connection_tokens(fields(meta, b"connection"));
+    for (n, v) in &meta.headers {
+        if replayable(n, &tokens) && !(skip_content_type && n.eq_ignore_ascii_case(b"content-type"))
+        {
+            w.field_raw(n, v);
+        }
+    }
+}
+
+/// Via, Cache-Status and the connection field for a stored response.
+pub(crate) fn common_fields(
+    w: &mut HeadWriter<'_>,
+    worker: &Worker,
+    req: &Req<'_>,
+    meta: &ObjectMeta,
+    st: &Status,
+    fresh: &Freshness,
+) {
+    let name = worker_name(worker);
+    let csf = status_field(&name, st, st.fwd.is_none(), Some(fresh.ttl()));
+    common(w, worker, req, field(meta, b"via"), &csf, req.persistence);
+}
+
+/// 304 for a client whose validators match the stored response.
+pub(crate) fn not_modified(
+    worker: &Worker,
+    req: &Req<'_>,
+    meta: &ObjectMeta,
+    fresh: &Freshness,
+    st: &Status,
+) -> Response {
+    let mut head = Vec::with_capacity(256);
+    let mut w = HeadWriter::new(&mut head, StatusCode::NotModified);
+    for (n, v) in &meta.headers {
+        let lower = n.to_ascii_lowercase();
+        if matches!(
+            lower.as_slice(),
+            b"etag"
+                | b"last-modified"
+                | b"cache-control"
+                | b"expires"
+                | b"vary"
+                | b"date"
+                | b"content-location"
+        ) {
+            w.field_raw(n, v);
+        }
+    }
+    w.field_u64("Age", fresh.age);
+    common_fields(&mut w, worker, req, meta, st, fresh);
+    w.finish();
+    Response {
+        head,
+        body: Body::Empty,
+        persistence: req.persistence,
+        status: StatusCode::NotModified,
+        cache: if st.fwd.is_none() {
+            CacheStatus::Hit
+        } else {
+            CacheStatus::Miss
+        },
+    }
+}

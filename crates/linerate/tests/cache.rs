@@ -1,0 +1,771 @@
+//! Cache mode end to end: the real binary in front of an in-process origin that counts
+//! its requests, with real clients on 127.0.0.1. Each test starts its own origin and
+//! server and stops both.
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed step should fail loudly"
+)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::origin::{self, Origin, Reply};
+use support::{content, read_response, Server};
+
+/// A cache-mode server in front of `origin`; `route` adds keys to the route, `extra`
+/// appends sections.
+fn start(origin: &Origin, route: &str, extra: &str) -> (Server, tempfile::TempDir) {
+    start_with(origin, "", route, extra)
+}
+
+/// [`start`] with extra `[[origin]]` keys.
+fn start_with(
+    origin: &Origin,
+    origin_keys: &str,
+    route: &str,
+    extra: &str,
+) -> (Server, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"[server]
+listen = ["127.0.0.1:0"]
+workers = 2
+
+[cache]
+durability = "no_sync"
+
+[[cache.disk]]
+name = "d0"
+path = {dir:?}
+max_bytes = 1073741824
+
+[[origin]]
+name = "o"
+servers = ["{url}"]
+connect_timeout_ms = 1000
+first_byte_timeout_ms = 1000
+idle_timeout_ms = 1000
+{origin_keys}
+
+[[route]]
+path_prefix = "/"
+origin = "o"
+{route}
+
+{extra}
+"#,
+        dir = dir.path().join("cache").to_str().unwrap(),
+        url = origin.url(),
+    );
+    (Server::start_text(&text, &[]), dir)
+}
+
+fn get(server: &Server, path: &str, headers: &[&str]) -> support::Response {
+    server.get(path, headers)
+}
+
+fn cache_status(r: &support::Response) -> String {
+    r.header("cache-status").unwrap_or("").to_owned()
+}
+
+#[test]
+fn miss_then_hit_with_age_and_cache_status() {
+    let body = content(100_000, 1);
+    let b = body.clone();
+    let origin = Origin::start(move |_| {
+        origin::ok(
+            &b,
+            &[
+                ("Cache-Control", "max-age=60"),
+                ("Content-Type", "video/mp4"),
+            ],
+        )
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let first = get(&server, "/seg1.m4s", &[]);
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, body);
+    let cs = cache_status(&first);
+    assert!(cs.contains("fwd=uri-miss"), "{cs}");
+    assert!(cs.contains("stored"), "{cs}");
+    assert!(first.header("via").unwrap().contains("linerate"));
+    let second = get(&server, "/seg1.m4s", &[]);
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body, body);
+    let cs = cache_status(&second);
+    assert!(cs.starts_with("linerate; hit"), "{cs}");
+    assert!(second.header("age").is_some());
+    assert_eq!(second.header("content-type"), Some("video/mp4"));
+    assert_eq!(origin.count("/seg1.m4s"), 1);
+    // A range of a hit is served from the store.
+    let part = get(&server, "/seg1.m4s", &["Range: bytes=10-19"]);
+    assert_eq!(part.status, 206);
+    assert_eq!(part.body, &body[10..20]);
+    assert_eq!(origin.count("/seg1.m4s"), 1);
+    server.stop();
+}
+
+#[test]
+fn herd_of_100_makes_one_origin_request() {
+    let body = Arc::new(content(2 * 1024 * 1024, 2));
+    let b = body.clone();
+    let origin = Origin::start(move |_| Reply::Drip {
+        status: 200,
+        headers: origin::owned(&[("Cache-Control", "max-age=600")]),
+        body: b.to_vec(),
+        chunk: 256 * 1024,
+        delay: Duration::from_millis(20),
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let addr = server.addr;
+    let threads: Vec<_> = (0..100)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                s.write_all(b"GET /herd.ts HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+                    .unwrap();
+                read_response(&mut s, false).unwrap()
+            })
+        })
+        .collect();
+    for t in threads {
+        let r = t.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.body == *body, "a client got different bytes");
+    }
+    assert_eq!(origin.count("/herd.ts"), 1, "exactly one origin request");
+    server.stop();
+}
+
+#[test]
+fn stale_objects_are_revalidated_304_and_200() {
+    let body = content(5_000, 3);
+    let version = Arc::new(AtomicUsize::new(1));
+    let v = version.clone();
+    let b = body.clone();
+    let origin = Origin::start(move |req| {
+        let n = v.load(Ordering::SeqCst);
+        let tag = format!("\"v{n}\"");
+        if req.header("if-none-match") == Some(tag.as_str()) {
+            return origin::status(304, &[("ETag", &tag), ("Cache-Control", "max-age=1")]);
+        }
+        let mut body = b.clone();
+        body[0] = n as u8;
+        origin::ok(&body, &[("ETag", &tag), ("Cache-Control", "max-age=1")])
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let first = get(&server, "/live.m3u8", &[]);
+    assert_eq!(first.body[0], 1);
+    std::thread::sleep(Duration::from_millis(2100));
+    // Stale: a conditional request; the origin says 304.
+    let second = get(&server, "/live.m3u8", &[]);
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body[0], 1);
+    let cs = cache_status(&second);
+    assert!(
+        cs.contains("fwd=stale") && cs.contains("fwd-status=304"),
+        "{cs}"
+    );
+    let reqs = origin.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[1].header("if-none-match"), Some("\"v1\""));
+    // Freshened: a hit now.
+    let third = get(&server, "/live.m3u8", &[]);
+    assert!(
+        cache_status(&third).contains("hit"),
+        "{}",
+        cache_status(&third)
+    );
+    assert_eq!(origin.total(), 2);
+    // Stale again, and the origin has a new version: 200 replaces it.
+    std::thread::sleep(Duration::from_millis(2100));
+    version.store(2, Ordering::SeqCst);
+    let fourth = get(&server, "/live.m3u8", &[]);
+    assert_eq!(fourth.body[0], 2);
+    assert!(
+        cache_status(&fourth).contains("fwd=stale"),
+        "{}",
+        cache_status(&fourth)
+    );
+    let fifth = get(&server, "/live.m3u8", &[]);
+    assert_eq!(fifth.body[0], 2);
+    assert!(cache_status(&fifth).contains("hit"));
+    assert_eq!(origin.total(), 3);
+    server.stop();
+}
+
+#[test]
+fn stale_while_revalidate_and_stale_if_error() {
+    let fail = Arc::new(AtomicUsize::new(0));
+    let f = fail.clone();
+    let origin = Origin::start(move |_| {
+        if f.load(Ordering::SeqCst) == 1 {
+            return origin::status(503, &[]);
+        }
+        origin::ok(
+            b"manifest",
+            &[(
+                "Cache-Control",
+                "max-age=1, stale-while-revalidate=30, stale-if-error=60",
+            )],
+        )
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    assert_eq!(get(&server, "/a.m3u8", &[]).body, b"manifest");
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = get(&server, "/a.m3u8", &[]);
+    assert_eq!(r.body, b"manifest");
+    assert!(
+        cache_status(&r).contains("stale-while-revalidate"),
+        "{}",
+        cache_status(&r)
+    );
+    assert!(
+        origin.wait_count("/a.m3u8", 2, Duration::from_secs(5)),
+        "background refresh"
+    );
+    // Now the origin fails: stale-if-error serves the stored copy.
+    std::thread::sleep(Duration::from_millis(2100));
+    fail.store(1, Ordering::SeqCst);
+    let r = get(&server, "/a.m3u8", &["Cache-Control: no-cache"]);
+    assert_eq!(r.status, 200, "{}", cache_status(&r));
+    assert_eq!(r.body, b"manifest");
+    server.stop();
+}
+
+#[test]
+fn vary_variants_and_no_store() {
+    let origin = Origin::start(|req| {
+        if req.path() == "/private" {
+            return origin::ok(b"secret", &[("Cache-Control", "no-store")]);
+        }
+        let enc = req.header("accept-encoding").unwrap_or("none").to_owned();
+        origin::ok(
+            enc.as_bytes(),
+            &[("Vary", "Accept-Encoding"), ("Cache-Control", "max-age=60")],
+        )
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    assert_eq!(get(&server, "/v", &["Accept-Encoding: gzip"]).body, b"gzip");
+    assert_eq!(get(&server, "/v", &["Accept-Encoding: br"]).body, b"br");
+    let again = get(&server, "/v", &["Accept-Encoding: gzip"]);
+    assert_eq!(again.body, b"gzip");
+    assert!(
+        cache_status(&again).contains("hit"),
+        "{}",
+        cache_status(&again)
+    );
+    assert_eq!(get(&server, "/v", &["Accept-Encoding: br"]).body, b"br");
+    assert_eq!(origin.count("/v"), 2, "one fetch per variant");
+    for _ in 0..3 {
+        let r = get(&server, "/private", &[]);
+        assert_eq!(r.body, b"secret");
+        assert!(
+            cache_status(&r).contains("fwd=bypass"),
+            "{}",
+            cache_status(&r)
+        );
+    }
+    assert_eq!(
+        origin.count("/private"),
+        3,
+        "no-store is never served from the cache"
+    );
+    server.stop();
+}
+
+#[test]
+fn status_classes() {
+    let origin = Origin::start(|req| match req.path() {
+        "/moved" => origin::status(301, &[("Location", "/elsewhere")]),
+        "/found" => origin::status(302, &[("Location", "/elsewhere")]),
+        "/missing" => Reply::Full {
+            status: 404,
+            headers: vec![],
+            body: b"nope".to_vec(),
+            chunked: false,
+        },
+        "/forbidden" => Reply::Full {
+            status: 403,
+            headers: vec![],
+            body: b"no".to_vec(),
+            chunked: false,
+        },
+        "/broken" => Reply::Full {
+            status: 500,
+            headers: vec![],
+            body: b"err".to_vec(),
+            chunked: false,
+        },
+        "/empty" => origin::status(204, &[]),
+        _ => origin::ok(b"ok", &[]),
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    // Cacheable by default (RFC 9110 §15.1): 200, 204, 301, 404 — stored with the
+    // route's default TTL. Not by default: 302, 403, 500.
+    for (path, code, cached) in [
+        ("/ok", 200, true),
+        ("/empty", 204, true),
+        ("/moved", 301, true),
+        ("/missing", 404, true),
+        ("/found", 302, false),
+        ("/forbidden", 403, false),
+        ("/broken", 500, false),
+    ] {
+        let a = get(&server, path, &[]);
+        let b = get(&server, path, &[]);
+        assert_eq!((a.status, b.status), (code, code), "{path}");
+        let want = if cached { 1 } else { 2 };
+        assert_eq!(origin.count(path), want, "{path}: {}", cache_status(&b));
+    }
+    server.stop();
+}
+
+#[test]
+fn request_cache_control_only_if_cached_and_no_cache() {
+    let origin = Origin::start(|_| origin::ok(b"x", &[("Cache-Control", "max-age=60")]));
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let r = get(&server, "/o", &["Cache-Control: only-if-cached"]);
+    assert_eq!(r.status, 504);
+    assert_eq!(origin.total(), 0);
+    get(&server, "/o", &[]);
+    assert_eq!(
+        get(&server, "/o", &["Cache-Control: only-if-cached"]).status,
+        200
+    );
+    get(&server, "/o", &["Cache-Control: no-cache"]);
+    assert_eq!(origin.total(), 2, "no-cache goes to the origin");
+    server.stop();
+}
+
+#[test]
+fn unsafe_methods_pass_through_and_invalidate() {
+    let origin = Origin::start(|req| {
+        if req.method == "POST" {
+            return origin::ok(&req.body, &[]);
+        }
+        origin::ok(b"cached", &[("Cache-Control", "max-age=60")])
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    get(&server, "/u", &[]);
+    get(&server, "/u", &[]);
+    assert_eq!(origin.count("/u"), 1);
+    let mut s = server.connect();
+    s.write_all(
+        b"POST /u HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    )
+    .unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(r.body, b"hello");
+    let posted = origin
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST")
+        .unwrap();
+    assert_eq!(posted.body, b"hello");
+    get(&server, "/u", &[]);
+    assert_eq!(
+        origin
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET")
+            .count(),
+        2,
+        "POST invalidated the URL"
+    );
+    server.stop();
+}
+
+/// Each misbehaving origin: the client gets 502/504 with a Cache-Status detail, and
+/// nothing partial is cached (the next request goes to the origin again).
+#[test]
+fn bad_origins_get_defined_answers_and_nothing_is_cached() {
+    let body = content(50_000, 4);
+    let b = body.clone();
+    let origin = Origin::start(move |req| {
+        let hdr = |n: usize| {
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nCache-Control: max-age=60\r\n\r\n")
+        };
+        match req.path() {
+            "/reset" => Reply::Reset,
+            "/close" => Reply::Close,
+            "/stall" => Reply::Stall(Duration::from_secs(3)),
+            "/short" => Reply::Short { headers: origin::owned(&[("Cache-Control", "max-age=60")]), body: b.clone(), send: 1000 },
+            "/long" => {
+                let mut raw = hdr(100).into_bytes();
+                raw.extend_from_slice(&[b'x'; 150]);
+                Reply::Raw(raw)
+            }
+            "/badchunk" => Reply::Raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nCache-Control: max-age=60\r\n\r\n5\r\nhello\r\nZZ\r\n".to_vec()),
+            "/badhead" => Reply::Raw(b"HTTP/1.1 200 OK\r\nBad Header\r\n\r\n".to_vec()),
+            "/bighead" => {
+                let mut raw = b"HTTP/1.1 200 OK\r\n".to_vec();
+                for i in 0..2000 {
+                    raw.extend_from_slice(format!("X-Filler-{i}: {}\r\n", "a".repeat(60)).as_bytes());
+                }
+                raw.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+                Reply::Raw(raw)
+            }
+            "/drip" => Reply::Drip {
+                status: 200,
+                headers: origin::owned(&[("Cache-Control", "max-age=60")]),
+                body: vec![b'd'; 10_000],
+                chunk: 100,
+                delay: Duration::from_millis(1500),
+            },
+            _ => origin::ok(b"fine", &[]),
+        }
+    });
+    // Failures here are the origin's answers to single URLs, not a dead server: keep it
+    // from being marked down (tested on its own below).
+    let (server, _dir) = start_with(&origin, "down_after = 1000", "slice_bytes = 0", "");
+    for (path, codes) in [
+        ("/reset", &[502][..]),
+        ("/close", &[502]),
+        ("/stall", &[504]),
+        ("/badhead", &[502]),
+        ("/bighead", &[502]),
+    ] {
+        let r = get(&server, path, &[]);
+        assert!(codes.contains(&r.status), "{path}: {}", r.status);
+        assert!(
+            cache_status(&r).contains("detail="),
+            "{path}: {}",
+            cache_status(&r)
+        );
+    }
+    // Failures after the head was sent: the connection closes short of the length.
+    for path in ["/short", "/long", "/badchunk", "/drip"] {
+        let mut s = server.connect();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        let text = String::from_utf8_lossy(&got);
+        if text.starts_with("HTTP/1.1 200") {
+            let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let declared: usize = text
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(usize::MAX);
+            let chunked_done =
+                text.contains("transfer-encoding: chunked") && got.ends_with(b"0\r\n\r\n");
+            assert!(
+                got.len() - head_end < declared && !chunked_done,
+                "{path}: looked complete"
+            );
+        } else {
+            assert!(text.starts_with("HTTP/1.1 50"), "{path}: {text:.40}");
+        }
+    }
+    // Nothing was cached: each path goes to the origin again.
+    let before = origin.total();
+    for path in ["/short", "/long", "/badchunk"] {
+        let mut s = server.connect();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+    }
+    assert_eq!(
+        origin.total(),
+        before + 3,
+        "a failed fill left something cached"
+    );
+    server.stop();
+}
+
+#[test]
+fn refused_origin_is_502() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[[cache.disk]]\nname = \"d0\"\npath = {:?}\nmax_bytes = 100000000\n[[origin]]\nname = \"o\"\nservers = [\"http://{addr}\"]\n[[route]]\npath_prefix = \"/\"\norigin = \"o\"\n",
+        dir.path().join("c").to_str().unwrap()
+    );
+    let server = Server::start_text(&text, &[]);
+    let r = server.get("/x", &[]);
+    assert_eq!(r.status, 502);
+    assert!(r.header("cache-status").unwrap().contains("detail="));
+    server.stop();
+}
+
+#[test]
+fn client_leaving_mid_fill_does_not_cancel_it() {
+    let body = content(1_000_000, 5);
+    let b = body.clone();
+    let origin = Origin::start(move |_| Reply::Drip {
+        status: 200,
+        headers: origin::owned(&[("Cache-Control", "max-age=60")]),
+        body: b.clone(),
+        chunk: 100_000,
+        delay: Duration::from_millis(50),
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    {
+        let mut s = server.connect();
+        s.write_all(b"GET /leave HTTP/1.1\r\nHost: test\r\n\r\n")
+            .unwrap();
+        let mut some = [0u8; 1000];
+        let _ = s.read(&mut some).unwrap();
+    } // dropped: the client is gone
+    let r = get(&server, "/leave", &[]);
+    assert_eq!(r.body, body);
+    assert_eq!(origin.count("/leave"), 1);
+    server.stop();
+}
+
+#[test]
+fn purge_by_url_and_prefix() {
+    let origin = Origin::start(|_| origin::ok(b"p", &[("Cache-Control", "max-age=600")]));
+    let (server, _dir) = start(
+        &origin,
+        "slice_bytes = 0",
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"secret-token-0123456789\"\n",
+    );
+    for p in ["/a/1", "/a/2", "/b/1"] {
+        get(&server, p, &[]);
+    }
+    assert_eq!(origin.total(), 3);
+    let admin = server.admin_addr();
+    let post = |path: &str, token: &str| {
+        let mut s = TcpStream::connect(admin).unwrap();
+        s.write_all(format!("POST {path} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n").as_bytes())
+            .unwrap();
+        read_response(&mut s, false).unwrap()
+    };
+    assert_eq!(post("/purge?url=http://test/a/1", "wrong").status, 401);
+    let r = post(
+        "/purge?url=http%3A%2F%2Ftest%2Fa%2F1",
+        "secret-token-0123456789",
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    get(&server, "/a/1", &[]);
+    get(&server, "/a/2", &[]);
+    assert_eq!(origin.total(), 4, "only /a/1 was refetched");
+    assert_eq!(
+        post("/purge?prefix=http://test/a/", "secret-token-0123456789").status,
+        200
+    );
+    get(&server, "/a/1", &[]);
+    get(&server, "/a/2", &[]);
+    get(&server, "/b/1", &[]);
+    assert_eq!(origin.total(), 6, "/a/ refetched, /b/1 still cached");
+    server.stop();
+}
+
+#[test]
+fn cached_objects_survive_a_restart() {
+    let body = content(300_000, 6);
+    let b = body.clone();
+    let origin = Origin::start(move |_| origin::ok(&b, &[("Cache-Control", "max-age=600")]));
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[[cache.disk]]\nname = \"d0\"\npath = {:?}\nmax_bytes = 100000000\n[[origin]]\nname = \"o\"\nservers = [\"{}\"]\n[[route]]\npath_prefix = \"/\"\norigin = \"o\"\n",
+        dir.path().join("c").to_str().unwrap(),
+        origin.url()
+    );
+    let server = Server::start_text(&text, &[]);
+    assert_eq!(server.get("/keep.mp4", &[]).body, body);
+    server.stop();
+    let server = Server::start_text(&text, &[]);
+    let r = server.get("/keep.mp4", &[]);
+    assert_eq!(r.body, body);
+    assert!(r.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(origin.total(), 1);
+    server.stop();
+}
+
+/// Slices: 64 KiB slices of a 1 MB object with a strong ETag.
+fn sliced_origin(body: Arc<Vec<u8>>, etag: Arc<Mutex<String>>) -> Origin {
+    Origin::start(move |req| {
+        let tag = etag.lock().unwrap().clone();
+        if let Some(want) = req.header("if-match") {
+            if want != tag {
+                return origin::status(412, &[]);
+            }
+        }
+        origin::ranged(
+            body.clone(),
+            &[("ETag", &tag), ("Cache-Control", "max-age=600")],
+        )
+    })
+}
+
+#[test]
+fn range_misses_fetch_only_covering_slices() {
+    let body = Arc::new(content(1_000_000, 7));
+    let origin = sliced_origin(body.clone(), Arc::new(Mutex::new("\"a\"".into())));
+    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    // Inside one slice (slice 3).
+    let r = get(&server, "/big.mp4", &["Range: bytes=200000-200999"]);
+    assert_eq!(r.status, 206);
+    assert_eq!(
+        r.header("content-range"),
+        Some("bytes 200000-200999/1000000")
+    );
+    assert_eq!(r.body, &body[200_000..201_000]);
+    let ranges: Vec<_> = origin.requests().iter().filter_map(|q| q.range()).collect();
+    assert_eq!(ranges, vec![(196_608, Some(262_143))]);
+    // Across a boundary (slices 4 and 5).
+    let r = get(&server, "/big.mp4", &["Range: bytes=300000-340000"]);
+    assert_eq!(r.body, &body[300_000..=340_000]);
+    assert_eq!(origin.total(), 3);
+    // Multipart across slices (3, 5 and 15 = the last, short one).
+    let r = get(
+        &server,
+        "/big.mp4",
+        &["Range: bytes=200000-200009,330000-330009,-10"],
+    );
+    assert_eq!(r.status, 206);
+    let text = String::from_utf8_lossy(&r.body).to_string();
+    assert!(
+        text.contains("Content-Range: bytes 999990-999999/1000000"),
+        "{text:.300}"
+    );
+    assert!(r.body.windows(10).any(|w| w == &body[999_990..]));
+    assert!(r.body.windows(10).any(|w| w == &body[330_000..330_010]));
+    assert_eq!(origin.total(), 4, "only the last slice was new");
+    // The whole object: every slice, byte-exact.
+    let r = get(&server, "/big.mp4", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body == *body);
+    assert_eq!(origin.total(), 16, "16 slices in all, each fetched once");
+    let again = get(&server, "/big.mp4", &[]);
+    assert!(again.body == *body);
+    assert!(
+        cache_status(&again).starts_with("linerate; hit"),
+        "{}",
+        cache_status(&again)
+    );
+    assert_eq!(origin.total(), 16);
+    server.stop();
+}
+
+#[test]
+fn an_origin_that_ignores_range_is_stored_whole() {
+    let body = content(200_000, 8);
+    let b = body.clone();
+    let origin = Origin::start(move |_| origin::ok(&b, &[("Cache-Control", "max-age=600")]));
+    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let r = get(&server, "/norange.mp4", &["Range: bytes=100000-100099"]);
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, &body[100_000..100_100]);
+    let r = get(&server, "/norange.mp4", &[]);
+    assert_eq!(r.body, body);
+    assert_eq!(origin.total(), 1);
+    server.stop();
+}
+
+#[test]
+fn a_version_change_never_mixes_slices() {
+    let v1 = Arc::new(content(300_000, 9));
+    let etag = Arc::new(Mutex::new("\"v1\"".to_owned()));
+    let current = Arc::new(Mutex::new(v1.clone()));
+    let (e, c) = (etag.clone(), current.clone());
+    let origin = Origin::start(move |req| {
+        let tag = e.lock().unwrap().clone();
+        if let Some(want) = req.header("if-match") {
+            if want != tag {
+                return origin::status(412, &[]);
+            }
+        }
+        origin::ranged(
+            c.lock().unwrap().clone(),
+            &[("ETag", &tag), ("Cache-Control", "max-age=600")],
+        )
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    // Slice 0 of version 1 is cached.
+    let r = get(&server, "/changing.mp4", &["Range: bytes=0-99"]);
+    assert_eq!(r.body, &v1[..100]);
+    // The file changes at the origin.
+    let v2 = Arc::new(content(300_000, 10));
+    *etag.lock().unwrap() = "\"v2\"".into();
+    *current.lock().unwrap() = v2.clone();
+    // A whole-object request starts from cached slice 0 (v1); slice 1 comes back 412:
+    // the response is cut short, never completed with v2 bytes.
+    let mut s = server.connect();
+    s.write_all(b"GET /changing.mp4 HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(
+        got.len() - head_end < 300_000,
+        "a mixed body looked complete"
+    );
+    assert_eq!(&got[head_end..head_end + 65_536], &v1[..65_536]);
+    // The next request gets version 2 whole.
+    let r = get(&server, "/changing.mp4", &[]);
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body == *v2,
+        "after a version change the object is v2 throughout"
+    );
+    server.stop();
+}
+
+#[test]
+fn a_failing_origin_is_marked_down_and_stale_if_error_serves() {
+    let failing = Arc::new(AtomicUsize::new(0));
+    let f = failing.clone();
+    let origin = Origin::start(move |req| {
+        if f.load(Ordering::SeqCst) == 1 {
+            return Reply::Reset;
+        }
+        let _ = req;
+        origin::ok(
+            b"kept",
+            &[("Cache-Control", "max-age=1, stale-if-error=600")],
+        )
+    });
+    let (server, _dir) = start_with(
+        &origin,
+        "down_after = 3\ndown_for_ms = 60000",
+        "slice_bytes = 0",
+        "",
+    );
+    assert_eq!(get(&server, "/kept", &[]).body, b"kept");
+    failing.store(1, Ordering::SeqCst);
+    // Three failures in a row mark the only server down.
+    for i in 0..3 {
+        let r = get(&server, &format!("/gone{i}"), &[]);
+        assert_eq!(r.status, 502, "{}", cache_status(&r));
+    }
+    let accepted = origin.accepted();
+    let r = get(&server, "/gone9", &[]);
+    assert_eq!(r.status, 502);
+    assert!(
+        cache_status(&r).contains("all_down"),
+        "{}",
+        cache_status(&r)
+    );
+    assert_eq!(
+        origin.accepted(),
+        accepted,
+        "a down server is not contacted"
+    );
+    // A stale object with stale-if-error is served while the origin is down.
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = get(&server, "/kept", &[]);
+    assert_eq!(r.status, 200, "{}", cache_status(&r));
+    assert_eq!(r.body, b"kept");
+    server.stop();
+}
