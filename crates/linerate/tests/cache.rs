@@ -769,3 +769,74 @@ fn a_failing_origin_is_marked_down_and_stale_if_error_serves() {
     assert_eq!(r.body, b"kept");
     server.stop();
 }
+
+#[test]
+fn a_206_with_the_wrong_content_range_is_502_and_not_cached() {
+    let body = content(200_000, 11);
+    let b = body.clone();
+    let origin = Origin::start(move |req| {
+        // Answers every range request with the first 1000 bytes, whatever was asked.
+        let _ = req;
+        Reply::Full {
+            status: 206,
+            headers: origin::owned(&[
+                ("Content-Range", "bytes 0-999/200000"),
+                ("ETag", "\"x\""),
+                ("Cache-Control", "max-age=600"),
+            ]),
+            body: b[..1000].to_vec(),
+            chunked: false,
+        }
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let r = get(&server, "/liar.mp4", &["Range: bytes=100000-100099"]);
+    assert_eq!(r.status, 502);
+    assert!(
+        cache_status(&r).contains("bad_content_range"),
+        "{}",
+        cache_status(&r)
+    );
+    let again = get(&server, "/liar.mp4", &["Range: bytes=100000-100099"]);
+    assert_eq!(again.status, 502);
+    assert_eq!(origin.total(), 2, "nothing was cached");
+    server.stop();
+}
+
+#[test]
+fn small_objects_on_a_sliced_route_are_stored_whole_and_revalidated() {
+    let body = Arc::new(content(10_000, 12));
+    let b = body.clone();
+    let origin = Origin::start(move |req| {
+        if req.header("if-none-match") == Some("\"s\"") {
+            return origin::status(304, &[("ETag", "\"s\""), ("Cache-Control", "max-age=1")]);
+        }
+        origin::ranged(
+            b.clone(),
+            &[("ETag", "\"s\""), ("Cache-Control", "max-age=1")],
+        )
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let r = get(&server, "/small.m3u8", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body == *body);
+    assert_eq!(origin.requests()[0].range(), Some((0, Some(65_535))));
+    // A range of it is served from the whole object.
+    let part = get(&server, "/small.m3u8", &["Range: bytes=-100"]);
+    assert_eq!(part.status, 206);
+    assert_eq!(part.body, &body[9_900..]);
+    assert_eq!(origin.total(), 1);
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = get(&server, "/small.m3u8", &[]);
+    assert!(r.body == *body);
+    let cs = cache_status(&r);
+    assert!(
+        cs.contains("fwd=stale") && cs.contains("fwd-status=304"),
+        "{cs}"
+    );
+    assert_eq!(
+        origin.requests()[1].range(),
+        None,
+        "revalidation asks for the whole object"
+    );
+    server.stop();
+}

@@ -196,6 +196,7 @@ async fn fetch(
     // Slices: a 206 must be the range asked for, of the version asked for.
     let mut store_key = key.clone();
     let mut slice_total = None;
+    let mut whole_from_slice = false;
     if let Some(s) = &job.slice {
         match status {
             206 => {
@@ -224,6 +225,13 @@ async fn fetch(
                     }
                 }
                 slice_total = Some(total);
+                // The whole object fit in the first slice: it is stored whole, as the
+                // URL's object (only objects larger than a slice are kept in slices,
+                // and a whole object gets revalidation and the stale extensions).
+                if s.start == 0 && total <= s.len && s.if_match.is_none() {
+                    whole_from_slice = true;
+                    store_key = job.primary.clone();
+                }
             }
             412 => {
                 super::slices::version_changed(px, &job.primary).await;
@@ -279,7 +287,12 @@ async fn fetch(
     // Vary: the object goes under its variant key; a stub at the primary key names
     // the fields (written first, so followers looking up find their variant).
     if let Vary::Names(names) = &vary {
-        if job.slice.is_none() {
+        if slice_total.is_some() && !whole_from_slice {
+            // Slices are keyed by URL alone: variants of a sliced object could mix.
+            tracing::debug!("Vary on a sliced object: not stored");
+            return Outcome::Uncacheable;
+        }
+        if job.slice.is_none() || whole_from_slice {
             let stub = ObjectMeta {
                 status: 200,
                 request_time_ms: resp.request_time_ms,
@@ -322,7 +335,13 @@ async fn fetch(
         }
     }
 
-    let meta = stored_meta(&resp);
+    let mut meta = stored_meta(&resp);
+    if whole_from_slice {
+        // Stored as the 200 it stands for.
+        meta.status = 200;
+        meta.headers
+            .retain(|(n, _)| !n.eq_ignore_ascii_case(b"content-range"));
+    }
     let expected = resp.content_length();
     let writer = {
         let p = Arc::clone(px);
