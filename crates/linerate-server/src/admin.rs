@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::control::{Control, Mode, ReloadOutcome};
-use crate::metrics::{self, Facts, Rates, Scrape};
+use crate::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrape};
 use crate::operate::Metrics;
 use crate::stats::WorkerStats;
 
@@ -50,7 +50,8 @@ pub(crate) struct Admin {
     control: Arc<Control>,
     stats: Vec<Arc<WorkerStats>>,
     rates: RefCell<Rates>,
-    /// Cache mode (for purges), when configured.
+    /// Cache mode (purges, and the disks and origins in metrics and health), when
+    /// configured.
     cache: Option<Arc<crate::proxy::ProxyShared>>,
 }
 
@@ -129,6 +130,12 @@ impl Admin {
             uptime_s: self.control.started.elapsed().as_secs_f64(),
             reloads: self.control.reload_counts(),
             ktls: self.control.ktls().cloned(),
+            // Relaxed atomic loads per disk and per origin server; no index lock (so not
+            // `Store::indexed_objects`, which locks every shard).
+            cache: self.cache.as_ref().map(|c| CacheFacts {
+                disks: c.store.stats(),
+                origins: c.origins.iter().map(|o| o.snapshot()).collect(),
+            }),
         }
     }
 
@@ -306,11 +313,9 @@ fn route(
             metrics::prometheus(&admin.stats, &facts),
         ),
         "/health" => {
-            let status = if facts.mode == Mode::Serving {
-                200
-            } else {
-                503
-            };
+            // 503 while draining, or in cache mode when no store disk is in service; a
+            // down origin does not fail it (see `HealthVerdict`).
+            let status = HealthVerdict::of(&facts).status();
             let body = metrics::health(&admin.stats, &facts, &admin.rates.borrow(), metrics);
             Reply::new(status, "application/json", body)
         }

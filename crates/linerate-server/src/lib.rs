@@ -19,7 +19,6 @@ mod ktls_conn;
 mod metrics;
 pub mod operate;
 pub mod options;
-#[allow(dead_code)] // wired in by the proxy
 mod origin;
 mod park;
 mod proxy;

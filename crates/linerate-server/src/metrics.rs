@@ -4,13 +4,18 @@
 //! `linerate stats` and the dashboard).
 //!
 //! Everything is summed here, on the admin thread, when scraped; the workers only ever
-//! write their own counters. Not here: the HTTP side of the admin API (`admin`).
+//! write their own counters. In cache mode the store's per-disk figures and the origin
+//! servers' health are read here too (relaxed atomic loads, taken by `Admin::facts`).
+//! Not here: the HTTP side of the admin API (`admin`).
 
 use std::fmt::Write;
 use std::sync::Arc;
 
+use linerate_cache::{DiskState, DiskStats};
+
 use crate::control::Mode;
 use crate::operate::Metrics;
+use crate::origin::{OriginSnapshot, ServerSnapshot, ServerState};
 use crate::stats::{
     CacheStatus, CloseReason, DeliveryPath, Histogram, Snapshot, StatusClass, TlsOutcome,
     WorkerStats,
@@ -40,6 +45,77 @@ pub(crate) struct Facts {
     pub(crate) reloads: (u64, u64),
     /// The kernel-TLS probe result; `None` without TLS listeners.
     pub(crate) ktls: Option<linerate_sys::ktls::Support>,
+    /// Cache mode's disks and origins; `None` in appliance mode.
+    pub(crate) cache: Option<CacheFacts>,
+}
+
+/// Cache mode's store disks and origin servers at the moment of the request.
+pub(crate) struct CacheFacts {
+    /// Per disk, in configuration order.
+    pub(crate) disks: Vec<DiskStats>,
+    /// Per origin, in configuration order.
+    pub(crate) origins: Vec<OriginSnapshot>,
+}
+
+/// What `/health` tells a load balancer, and why.
+///
+/// A down origin does not fail health: every edge in front of that origin sees the
+/// same failure, so pulling this one would only move its clients to another edge that
+/// fails the same way (and hits, and stale-if-error answers, still work here). An edge
+/// whose every cache disk is out of service is different: it can only relay, so its
+/// traffic is better served by a healthy edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HealthVerdict {
+    /// Serving: `200`.
+    Serving,
+    /// Draining or stopping: `503`.
+    Draining,
+    /// Cache mode with every store disk out of service: `503`.
+    NoCacheDisk,
+}
+
+impl HealthVerdict {
+    /// The verdict for these facts (draining wins over a disk problem).
+    pub(crate) fn of(facts: &Facts) -> HealthVerdict {
+        if facts.mode != Mode::Serving {
+            return HealthVerdict::Draining;
+        }
+        match &facts.cache {
+            Some(c)
+                if !c.disks.is_empty()
+                    && c.disks.iter().all(|d| d.state == DiskState::OutOfService) =>
+            {
+                HealthVerdict::NoCacheDisk
+            }
+            _ => HealthVerdict::Serving,
+        }
+    }
+
+    /// The `/health` status code.
+    pub(crate) fn status(self) -> u16 {
+        match self {
+            HealthVerdict::Serving => 200,
+            HealthVerdict::Draining | HealthVerdict::NoCacheDisk => 503,
+        }
+    }
+
+    /// Label for the body's `reason` and logs.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            HealthVerdict::Serving => "serving",
+            HealthVerdict::Draining => "draining",
+            HealthVerdict::NoCacheDisk => "all_disks_out_of_service",
+        }
+    }
+}
+
+/// How much of each disk and origin server a JSON document lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    /// `/health`: state and size (polled often by load balancers; kept short).
+    Brief,
+    /// `/stats.json`: every counter.
+    Full,
 }
 
 /// Per-worker snapshots and their sum.
@@ -61,6 +137,38 @@ impl Scrape {
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A label value as the text format wants it: `\`, `"` and newline escaped. Disk and
+/// origin names are already restricted to `[A-Za-z0-9_-]` by the configuration, but a
+/// server's authority comes from a URL, so escape rather than trust.
+fn label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `v` as a JSON string, quotes included (RFC 8259 §7: `"`, `\` and controls escaped).
+fn json_str(out: &mut String, v: &str) {
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// Sum several workers' histograms and write them; `scale` divides bounds and the sum
@@ -259,13 +367,17 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
     gauge(
         &mut out,
         "linerate_cache_hit_ratio",
-        "Hits (fresh or stale) over cache lookups since start; NaN without lookups (appliance mode).",
+        "Responses from the store (cache=hit or stale) over those plus cache=miss, since start; pass and local are not lookups; NaN without lookups (appliance mode).",
         if lookups == 0 {
             f64::NAN
         } else {
             hits as f64 / lookups as f64
         },
     );
+    if let Some(cache) = &facts.cache {
+        disk_families(&mut out, &cache.disks);
+        origin_families(&mut out, &cache.origins);
+    }
     counter(
         &mut out,
         "linerate_access_log_lines_total",
@@ -376,9 +488,172 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
     out
 }
 
-/// `/health`: the load balancer's view. The store is not wired into the server yet, so
-/// `disks` is empty. With `admin.metrics` off nothing counts requests or bytes, so the
-/// two rates are `null` rather than a misleading 0.
+/// Per-disk families (cache mode): one series per disk, labelled `disk`.
+fn disk_families(out: &mut String, disks: &[DiskStats]) {
+    family(
+        out,
+        "linerate_cache_disk_state",
+        "gauge",
+        "Store disk service state: 1 on the current state (in_service, out_of_service), 0 on the other.",
+    );
+    for d in disks {
+        for state in [DiskState::InService, DiskState::OutOfService] {
+            let _ = writeln!(
+                out,
+                "linerate_cache_disk_state{{disk=\"{}\",state=\"{}\"}} {}",
+                label(&d.name),
+                state.as_str(),
+                u8::from(d.state == state)
+            );
+        }
+    }
+    let per_disk =
+        |out: &mut String, name: &str, kind: &str, help: &str, v: fn(&DiskStats) -> u64| {
+            family(out, name, kind, help);
+            for d in disks {
+                let _ = writeln!(out, "{name}{{disk=\"{}\"}} {}", label(&d.name), v(d));
+            }
+        };
+    per_disk(
+        out,
+        "linerate_cache_disk_index_loaded",
+        "gauge",
+        "1 once the disk's index has loaded after start (until then its objects are misses).",
+        |d| u64::from(d.index_loaded),
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_bytes_capacity",
+        "gauge",
+        "Effective capacity of the store disk, bytes.",
+        |d| d.capacity_bytes,
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_bytes_used",
+        "gauge",
+        "Bytes of stored objects (file sizes rounded up to 4 KiB).",
+        |d| d.used_bytes,
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_bytes_reserved",
+        "gauge",
+        "Bytes reserved by writes in progress.",
+        |d| d.reserved_bytes,
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_objects",
+        "gauge",
+        "Objects stored on the disk.",
+        |d| d.objects,
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_evictions_total",
+        "counter",
+        "Objects evicted to make room.",
+        |d| d.evictions,
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_admissions_refused_total",
+        "counter",
+        "Writes refused because the disk was at capacity.",
+        |d| d.admissions_refused,
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_errors_total",
+        "counter",
+        "I/O and integrity errors counted against the disk (corrupt objects included).",
+        |d| d.io_errors,
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_corrupt_objects_total",
+        "counter",
+        "Object or index files that failed their header or checksum check.",
+        |d| d.corrupt_objects,
+    );
+}
+
+/// Per-origin-server families (cache mode): labelled `origin` (its configured name) and
+/// `server` (`host:port` as sent in `Host`).
+fn origin_families(out: &mut String, origins: &[OriginSnapshot]) {
+    let servers = || {
+        origins.iter().flat_map(|o| {
+            let origin = label(&o.name);
+            o.servers.iter().map(move |s| {
+                let labels = format!("origin=\"{origin}\",server=\"{}\"", label(&s.authority));
+                (labels, s)
+            })
+        })
+    };
+    let per_server =
+        |out: &mut String, name: &str, kind: &str, help: &str, v: fn(&ServerSnapshot) -> u64| {
+            family(out, name, kind, help);
+            for (labels, s) in servers() {
+                let _ = writeln!(out, "{name}{{{labels}}} {}", v(s));
+            }
+        };
+    per_server(
+        out,
+        "linerate_origin_up",
+        "gauge",
+        "1 while the origin server is sent requests, 0 while marked down (down_after failures in a row, for down_for).",
+        |s| u64::from(s.state == ServerState::Up),
+    );
+    per_server(
+        out,
+        "linerate_origin_consecutive_failures",
+        "gauge",
+        "Failures in a row since the server's last success.",
+        |s| u64::from(s.consecutive_failures),
+    );
+    per_server(
+        out,
+        "linerate_origin_requests_total",
+        "counter",
+        "Requests sent to the origin server (each attempt, retries included).",
+        |s| s.requests,
+    );
+    family(
+        out,
+        "linerate_origin_failures_total",
+        "counter",
+        "Failed requests to the origin server, by kind (the Cache-Status detail); every kind is listed.",
+    );
+    for (labels, s) in servers() {
+        for (kind, n) in &s.failures {
+            let _ = writeln!(
+                out,
+                "linerate_origin_failures_total{{{labels},kind=\"{kind}\"}} {n}"
+            );
+        }
+    }
+    per_server(
+        out,
+        "linerate_origin_connections_opened_total",
+        "counter",
+        "Connections opened to the origin server (TCP, and TLS for https).",
+        |s| s.connections_opened,
+    );
+    per_server(
+        out,
+        "linerate_origin_connections_reused_total",
+        "counter",
+        "Requests sent on a pooled (kept-alive) connection to the origin server.",
+        |s| s.connections_reused,
+    );
+}
+
+/// `/health`: the load balancer's view (its status code is [`HealthVerdict::status`]).
+/// With `admin.metrics` off nothing counts requests or bytes, so the two rates are
+/// `null` rather than a misleading 0. In cache mode `disks` lists the store's disks,
+/// `origins` their servers' health, and a `503` that is not a drain carries a `reason`;
+/// appliance mode has no store, so its `disks` is empty and the rest is absent.
 pub(crate) fn health(
     stats: &[Arc<WorkerStats>],
     facts: &Facts,
@@ -393,16 +668,23 @@ pub(crate) fn health(
         ),
         Metrics::Off => ("null".to_owned(), "null".to_owned()),
     };
-    format!(
-        "{{\"status\":\"{}\",\"draining\":{},\"open_connections\":{},\"throughput_bytes_per_second\":{throughput},\"requests_per_second\":{requests},\"disks\":[]}}\n",
+    let reason = match HealthVerdict::of(facts) {
+        v @ HealthVerdict::NoCacheDisk => format!(",\"reason\":\"{}\"", v.as_str()),
+        HealthVerdict::Serving | HealthVerdict::Draining => String::new(),
+    };
+    let mut out = format!(
+        "{{\"status\":\"{}\",\"draining\":{}{reason},\"open_connections\":{},\"throughput_bytes_per_second\":{throughput},\"requests_per_second\":{requests},",
         facts.mode.as_str(),
         facts.mode != Mode::Serving,
         t.open,
-    )
+    );
+    cache_json(&mut out, facts.cache.as_ref(), Detail::Brief);
+    out.push_str("}\n");
+    out
 }
 
 /// `/stats.json`: totals, rates and per-worker figures for `linerate stats` and the
-/// dashboard.
+/// dashboard; in cache mode also every disk and origin server counter.
 pub(crate) fn stats_json(stats: &[Arc<WorkerStats>], facts: &Facts, rates: &Rates) -> String {
     let scrape = Scrape::take(stats);
     let t = &scrape.total;
@@ -439,8 +721,77 @@ pub(crate) fn stats_json(stats: &[Arc<WorkerStats>], facts: &Facts, rates: &Rate
             w.open
         );
     }
-    out.push_str("],\"disks\":[]}\n");
+    out.push_str("],");
+    cache_json(&mut out, facts.cache.as_ref(), Detail::Full);
+    out.push_str("}\n");
     out
+}
+
+/// `"disks":[...]` and, in cache mode, `,"origins":[...]` (no surrounding braces).
+/// These come last in both documents: `linerate stats` finds its fields by the first
+/// occurrence of their name, and the top-level ones must come first.
+fn cache_json(out: &mut String, cache: Option<&CacheFacts>, detail: Detail) {
+    out.push_str("\"disks\":[");
+    let Some(cache) = cache else {
+        out.push(']');
+        return;
+    };
+    for (i, d) in cache.disks.iter().enumerate() {
+        out.push_str(if i == 0 { "{\"name\":" } else { ",{\"name\":" });
+        json_str(out, &d.name);
+        let _ = write!(
+            out,
+            ",\"state\":\"{}\",\"index_loaded\":{},\"used_bytes\":{},\"capacity_bytes\":{},\"objects\":{}",
+            d.state.as_str(),
+            d.index_loaded,
+            d.used_bytes,
+            d.capacity_bytes,
+            d.objects
+        );
+        if detail == Detail::Full {
+            let _ = write!(
+                out,
+                ",\"reserved_bytes\":{},\"evictions\":{},\"admissions_refused\":{},\"io_errors\":{},\"corrupt_objects\":{}",
+                d.reserved_bytes, d.evictions, d.admissions_refused, d.io_errors, d.corrupt_objects
+            );
+        }
+        out.push('}');
+    }
+    out.push_str("],\"origins\":[");
+    for (i, o) in cache.origins.iter().enumerate() {
+        out.push_str(if i == 0 { "{\"name\":" } else { ",{\"name\":" });
+        json_str(out, &o.name);
+        out.push_str(",\"servers\":[");
+        for (j, s) in o.servers.iter().enumerate() {
+            out.push_str(if j == 0 {
+                "{\"server\":"
+            } else {
+                ",{\"server\":"
+            });
+            json_str(out, &s.authority);
+            let _ = write!(
+                out,
+                ",\"up\":{},\"state\":\"{}\",\"consecutive_failures\":{}",
+                s.state == ServerState::Up,
+                s.state.as_str(),
+                s.consecutive_failures
+            );
+            if detail == Detail::Full {
+                let _ = write!(
+                    out,
+                    ",\"requests\":{},\"connections_opened\":{},\"connections_reused\":{},\"failures\":{{",
+                    s.requests, s.connections_opened, s.connections_reused
+                );
+                for (k, (kind, n)) in s.failures.iter().enumerate() {
+                    let _ = write!(out, "{}\"{kind}\":{n}", if k == 0 { "" } else { "," });
+                }
+                out.push('}');
+            }
+            out.push('}');
+        }
+        out.push_str("]}");
+    }
+    out.push(']');
 }
 
 #[cfg(test)]
@@ -460,6 +811,7 @@ mod tests {
             uptime_s: 1.0,
             reloads: (0, 0),
             ktls: None,
+            cache: None,
         };
         let text = prometheus(&[a, b], &facts);
         assert!(text.contains("linerate_requests_total{status=\"2xx\",cache=\"local\"} 2\n"));
@@ -469,5 +821,196 @@ mod tests {
         assert!(text.contains("linerate_response_duration_seconds_bucket{le=\"0.0005\"} 3\n"));
         assert!(text.contains("linerate_response_duration_seconds_count 3\n"));
         assert!(text.contains("linerate_cache_hit_ratio NaN\n"));
+        // Appliance mode: no store, no origins.
+        assert!(!text.contains("linerate_cache_disk_"));
+        assert!(!text.contains("linerate_origin_"));
+    }
+
+    fn disk(name: &str, state: DiskState) -> DiskStats {
+        DiskStats {
+            name: name.to_owned(),
+            state,
+            index_loaded: true,
+            capacity_bytes: 1 << 30,
+            used_bytes: 8192,
+            reserved_bytes: 0,
+            objects: 2,
+            evictions: 3,
+            admissions_refused: 4,
+            io_errors: 5,
+            corrupt_objects: 1,
+        }
+    }
+
+    fn cache_facts(mode: Mode, disks: Vec<DiskStats>) -> Facts {
+        let failures = crate::origin::ERROR_KINDS
+            .iter()
+            .map(|&k| (k, u64::from(k == "connect") * 2))
+            .collect();
+        Facts {
+            mode,
+            uptime_s: 1.0,
+            reloads: (0, 0),
+            ktls: None,
+            cache: Some(CacheFacts {
+                disks,
+                origins: vec![OriginSnapshot {
+                    name: "o".to_owned(),
+                    servers: vec![crate::origin::ServerSnapshot {
+                        authority: "a\"b:81".to_owned(),
+                        state: ServerState::Down,
+                        consecutive_failures: 2,
+                        requests: 7,
+                        failures,
+                        connections_opened: 5,
+                        connections_reused: 2,
+                    }],
+                }],
+            }),
+        }
+    }
+
+    #[test]
+    fn cache_mode_exports_disks_and_origin_servers() {
+        let a = Arc::new(WorkerStats::new());
+        a.response(200, CacheStatus::Hit, 10);
+        a.response(200, CacheStatus::Stale, 10);
+        a.response(200, CacheStatus::Miss, 10);
+        a.response(200, CacheStatus::Miss, 10);
+        a.response(200, CacheStatus::Pass, 10);
+        let facts = cache_facts(
+            Mode::Serving,
+            vec![
+                disk("d0", DiskState::InService),
+                disk("d1", DiskState::OutOfService),
+            ],
+        );
+        let text = prometheus(&[a], &facts);
+        for line in [
+            "linerate_cache_hit_ratio 0.5\n",
+            "linerate_cache_disk_state{disk=\"d0\",state=\"in_service\"} 1\n",
+            "linerate_cache_disk_state{disk=\"d0\",state=\"out_of_service\"} 0\n",
+            "linerate_cache_disk_state{disk=\"d1\",state=\"out_of_service\"} 1\n",
+            "linerate_cache_disk_bytes_capacity{disk=\"d0\"} 1073741824\n",
+            "linerate_cache_disk_bytes_used{disk=\"d1\"} 8192\n",
+            "linerate_cache_disk_objects{disk=\"d0\"} 2\n",
+            "linerate_cache_disk_evictions_total{disk=\"d0\"} 3\n",
+            "linerate_cache_disk_admissions_refused_total{disk=\"d0\"} 4\n",
+            "linerate_cache_disk_errors_total{disk=\"d0\"} 5\n",
+            "linerate_cache_disk_corrupt_objects_total{disk=\"d0\"} 1\n",
+            "linerate_cache_disk_index_loaded{disk=\"d0\"} 1\n",
+            "# TYPE linerate_origin_up gauge\n",
+            // The authority's quote is escaped (text format 0.0.4).
+            "linerate_origin_up{origin=\"o\",server=\"a\\\"b:81\"} 0\n",
+            "linerate_origin_consecutive_failures{origin=\"o\",server=\"a\\\"b:81\"} 2\n",
+            "linerate_origin_requests_total{origin=\"o\",server=\"a\\\"b:81\"} 7\n",
+            "linerate_origin_failures_total{origin=\"o\",server=\"a\\\"b:81\",kind=\"connect\"} 2\n",
+            "linerate_origin_failures_total{origin=\"o\",server=\"a\\\"b:81\",kind=\"reset\"} 0\n",
+            "linerate_origin_connections_opened_total{origin=\"o\",server=\"a\\\"b:81\"} 5\n",
+            "linerate_origin_connections_reused_total{origin=\"o\",server=\"a\\\"b:81\"} 2\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        // One HELP/TYPE per family, however many series.
+        assert_eq!(
+            text.matches("# TYPE linerate_origin_failures_total ")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn health_fails_only_when_no_disk_can_cache() {
+        let stats = [Arc::new(WorkerStats::new())];
+        let rates = Rates::default();
+        // An origin server down does not fail health.
+        let up = cache_facts(Mode::Serving, vec![disk("d0", DiskState::InService)]);
+        assert_eq!(HealthVerdict::of(&up), HealthVerdict::Serving);
+        assert_eq!(HealthVerdict::of(&up).status(), 200);
+        let body = health(&stats, &up, &rates, Metrics::On);
+        assert!(
+            body.contains(
+                "\"disks\":[{\"name\":\"d0\",\"state\":\"in_service\",\"index_loaded\":true,\"used_bytes\":8192,\"capacity_bytes\":1073741824,\"objects\":2}]"
+            ),
+            "{body}"
+        );
+        assert!(
+            body.contains(
+                "\"origins\":[{\"name\":\"o\",\"servers\":[{\"server\":\"a\\\"b:81\",\"up\":false,\"state\":\"down\",\"consecutive_failures\":2}]}]}\n"
+            ),
+            "{body}"
+        );
+        assert!(!body.contains("reason"), "{body}");
+        // Every disk out of service: 503 with a reason.
+        let out = cache_facts(
+            Mode::Serving,
+            vec![
+                disk("d0", DiskState::OutOfService),
+                disk("d1", DiskState::OutOfService),
+            ],
+        );
+        assert_eq!(HealthVerdict::of(&out).status(), 503);
+        let body = health(&stats, &out, &rates, Metrics::On);
+        assert!(
+            body.starts_with(
+                "{\"status\":\"serving\",\"draining\":false,\"reason\":\"all_disks_out_of_service\","
+            ),
+            "{body}"
+        );
+        // One left in service is enough.
+        let one = cache_facts(
+            Mode::Serving,
+            vec![
+                disk("d0", DiskState::OutOfService),
+                disk("d1", DiskState::InService),
+            ],
+        );
+        assert_eq!(HealthVerdict::of(&one).status(), 200);
+        // Draining wins (and needs no reason: `draining` says it).
+        let draining = cache_facts(Mode::Draining, vec![disk("d0", DiskState::OutOfService)]);
+        assert_eq!(HealthVerdict::of(&draining), HealthVerdict::Draining);
+        assert!(!health(&stats, &draining, &rates, Metrics::On).contains("reason"));
+    }
+
+    #[test]
+    fn appliance_health_and_stats_keep_an_empty_disk_list() {
+        let stats = [Arc::new(WorkerStats::new())];
+        let facts = Facts {
+            mode: Mode::Serving,
+            uptime_s: 1.0,
+            reloads: (0, 0),
+            ktls: None,
+            cache: None,
+        };
+        let rates = Rates::default();
+        assert_eq!(
+            health(&stats, &facts, &rates, Metrics::Off),
+            "{\"status\":\"serving\",\"draining\":false,\"open_connections\":0,\"throughput_bytes_per_second\":null,\"requests_per_second\":null,\"disks\":[]}\n"
+        );
+        assert!(stats_json(&stats, &facts, &rates).ends_with("}],\"disks\":[]}\n"));
+    }
+
+    #[test]
+    fn stats_json_has_every_disk_and_server_counter() {
+        let stats = [Arc::new(WorkerStats::new())];
+        let facts = cache_facts(Mode::Serving, vec![disk("d0", DiskState::InService)]);
+        let doc = stats_json(&stats, &facts, &Rates::default());
+        assert!(
+            doc.contains("\"objects\":2,\"reserved_bytes\":0,\"evictions\":3,\"admissions_refused\":4,\"io_errors\":5,\"corrupt_objects\":1}"),
+            "{doc}"
+        );
+        assert!(
+            doc.contains("\"requests\":7,\"connections_opened\":5,\"connections_reused\":2,\"failures\":{\"connect\":2,\"connect_timeout\":0,"),
+            "{doc}"
+        );
+        assert!(doc.ends_with("\"io\":0}}]}]}\n"), "{doc}");
+    }
+
+    #[test]
+    fn json_strings_and_labels_are_escaped() {
+        let mut s = String::new();
+        json_str(&mut s, "a\"b\\c\n");
+        assert_eq!(s, "\"a\\\"b\\\\c\\u000a\"");
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

@@ -197,7 +197,26 @@ connections  open {}  active {}  idle {}  parked {}\n\nworker  requests        s
             ));
         }
     }
-    out.push_str("\ndisks        none (store not wired into the server yet)\n");
+    let disks = json
+        .split("\"disks\":[")
+        .nth(1)
+        .and_then(|l| l.split(']').next())
+        .unwrap_or("");
+    if disks.trim().is_empty() {
+        out.push_str("\ndisks        none (appliance mode)\n");
+    } else {
+        out.push_str("\n  disk  state            used bytes      capacity     objects\n");
+        for d in disks.split("},{") {
+            out.push_str(&format!(
+                "{:>6}  {:<14}  {:>12}  {:>12}  {:>10}\n",
+                text_field(d, "name"),
+                text_field(d, "state"),
+                field(d, "used_bytes"),
+                field(d, "capacity_bytes"),
+                field(d, "objects"),
+            ));
+        }
+    }
     out
 }
 

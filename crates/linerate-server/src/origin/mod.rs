@@ -115,11 +115,6 @@ impl Origin {
         }
     }
 
-    /// The shared half (options, health, counters).
-    pub(crate) fn shared(&self) -> &Arc<OriginShared> {
-        &self.shared
-    }
-
     /// Send `req` and read the response head, choosing the server round robin among
     /// those not marked down, with the retries described in the module docs.
     pub(crate) async fn send(

@@ -203,7 +203,7 @@ async fn keep_alive_reuses_the_connection() {
         assert_eq!(body_of(&mut r).await.unwrap(), b"ok");
     }
     assert_eq!(origin.accepts(), 1);
-    let snap = c.shared().snapshot();
+    let snap = c.shared.snapshot();
     let s = &snap.servers[0];
     assert_eq!(
         (s.requests, s.connections_opened, s.connections_reused),
@@ -297,9 +297,9 @@ async fn short_body_is_an_error() {
     assert!(!e.nothing_received());
     assert_eq!(e.status(), StatusCode::BadGateway);
     assert!(r.read(&mut Vec::new(), 10).await.is_err());
-    assert_eq!(failures(c.shared(), 0, "body_short"), 1);
+    assert_eq!(failures(&c.shared, 0, "body_short"), 1);
     // A body error does not count against the server's health.
-    assert_eq!(c.shared().snapshot().servers[0].consecutive_failures, 0);
+    assert_eq!(c.shared.snapshot().servers[0].consecutive_failures, 0);
 }
 
 #[tokio::test]
@@ -336,7 +336,7 @@ async fn long_body_arriving_later_is_an_error() {
     // The body comes straight from the socket (no more than declared), and the extra
     // bytes are found by the look after its end.
     assert!(matches!(body_of(&mut r).await, Err(OriginError::BodyLong)));
-    assert_eq!(failures(c.shared(), 0, "body_long"), 1);
+    assert_eq!(failures(&c.shared, 0, "body_long"), 1);
 }
 
 #[tokio::test]
@@ -381,7 +381,7 @@ async fn oversized_head() {
         "{e:?}"
     );
     assert_eq!(e.status(), StatusCode::BadGateway);
-    assert_eq!(c.shared().snapshot().servers[0].consecutive_failures, 1);
+    assert_eq!(c.shared.snapshot().servers[0].consecutive_failures, 1);
 }
 
 #[tokio::test]
@@ -455,7 +455,7 @@ async fn connection_refused() {
     assert!(matches!(e, OriginError::Connect(_)), "{e:?}");
     assert_eq!(e.status(), StatusCode::BadGateway);
     assert!(e.nothing_received());
-    assert_eq!(failures(c.shared(), 0, "connect"), 1);
+    assert_eq!(failures(&c.shared, 0, "connect"), 1);
 }
 
 #[tokio::test]
@@ -509,14 +509,14 @@ async fn servers_go_down_and_come_back() {
             Err(OriginError::Connect(_))
         ));
     }
-    let snap = c.shared().snapshot();
+    let snap = c.shared.snapshot();
     assert_eq!(snap.servers[0].state, ServerState::Down);
     assert_eq!(snap.servers[0].consecutive_failures, 2);
     let e = c.send(&get(b"/")).await.unwrap_err();
     assert!(matches!(e, OriginError::AllDown), "{e:?}");
     assert_eq!(e.status(), StatusCode::BadGateway);
     // AllDown comes before any connection attempt.
-    assert_eq!(c.shared().snapshot().servers[0].requests, 2);
+    assert_eq!(c.shared.snapshot().servers[0].requests, 2);
 
     // Half-open after the period: tried again, and a success brings it back.
     tokio::time::sleep(Duration::from_millis(350)).await;
@@ -527,7 +527,7 @@ async fn servers_go_down_and_come_back() {
     });
     let r = c.send(&get(b"/")).await.unwrap();
     assert_eq!(r.head.status, 200);
-    let snap = c.shared().snapshot();
+    let snap = c.shared.snapshot();
     assert_eq!(snap.servers[0].state, ServerState::Up);
     assert_eq!(snap.servers[0].consecutive_failures, 0);
     assert_eq!(origin.accepts(), 1);
@@ -549,7 +549,7 @@ async fn pooled_connection_closed_by_the_origin_is_not_used() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(origin.accepts(), 2);
-    assert_eq!(c.shared().snapshot().servers[0].connections_reused, 0);
+    assert_eq!(c.shared.snapshot().servers[0].connections_reused, 0);
 }
 
 #[tokio::test]
@@ -572,10 +572,10 @@ async fn dead_pooled_connection_is_retried_on_a_fresh_one() {
     let mut r = c.send(&get(b"/")).await.unwrap();
     assert_eq!(body_of(&mut r).await.unwrap(), b"ok");
     assert_eq!(origin.accepts(), 2);
-    let snap = c.shared().snapshot();
+    let snap = c.shared.snapshot();
     // The dead connection is not the server's failure.
     assert_eq!(snap.servers[0].consecutive_failures, 0);
-    assert_eq!(failures(c.shared(), 0, "closed"), 0);
+    assert_eq!(failures(&c.shared, 0, "closed"), 0);
 }
 
 #[tokio::test]
@@ -649,7 +649,7 @@ async fn connection_cap_times_out() {
     let e = c.send(&get(b"/2")).await.unwrap_err();
     assert!(matches!(e, OriginError::ConnectTimeout), "{e:?}");
     // Our own limit: not the server's failure.
-    assert_eq!(c.shared().snapshot().servers[0].consecutive_failures, 0);
+    assert_eq!(c.shared.snapshot().servers[0].consecutive_failures, 0);
     // Dropping the unfinished response closes its connection and frees the slot.
     drop(held);
     assert_eq!(c.pool(0).open(), 0);

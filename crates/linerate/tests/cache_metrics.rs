@@ -1,0 +1,337 @@
+//! Cache mode's figures in the admin API, end to end: the real binary in front of a
+//! counting in-process origin and an origin address where nothing listens. Exact values
+//! after a known sequence (a miss, a hit, refused connections): the cache-status
+//! counters, the per-disk gauges, the origin servers' request and failure counters and
+//! their up/down state, and `/health` (which stays 200 for a down origin but is 503 when
+//! no cache disk is in service).
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed step should fail loudly"
+)]
+
+mod support;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use support::origin::{self, Origin};
+use support::{read_to_close, Server};
+
+/// A loopback port with no listener (bound, then closed): connecting is refused.
+fn dead_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A cache-mode server with one disk under `dir` and two origins: `o` (the live one,
+/// path `/`) and `dead` (port `dead`, path `/dead/`), each marked down after 2 failures
+/// in a row, for a minute.
+fn start(dir: &tempfile::TempDir, live: &Origin, dead: u16) -> Server {
+    let text = format!(
+        r#"[server]
+listen = ["127.0.0.1:0"]
+workers = 2
+
+[cache]
+durability = "no_sync"
+
+[[cache.disk]]
+name = "d0"
+path = {path:?}
+max_bytes = 1073741824
+
+[[origin]]
+name = "o"
+servers = ["{live}"]
+connect_timeout_ms = 1000
+first_byte_timeout_ms = 1000
+down_after = 2
+down_for_ms = 60000
+
+[[origin]]
+name = "dead"
+servers = ["http://127.0.0.1:{dead}"]
+connect_timeout_ms = 1000
+down_after = 2
+down_for_ms = 60000
+
+[[route]]
+path_prefix = "/dead/"
+origin = "dead"
+slice_bytes = 0
+
+[[route]]
+path_prefix = "/"
+origin = "o"
+slice_bytes = 0
+"#,
+        path = dir.path().join("cache").to_str().unwrap(),
+        live = live.url(),
+    );
+    Server::start_text(&text, &[])
+}
+
+/// One admin call: (status, body).
+fn admin(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    let out = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head.split(' ').nth(1).unwrap_or("0").parse().unwrap_or(0);
+    (status, body.to_owned())
+}
+
+fn metrics(srv: &Server) -> String {
+    let (status, body) = admin(srv.admin_addr(), "/metrics");
+    assert_eq!(status, 200);
+    body
+}
+
+/// The value of one sample line (`name{labels}`) in a scrape.
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l[series.len() + 1..].trim().parse().ok())
+}
+
+/// Scrape until `check` holds (a response is counted after its last byte is handed to
+/// the kernel, so a client can see it a moment before the counter moves); the last
+/// scrape.
+fn scrape_until(srv: &Server, what: &str, check: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = metrics(srv);
+        if check(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn disks_origins_and_cache_statuses_are_exported_exactly() {
+    let live = Origin::start(|_| origin::ok(b"segment-bytes", &[("Cache-Control", "max-age=600")]));
+    let dead = dead_port();
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(&dir, &live, dead);
+    let o = format!("origin=\"o\",server=\"{}\"", live.addr());
+    let d = format!("origin=\"dead\",server=\"127.0.0.1:{dead}\"");
+
+    // A miss, then a hit.
+    let first = srv.get("/seg1.m4s", &[]);
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, b"segment-bytes");
+    let second = srv.get("/seg1.m4s", &[]);
+    assert_eq!(second.status, 200);
+    assert!(
+        second
+            .header("cache-status")
+            .unwrap()
+            .starts_with("linerate; hit"),
+        "{:?}",
+        second.header("cache-status")
+    );
+    assert_eq!(live.count("/seg1.m4s"), 1);
+    let hit = "linerate_requests_total{status=\"2xx\",cache=\"hit\"}";
+    let miss = "linerate_requests_total{status=\"2xx\",cache=\"miss\"}";
+    let text = scrape_until(&srv, "one hit and one miss counted", |t| {
+        value(t, hit) == Some(1.0) && value(t, miss) == Some(1.0)
+    });
+    assert_eq!(value(&text, "linerate_cache_hit_ratio"), Some(0.5));
+    assert_eq!(
+        value(&text, &format!("linerate_origin_requests_total{{{o}}}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, &format!("linerate_origin_up{{{o}}}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("linerate_origin_connections_opened_total{{{o}}}")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("linerate_origin_connections_reused_total{{{o}}}")
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("linerate_origin_failures_total{{{o},kind=\"connect\"}}")
+        ),
+        Some(0.0)
+    );
+    // The dead origin is up until it has failed: nothing was sent to it yet.
+    assert_eq!(
+        value(&text, &format!("linerate_origin_up{{{d}}}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, &format!("linerate_origin_requests_total{{{d}}}")),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "linerate_cache_disk_state{disk=\"d0\",state=\"in_service\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "linerate_cache_disk_state{disk=\"d0\",state=\"out_of_service\"}"
+        ),
+        Some(0.0)
+    );
+    let objects = value(&text, "linerate_cache_disk_objects{disk=\"d0\"}").unwrap();
+    assert!(objects >= 1.0, "objects {objects}");
+    let used = value(&text, "linerate_cache_disk_bytes_used{disk=\"d0\"}").unwrap();
+    assert!(used >= 4096.0, "used {used}");
+    let capacity = value(&text, "linerate_cache_disk_bytes_capacity{disk=\"d0\"}").unwrap();
+    assert!(
+        capacity > 0.0 && capacity <= 1_073_741_824.0,
+        "capacity {capacity}"
+    );
+    assert_eq!(
+        value(&text, "linerate_cache_disk_errors_total{disk=\"d0\"}"),
+        Some(0.0)
+    );
+
+    // Two refused connections in a row mark the dead origin's server down.
+    for i in 0..2 {
+        let r = srv.get(&format!("/dead/x{i}"), &[]);
+        assert_eq!(r.status, 502, "{:?}", r.header("cache-status"));
+    }
+    let text = metrics(&srv);
+    assert_eq!(
+        value(&text, &format!("linerate_origin_up{{{d}}}")),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&text, &format!("linerate_origin_requests_total{{{d}}}")),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("linerate_origin_failures_total{{{d},kind=\"connect\"}}")
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("linerate_origin_consecutive_failures{{{d}}}")
+        ),
+        Some(2.0)
+    );
+    // While down it is not tried: the client's 502 says all_down, nothing is counted
+    // against the server.
+    let r = srv.get("/dead/x2", &[]);
+    assert_eq!(r.status, 502);
+    assert!(r.header("cache-status").unwrap().contains("all_down"));
+    let text = metrics(&srv);
+    assert_eq!(
+        value(&text, &format!("linerate_origin_requests_total{{{d}}}")),
+        Some(2.0)
+    );
+    // The live origin is untouched.
+    assert_eq!(
+        value(&text, &format!("linerate_origin_up{{{o}}}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, &format!("linerate_origin_requests_total{{{o}}}")),
+        Some(1.0)
+    );
+    // The hit and miss counts are unchanged by the failures except for misses: a 5xx
+    // after going forward is a miss (the cache was consulted and could not answer).
+    let text = scrape_until(&srv, "three 5xx misses", |t| {
+        value(t, "linerate_requests_total{status=\"5xx\",cache=\"miss\"}") == Some(3.0)
+    });
+    assert_eq!(value(&text, hit), Some(1.0));
+    assert_eq!(value(&text, miss), Some(1.0));
+
+    // /health: still 200 with an origin down (every edge would fail it alike), and it
+    // lists the disk and both origins.
+    let (status, body) = admin(srv.admin_addr(), "/health");
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("\"reason\""), "{body}");
+    assert!(
+        body.contains("\"disks\":[{\"name\":\"d0\",\"state\":\"in_service\",\"index_loaded\":"),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!(
+            "\"origins\":[{{\"name\":\"o\",\"servers\":[{{\"server\":\"{}\",\"up\":true,\"state\":\"up\",\"consecutive_failures\":0}}]}},\
+{{\"name\":\"dead\",\"servers\":[{{\"server\":\"127.0.0.1:{dead}\",\"up\":false,\"state\":\"down\",\"consecutive_failures\":2}}]}}]",
+            live.addr()
+        )),
+        "{body}"
+    );
+    // /stats.json carries every counter.
+    let (status, doc) = admin(srv.admin_addr(), "/stats.json");
+    assert_eq!(status, 200);
+    assert!(
+        doc.contains(&format!(
+            "{{\"server\":\"127.0.0.1:{dead}\",\"up\":false,\"state\":\"down\",\"consecutive_failures\":2,\
+\"requests\":2,\"connections_opened\":0,\"connections_reused\":0,\"failures\":{{\"connect\":2,"
+        )),
+        "{doc}"
+    );
+    assert!(doc.contains("\"disks\":[{\"name\":\"d0\""), "{doc}");
+    assert!(srv.stop().success());
+}
+
+#[test]
+fn health_is_503_when_no_cache_disk_is_in_service() {
+    let live = Origin::start(|_| origin::ok(b"x", &[("Cache-Control", "max-age=600")]));
+    let dir = tempfile::tempdir().unwrap();
+    // The store remembers a failed disk across restarts by this marker; it is probed
+    // back after `probe_interval` (30 s), well after this test.
+    let disk = dir.path().join("cache");
+    std::fs::create_dir_all(&disk).unwrap();
+    std::fs::write(disk.join("OUT_OF_SERVICE"), b"").unwrap();
+    let srv = start(&dir, &live, dead_port());
+    let (status, body) = admin(srv.admin_addr(), "/health");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.starts_with(
+            "{\"status\":\"serving\",\"draining\":false,\"reason\":\"all_disks_out_of_service\","
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("\"disks\":[{\"name\":\"d0\",\"state\":\"out_of_service\""),
+        "{body}"
+    );
+    let text = metrics(&srv);
+    assert_eq!(
+        value(
+            &text,
+            "linerate_cache_disk_state{disk=\"d0\",state=\"out_of_service\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "linerate_cache_disk_state{disk=\"d0\",state=\"in_service\"}"
+        ),
+        Some(0.0)
+    );
+    assert!(srv.stop().success());
+}
