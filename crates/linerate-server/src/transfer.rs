@@ -151,7 +151,12 @@ impl Sender<'_> {
                 out.bytes(&plan.trailer, Flush::Now).await
             }
             Body::Proxy(mut body) => {
-                out.bytes(&response.head, Flush::Now).await?;
+                let flush = if body.ready() {
+                    Flush::More
+                } else {
+                    Flush::Now
+                };
+                out.bytes(&response.head, flush).await?;
                 while let Some(piece) = body.next().await? {
                     match piece {
                         crate::proxy::body::Piece::Bytes(b) => out.bytes(b, Flush::Now).await?,

@@ -93,6 +93,17 @@ impl ProxyBody {
         }
     }
 
+    /// Whether the first piece is ready now (a complete stored object): the head may
+    /// then wait for it in the same segment (`MSG_MORE`); a streamed body sends its
+    /// head at once.
+    pub(crate) fn ready(&self) -> bool {
+        match self {
+            ProxyBody::Stored(s) => s.progress.is_none(),
+            ProxyBody::Relay(_) => false,
+            ProxyBody::Sliced(s) => s.ready(),
+        }
+    }
+
     /// Bytes this body will send, when known (for the kernel-TLS record estimate).
     pub(crate) fn len_hint(&self) -> u64 {
         match self {

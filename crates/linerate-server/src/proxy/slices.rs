@@ -223,6 +223,11 @@ fn open(index: u64, h: ObjectHandle, slice_bytes: u64, total: u64) -> Open {
 }
 
 impl SlicedBody {
+    /// Whether the slice the body starts with is complete.
+    pub(crate) fn ready(&self) -> bool {
+        self.open.as_ref().is_some_and(|o| o.progress.is_none())
+    }
+
     pub(crate) fn len_hint(&self) -> u64 {
         self.segments
             .iter()
