@@ -220,6 +220,13 @@ fn merge_reloadable(
     keep!(tcp.max_pacing_rate, "tcp.max_pacing_rate");
     keep!(tcp.listeners, "tcp.listeners");
     keep!(timeouts.shutdown_grace, "timeouts.shutdown_grace_ms");
+    // Cache mode's store, origin pools and routes are built once at start-up (the store
+    // owns its disks; each worker's pools are its own). Compared by their printed form:
+    // the option types carry durations and paths, all of which print exactly.
+    if format!("{:?}", new.cache) != format!("{:?}", old.cache) {
+        ignored.push("cache/origin/route");
+        new.cache = old.cache.clone();
+    }
     // TLS listeners, the handshake timeout and the kTLS switch are fixed at start-up;
     // certificates and the unknown-SNI policy reload (see `tls_accept::follow_config`).
     match (&old.tls, &mut new.tls) {

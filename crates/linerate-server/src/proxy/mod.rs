@@ -409,10 +409,6 @@ async fn cached(worker: &Rc<Worker>, pw: &ProxyWorker, req: &Req<'_>) -> Respons
                     }
                     return head::serve(worker, req, h, &fresh, st, CacheStatus::Miss);
                 }
-                if req.cc.only_if_cached && fresh.may_serve_stale_unasked() {
-                    st.detail = Some("only-if-cached");
-                    return head::serve(worker, req, h, &fresh, st, CacheStatus::Stale);
-                }
                 if fresh.within_swr() && !req.cc.no_cache {
                     fill::revalidate_in_background(worker, pw, req, &key, &h.meta);
                     st.detail = Some("stale-while-revalidate");
