@@ -331,16 +331,24 @@ fn updates_racing_purges_never_bring_an_object_back() {
     for k in &keys {
         put(&store, k.as_bytes(), &body_for(k.as_bytes(), 40_000));
     }
+    // Purging starts once an update has succeeded, so the two really overlap however
+    // the threads are scheduled (on a loaded 2-core CI machine the purges could
+    // otherwise all finish before an updater runs).
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let updaters: Vec<_> = (0..2)
         .map(|t| {
             let store = std::sync::Arc::clone(&store);
             let keys = keys.clone();
+            let progress = std::sync::Arc::clone(&progress);
             std::thread::spawn(move || {
                 let mut updated = 0;
                 for round in 0..5 {
                     for k in keys.iter().skip((t + round) % 2) {
                         match store.update_meta(k.as_bytes(), fresh_meta()) {
-                            Ok(true) => updated += 1,
+                            Ok(true) => {
+                                updated += 1;
+                                progress.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
                             Ok(false) | Err(UpdateError::Changed) => {}
                             Err(e) => panic!("{k}: {e}"),
                         }
@@ -350,6 +358,12 @@ fn updates_racing_purges_never_bring_an_object_back() {
             })
         })
         .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while progress.load(std::sync::atomic::Ordering::SeqCst) == 0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     for k in &keys {
         store.purge(k.as_bytes());
         std::thread::yield_now();
