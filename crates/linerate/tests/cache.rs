@@ -840,3 +840,128 @@ fn small_objects_on_a_sliced_route_are_stored_whole_and_revalidated() {
     );
     server.stop();
 }
+
+#[test]
+fn a_206_body_longer_than_its_range_is_refused_and_the_server_stays_up() {
+    let body = content(300_000, 13);
+    let b = body.clone();
+    let origin = Origin::start(move |req| {
+        if req.path() == "/ok" {
+            return origin::ok(b"still serving", &[]);
+        }
+        // Content-Range says one 64 KiB slice; the body is longer (chunked, so no
+        // Content-Length to catch it up front).
+        Reply::Full {
+            status: 206,
+            headers: origin::owned(&[
+                ("Content-Range", "bytes 0-65535/300000"),
+                ("ETag", "\"l\""),
+                ("Cache-Control", "max-age=600"),
+            ]),
+            body: b[..100_000].to_vec(),
+            chunked: true,
+        }
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    for _ in 0..2 {
+        let mut s = server.connect();
+        s.write_all(b"GET /longslice.mp4 HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        let text = String::from_utf8_lossy(&got);
+        if text.starts_with("HTTP/1.1 200") {
+            let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            assert!(
+                got.len() - head_end < 300_000,
+                "a refused slice looked complete"
+            );
+        } else {
+            assert!(text.starts_with("HTTP/1.1 502"), "{text:.60}");
+        }
+    }
+    assert_eq!(
+        origin.count("/longslice.mp4"),
+        2,
+        "the lying slice was not cached"
+    );
+    assert_eq!(get(&server, "/ok", &[]).body, b"still serving");
+    server.stop();
+}
+
+#[test]
+fn expired_slices_are_fetched_again() {
+    let body = Arc::new(content(200_000, 14));
+    let b = body.clone();
+    let origin = Origin::start(move |_| {
+        origin::ranged(
+            b.clone(),
+            &[("ETag", "\"e\""), ("Cache-Control", "max-age=1")],
+        )
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    assert!(get(&server, "/expiring.mp4", &[]).body == *body);
+    assert_eq!(origin.total(), 4);
+    std::thread::sleep(Duration::from_millis(2100));
+    for _ in 0..2 {
+        let r = get(&server, "/expiring.mp4", &[]);
+        assert_eq!(r.status, 200, "{}", cache_status(&r));
+        assert!(r.body == *body, "an expired slice broke the response");
+    }
+    assert_eq!(origin.total(), 8, "each expired slice fetched once more");
+    server.stop();
+}
+
+#[test]
+fn a_range_beyond_the_end_is_416_and_keeps_the_cached_slices() {
+    let body = Arc::new(content(200_000, 15));
+    let b = body.clone();
+    let origin = Origin::start(move |_| {
+        origin::ranged(
+            b.clone(),
+            &[("ETag", "\"r\""), ("Cache-Control", "max-age=600")],
+        )
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    assert!(get(&server, "/r.mp4", &[]).body == *body);
+    let before = origin.total();
+    let r = get(&server, "/r.mp4", &["Range: bytes=99999999-"]);
+    assert_eq!(r.status, 416);
+    assert!(get(&server, "/r.mp4", &[]).body == *body);
+    assert_eq!(
+        origin.total(),
+        before,
+        "answered from the stored slices' length: no origin request"
+    );
+    server.stop();
+}
+
+#[test]
+fn set_cookie_and_request_no_store_are_not_stored() {
+    let origin = Origin::start(|req| {
+        if req.path() == "/cookie" {
+            return origin::ok(
+                b"mine",
+                &[("Set-Cookie", "session=1"), ("Cache-Control", "max-age=60")],
+            );
+        }
+        origin::ok(b"shared", &[("Cache-Control", "max-age=60")])
+    });
+    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    get(&server, "/cookie", &[]);
+    get(&server, "/cookie", &[]);
+    assert_eq!(origin.count("/cookie"), 2);
+    let r = get(&server, "/ns", &["Cache-Control: no-store"]);
+    assert!(
+        cache_status(&r).contains("fwd=request"),
+        "{}",
+        cache_status(&r)
+    );
+    get(&server, "/ns", &[]);
+    assert_eq!(
+        origin.count("/ns"),
+        2,
+        "the no-store request's response was not stored"
+    );
+    server.stop();
+}

@@ -215,33 +215,33 @@ pub(crate) async fn available(
     let Some(p) = progress else {
         return Ok(end);
     };
-    loop {
-        match p.wait_for(start).await {
-            Ok(Readable::UpTo(n)) => {
-                if matches!(p.current(), Progress::Complete { .. }) {
-                    *progress = None;
-                    return Ok(n.min(end));
-                }
-                let limit = n.min(end);
-                if !hold_last || limit < end {
-                    return Ok(limit);
-                }
-                if end - 1 > start {
-                    return Ok(end - 1);
-                }
-                // Only the final byte is left: wait for publication (or failure).
-                match p.wait_for(end).await {
-                    Ok(_) if matches!(p.current(), Progress::Complete { .. }) => {
-                        *progress = None;
-                        return Ok(end);
-                    }
-                    Ok(_) => {}
-                    Err(e) => return Err(TransferError::Upstream(e.reason.as_str())),
-                }
+    match p.wait_for(start).await {
+        Ok(Readable::UpTo(n)) => {
+            if matches!(p.current(), Progress::Complete { .. }) {
+                *progress = None;
+                return Ok(n.min(end));
             }
-            Ok(Readable::End { .. }) => return Err(TransferError::Truncated),
-            Err(e) => return Err(TransferError::Upstream(e.reason.as_str())),
+            let limit = n.min(end);
+            if !hold_last || limit < end {
+                return Ok(limit);
+            }
+            if end - 1 > start {
+                return Ok(end - 1);
+            }
+            // Only the final byte is left: wait for publication (or failure).
+            match p.wait_for(end).await {
+                Ok(_) if matches!(p.current(), Progress::Complete { .. }) => {
+                    *progress = None;
+                    Ok(end)
+                }
+                // More than the announced length, still unpublished: the writer will
+                // refuse it (and waiting again would return at once: never spin).
+                Ok(_) => Err(TransferError::Upstream("length_mismatch")),
+                Err(e) => Err(TransferError::Upstream(e.reason.as_str())),
+            }
         }
+        Ok(Readable::End { .. }) => Err(TransferError::Truncated),
+        Err(e) => Err(TransferError::Upstream(e.reason.as_str())),
     }
 }
 

@@ -33,6 +33,9 @@ pub(crate) struct Job {
     pub(crate) target: Vec<u8>,
     /// Request fields forwarded (end-to-end, minus the cache's own).
     pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Every request field, as lookups see them: the variant key is computed from
+    /// these, so a fill stores a variant where the next lookup will look for it.
+    pub(crate) request_fields: Vec<(Vec<u8>, Vec<u8>)>,
     /// The stale copy being revalidated.
     pub(crate) stale: Option<ObjectMeta>,
     /// A slice: (first byte, length, the validators it must match).
@@ -65,13 +68,18 @@ impl Job {
             primary: req.key.clone(),
             target: req.target.to_vec(),
             fields: req.forwarded(false),
+            request_fields: req
+                .fields
+                .iter()
+                .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                .collect(),
             stale,
             slice,
         }
     }
 
     fn values<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.fields
+        self.request_fields
             .iter()
             .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_slice())
@@ -197,6 +205,10 @@ async fn fetch(
     let mut store_key = key.clone();
     let mut slice_total = None;
     let mut whole_from_slice = false;
+    // The body length a 206 slice must have (its Content-Range says so; a different
+    // Content-Length, or fewer/more bytes on a chunked or close-delimited body, is a
+    // lie the writer refuses to publish).
+    let mut slice_len = None;
     if let Some(s) = &job.slice {
         match status {
             206 => {
@@ -214,6 +226,11 @@ async fn fetch(
                 if cr.first != s.start || cr.last != want_last {
                     return bad("bad_content_range");
                 }
+                let len = want_last - s.start + 1;
+                if resp.content_length().is_some_and(|cl| cl != len) {
+                    return bad("bad_content_length");
+                }
+                slice_len = Some(len);
                 if s.total.is_some_and(|t| t != total) {
                     super::slices::version_changed(px, &job.primary).await;
                     return bad("version_changed");
@@ -237,11 +254,15 @@ async fn fetch(
                 super::slices::version_changed(px, &job.primary).await;
                 return bad("version_changed");
             }
-            416 => {
-                // The object is shorter than this slice's start: another version.
+            // The object is shorter than this slice's start. With a length known from
+            // other slices that means another version; without, the client asked
+            // beyond the end (or the object is empty): its own request is relayed and
+            // the origin answers it.
+            416 if s.total.is_some() => {
                 super::slices::version_changed(px, &job.primary).await;
                 return bad("version_changed");
             }
+            416 => return Outcome::Uncacheable,
             // The origin ignored the Range (200) or answered something else: the whole
             // response is stored as the URL's object, not as a slice.
             _ => store_key = job.primary.clone(),
@@ -271,9 +292,21 @@ async fn fetch(
             &vary,
         )
     };
+    // Set-Cookie: a response meant for one client, unless the origin explicitly made it
+    // shareable (nginx and Varnish do not cache these either).
+    let storable = storable.and_then(|()| {
+        let cookie = resp.head.header(b"set-cookie").is_some();
+        if cookie && !cc.public && cc.s_maxage.is_none() {
+            Err(cache::NotStorable::Private)
+        } else {
+            Ok(())
+        }
+    });
     if let Err(why) = storable {
         tracing::debug!(reason = why.as_str(), status, "response not stored");
-        if job.slice.is_none() {
+        // Remembered only for what the origin says about the object itself; a 5xx or
+        // an odd status must not turn off collapsing for the next requests.
+        if why != cache::NotStorable::Status {
             px.mark_pass(&job.primary);
         }
         if let Some(tx) = handoff {
@@ -289,7 +322,9 @@ async fn fetch(
     if let Vary::Names(names) = &vary {
         if slice_total.is_some() && !whole_from_slice {
             // Slices are keyed by URL alone: variants of a sliced object could mix.
+            // Relayed from now on.
             tracing::debug!("Vary on a sliced object: not stored");
+            px.mark_pass(&job.primary);
             return Outcome::Uncacheable;
         }
         if job.slice.is_none() || whole_from_slice {
@@ -312,7 +347,7 @@ async fn fetch(
                 return Outcome::Uncacheable;
             }
             let get = |n: &[u8]| -> Vec<&[u8]> {
-                job.fields
+                job.request_fields
                     .iter()
                     .filter(|(k, _)| k.eq_ignore_ascii_case(n))
                     .map(|(_, v)| v.as_slice())
@@ -342,7 +377,7 @@ async fn fetch(
         meta.headers
             .retain(|(n, _)| !n.eq_ignore_ascii_case(b"content-range"));
     }
-    let expected = resp.content_length();
+    let expected = slice_len.or(resp.content_length());
     let writer = {
         let p = Arc::clone(px);
         let k = store_key.clone();
@@ -439,6 +474,15 @@ fn stored_meta(resp: &OriginResponse) -> ObjectMeta {
         .take(linerate_cache::meta::MAX_STORED_FIELDS)
         .cloned()
         .collect();
+    let mut headers = headers;
+    // RFC 9110 §6.6.1: an origin without a clock sends no Date; a cache adds one
+    // (otherwise Age could not be computed the same way later).
+    if resp.head.header(b"date").is_none() {
+        headers.push((
+            b"Date".to_vec(),
+            linerate_http::date::format(resp.response_time_ms / 1000).into_bytes(),
+        ));
+    }
     ObjectMeta {
         status: resp.head.status,
         request_time_ms: resp.request_time_ms,
@@ -476,6 +520,14 @@ fn freshened(stale: &ObjectMeta, resp: &OriginResponse) -> ObjectMeta {
     // The stored Age described the old response; the 304 carries its own (or none).
     if resp.head.header(b"age").is_none() {
         headers.retain(|(n, _)| !n.eq_ignore_ascii_case(b"age"));
+    }
+    // Likewise Date: the old one would make the freshened copy look old at once.
+    if resp.head.header(b"date").is_none() {
+        headers.retain(|(n, _)| !n.eq_ignore_ascii_case(b"date"));
+        headers.push((
+            b"Date".to_vec(),
+            linerate_http::date::format(resp.response_time_ms / 1000).into_bytes(),
+        ));
     }
     headers.truncate(linerate_cache::meta::MAX_STORED_FIELDS);
     ObjectMeta {

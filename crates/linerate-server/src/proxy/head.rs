@@ -148,7 +148,7 @@ pub(crate) fn freshness_for(
             fraction: px.opts.heuristic_fraction,
             max_secs: px.opts.heuristic_max.as_secs(),
         },
-        route.default_ttl(target),
+        default_ttl(route, target, meta.status),
     );
     let age_value = field(meta, b"age").and_then(cache::parse_delta_seconds);
     let age = cache::current_age(
@@ -165,6 +165,20 @@ pub(crate) fn freshness_for(
         route_swr: route.opts.stale_while_revalidate.as_secs(),
         route_sie: route.opts.stale_if_error.as_secs(),
         revalidated: false,
+    }
+}
+
+/// Freshness of an error that says nothing about it (404, 410...). Short: a live
+/// player asking for the next segment a moment early must not keep getting its 404.
+pub(crate) const NEGATIVE_TTL_SECS: u64 = 10;
+
+/// The route's default freshness for a response of `status` to `target`.
+fn default_ttl(route: &super::Route, target: &[u8], status: u16) -> u64 {
+    let ttl = route.default_ttl(target);
+    if status >= 400 {
+        ttl.min(NEGATIVE_TTL_SECS)
+    } else {
+        ttl
     }
 }
 
@@ -262,6 +276,12 @@ pub(crate) fn serve(
         last_modified: meta.last_modified_s.unwrap_or(0),
     };
     let mut head = Vec::with_capacity(512);
+    // Unknown length to an HTTP/1.0 client: the body ends when the connection does.
+    let persistence = if len.is_none() && matches!(req.head.version, Version::Http10) {
+        Persistence::Close
+    } else {
+        req.persistence
+    };
     let write_stored = |w: &mut HeadWriter<'_>| {
         for (n, v) in &meta.headers {
             if replayable(n, &tokens) {
@@ -269,12 +289,12 @@ pub(crate) fn serve(
             }
         }
         w.field_u64("Age", fresh.age);
-        common(w, worker, req, field(&meta, b"via"), &csf, req.persistence);
+        common(w, worker, req, field(&meta, b"via"), &csf, persistence);
     };
     let response = |head: Vec<u8>, body: Body, code: StatusCode| Response {
         head,
         body,
-        persistence: req.persistence,
+        persistence,
         status: code,
         cache: metric,
     };

@@ -150,6 +150,35 @@ impl ProxyShared {
         p.remove(key);
     }
 
+    /// Invalidate a URL after an unsafe method (RFC 9111 §4.4): exact removals only (an
+    /// index scan per POST would not scale): the object, its variants when it has a
+    /// Vary stub, its slices when its route slices (counted from a stored slice's
+    /// length). Blocking (journal writes).
+    pub(crate) fn invalidate(&self, key: &[u8], slice_bytes: u64) {
+        if let Lookup::Hit(h) = self.store.lookup(key) {
+            if h.meta.header(VARY_STUB).is_some() {
+                let mut variants = key.to_vec();
+                variants.extend_from_slice(VARIANT_SEP);
+                self.store.purge_prefix(&variants);
+            }
+        }
+        self.store.purge(key);
+        if slice_bytes > 0 {
+            if let Lookup::Hit(h) | Lookup::Filling(h) = self.store.lookup(&slice_key(key, 0)) {
+                let total = h
+                    .meta
+                    .header(b"content-range")
+                    .and_then(linerate_http::cache::parse_content_range)
+                    .and_then(|cr| cr.complete)
+                    .unwrap_or(0);
+                for n in 0..total.div_ceil(slice_bytes).max(1) {
+                    self.store.purge(&slice_key(key, n));
+                }
+            }
+        }
+        self.clear_pass(key);
+    }
+
     /// Remove a URL: its object, its variants and slices. Blocking (journal writes).
     pub(crate) fn purge_url(&self, key: &[u8]) -> u64 {
         let mut n = u64::from(self.store.purge(key));
@@ -370,7 +399,8 @@ pub(crate) async fn respond(
                 // the target URI. Blocking journal writes: off the event loop.
                 let shared = Arc::clone(px);
                 let key = req.key.clone();
-                let purge = tokio::task::spawn_blocking(move || shared.purge_url(&key));
+                let sliced = px.routes[req.route].opts.slice_bytes;
+                let purge = tokio::task::spawn_blocking(move || shared.invalidate(&key, sliced));
                 let _ = purge.await;
             }
             response
@@ -473,6 +503,12 @@ async fn cached(worker: &Rc<Worker>, pw: &ProxyWorker, req: &Req<'_>) -> Respons
                         st,
                         "only-if-cached",
                     );
+                }
+                // RFC 9111 §5.2.1.5: nothing of this exchange may be stored.
+                if req.cc.no_store {
+                    st.fwd = Some(Fwd::Request);
+                    st.detail = Some("request no-store");
+                    return relay(worker, pw, req, &[], st).await;
                 }
                 if px.is_pass(&req.key) {
                     st.fwd = Some(Fwd::Bypass);

@@ -42,6 +42,7 @@ pub(crate) struct SliceCtx {
     pub(crate) primary: Vec<u8>,
     pub(crate) target: Vec<u8>,
     pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) request_fields: Vec<(Vec<u8>, Vec<u8>)>,
     pub(crate) slice_bytes: u64,
 }
 
@@ -120,7 +121,8 @@ impl SliceCtx {
     ) -> Result<(ObjectHandle, Version), SliceError> {
         let key = slice_key(&self.primary, index);
         for _ in 0..MAX_ROUNDS {
-            let found = self.px.store.lookup(&key);
+            // An in-flight write (a refresh of an expired slice) wins over the stale copy.
+            let found = self.px.store.lookup_latest(&key);
             let usable = match found {
                 Lookup::Hit(h) => {
                     let fresh = head::freshness_for(&self.px, self.route, &self.target, &h.meta);
@@ -168,6 +170,7 @@ impl SliceCtx {
                         primary: self.primary.clone(),
                         target: self.target.clone(),
                         fields: self.fields.clone(),
+                        request_fields: self.request_fields.clone(),
                         stale: None,
                         slice: Some(SliceJob {
                             start: index * self.slice_bytes,
@@ -335,10 +338,25 @@ pub(crate) async fn serve(
         primary: req.key.clone(),
         target: req.target.to_vec(),
         fields: req.forwarded(false),
+        request_fields: req
+            .fields
+            .iter()
+            .map(|(n, v)| (n.to_vec(), v.to_vec()))
+            .collect(),
         slice_bytes: route.opts.slice_bytes,
     };
     let s = ctx.slice_bytes;
-    let probe = first_wanted(req) / s;
+    let mut probe = first_wanted(req) / s;
+    // A start beyond the end of a known object: answer from slice 0 (416), rather than
+    // asking the origin for a slice that cannot exist.
+    if probe > 0 {
+        if let Lookup::Hit(h) | Lookup::Filling(h) = px.store.lookup_latest(&slice_key(&req.key, 0))
+        {
+            if version_of(&h).is_some_and(|v| probe * s >= v.total) {
+                probe = 0;
+            }
+        }
+    }
     let (h, version) = match ctx.slice(probe, None, &mut st).await {
         Ok(x) => x,
         Err(SliceError::Whole) => {
@@ -374,7 +392,14 @@ pub(crate) async fn serve(
         etag,
         last_modified: version.last_modified.unwrap_or(0),
     };
-    match conditional::evaluate(&req.head, &validators) {
+    // Without a validator there is nothing to compare (a missing Last-Modified is not 0).
+    let has_validator = !etag.is_empty() || version.last_modified.is_some();
+    let precondition = if has_validator {
+        conditional::evaluate(&req.head, &validators)
+    } else {
+        conditional::Precondition::Proceed
+    };
+    match precondition {
         conditional::Precondition::Proceed => {}
         conditional::Precondition::NotModified => {
             return head::not_modified(worker, req, &meta, &fresh, &st);
