@@ -13,6 +13,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default longest pause between two reads of a response body (the slow-drip bound).
 pub const DEFAULT_ORIGIN_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default longest time one fill (one object, or one slice) may take from request to
+/// last byte: the bound on an origin that drips just fast enough to beat the idle
+/// timeout. A 4 MiB slice in 5 minutes is 14 KB/s, far below any working origin.
+pub const DEFAULT_FILL_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default connections one worker holds open to one origin (busy plus idle).
 pub const DEFAULT_ORIGIN_MAX_CONNECTIONS: usize = 64;
 /// Default consecutive failures after which an origin server is marked down.
@@ -66,6 +70,8 @@ pub struct OriginOptions {
     pub first_byte_timeout: Duration,
     /// Longest wait between two reads of a response (head or body) once it has begun.
     pub idle_timeout: Duration,
+    /// Longest a fill may take in all, request to last byte (the slow-drip bound).
+    pub fill_timeout: Duration,
     /// Connections one worker holds to one server (busy plus idle in the pool).
     pub max_connections: usize,
     /// PEM CA bundle that https servers' certificates must chain to; `None`: the
@@ -168,6 +174,7 @@ impl OriginOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
             idle_timeout: DEFAULT_ORIGIN_IDLE_TIMEOUT,
+            fill_timeout: DEFAULT_FILL_TIMEOUT,
             max_connections: DEFAULT_ORIGIN_MAX_CONNECTIONS,
             ca_file: None,
             down_after: DEFAULT_DOWN_AFTER,

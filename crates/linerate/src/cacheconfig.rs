@@ -160,6 +160,9 @@ pub struct OriginSection {
     /// Longest pause between two reads of a response, ms. Default 10000.
     #[serde(default = "default_idle_timeout_ms", deserialize_with = "timeout_ms")]
     pub idle_timeout_ms: u64,
+    /// Longest a whole fill may take, ms. Default 300000.
+    #[serde(default = "default_fill_timeout_ms", deserialize_with = "timeout_ms")]
+    pub fill_timeout_ms: u64,
     /// Connections one worker holds to one server. Default 64.
     #[serde(default = "default_max_connections", deserialize_with = "positive")]
     pub max_connections: u64,
@@ -268,6 +271,10 @@ fn default_idle_timeout_ms() -> u64 {
     ms(cacheopts::DEFAULT_ORIGIN_IDLE_TIMEOUT)
 }
 
+fn default_fill_timeout_ms() -> u64 {
+    ms(cacheopts::DEFAULT_FILL_TIMEOUT)
+}
+
 fn default_max_connections() -> u64 {
     cacheopts::DEFAULT_ORIGIN_MAX_CONNECTIONS as u64
 }
@@ -313,6 +320,7 @@ impl OriginSection {
             connect_timeout_ms: default_connect_timeout_ms(),
             first_byte_timeout_ms: default_first_byte_timeout_ms(),
             idle_timeout_ms: default_idle_timeout_ms(),
+            fill_timeout_ms: default_fill_timeout_ms(),
             max_connections: default_max_connections(),
             ca_file: None,
             down_after: default_down_after(),
@@ -329,6 +337,7 @@ impl OriginSection {
         o.connect_timeout = Duration::from_millis(self.connect_timeout_ms);
         o.first_byte_timeout = Duration::from_millis(self.first_byte_timeout_ms);
         o.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
+        o.fill_timeout = Duration::from_millis(self.fill_timeout_ms);
         o.max_connections = usize::try_from(self.max_connections).unwrap_or(usize::MAX);
         o.ca_file = self.ca_file.clone();
         o.down_after = self.down_after;

@@ -965,3 +965,36 @@ fn set_cookie_and_request_no_store_are_not_stored() {
     );
     server.stop();
 }
+
+#[test]
+fn a_drip_that_beats_the_idle_timeout_is_cut_by_the_fill_timeout() {
+    let origin = Origin::start(|_| Reply::Drip {
+        status: 200,
+        headers: origin::owned(&[("Cache-Control", "max-age=60")]),
+        body: vec![b'z'; 20_000],
+        chunk: 1_000,
+        delay: Duration::from_millis(300),
+    });
+    // Each pause (300 ms) is well inside the idle timeout (1 s); the whole response
+    // would take 6 s, past the 1.5 s fill timeout.
+    let (server, _dir) = start_with(&origin, "fill_timeout_ms = 1500", "slice_bytes = 0", "");
+    let started = std::time::Instant::now();
+    let mut s = server.connect();
+    s.write_all(b"GET /drip HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not cut by the fill timeout"
+    );
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(got.len() - head_end < 20_000, "a cut fill looked complete");
+    let before = origin.total();
+    let mut s = server.connect();
+    s.write_all(b"GET /drip HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let _ = s.read_to_end(&mut Vec::new());
+    assert_eq!(origin.total(), before + 1, "nothing was cached");
+    server.stop();
+}

@@ -2,7 +2,10 @@
 //! end to end. The origin is linerate itself in appliance mode with a TLS listener and a
 //! throw-away certificate for `localhost`; the cache in front of it trusts that
 //! certificate through `ca_file` (and, in the second case, a different one).
-#![allow(clippy::unwrap_used, reason = "tests: a failed step should fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed step should fail loudly"
+)]
 
 mod support;
 mod tlssupport;

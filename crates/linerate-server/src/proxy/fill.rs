@@ -158,6 +158,9 @@ async fn fetch(
             headers.push((b"if-modified-since", lm.as_bytes()));
         }
     }
+    // The whole fill is bounded, not just each read (an origin dripping a byte just
+    // inside the idle timeout would otherwise hold every follower indefinitely).
+    let deadline = tokio::time::Instant::now() + px.origins[job.origin].opts.fill_timeout;
     let request = OriginRequest {
         method: "GET",
         target: &job.target,
@@ -403,7 +406,21 @@ async fn fetch(
     let mut buf = Vec::with_capacity(FILL_CHUNK);
     loop {
         buf.clear();
-        match resp.read(&mut buf, FILL_CHUNK).await {
+        let Ok(read) = tokio::time::timeout_at(deadline, resp.read(&mut buf, FILL_CHUNK)).await
+        else {
+            tracing::info!("origin body too slow (fill_timeout); object discarded");
+            writer.abort(WriteFailure::Aborted);
+            let outcome = Outcome::Failed {
+                status: StatusCode::GatewayTimeout,
+                detail: "fill_timeout",
+                stale_ok: false,
+            };
+            if let Some(g) = extra_guard {
+                g.finish(outcome.clone());
+            }
+            return outcome;
+        };
+        match read {
             Ok(0) => break,
             Ok(_) => {
                 if let Err(e) = writer.append(&buf) {
