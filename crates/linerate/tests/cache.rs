@@ -908,7 +908,46 @@ fn expired_slices_are_fetched_again() {
         assert_eq!(r.status, 200, "{}", cache_status(&r));
         assert!(r.body == *body, "an expired slice broke the response");
     }
-    assert_eq!(origin.total(), 8, "each expired slice fetched once more");
+    assert_eq!(origin.total(), 8, "each expired slice revalidated once");
+    let later = &origin.requests()[4..];
+    assert!(
+        later
+            .iter()
+            .all(|r| r.header("if-none-match") == Some("\"e\"") && r.range().is_some()),
+        "expired slices are revalidated with conditional range requests"
+    );
+    server.stop();
+}
+
+#[test]
+fn stale_slices_stand_in_when_the_origin_fails() {
+    let body = Arc::new(content(200_000, 16));
+    let failing = Arc::new(AtomicUsize::new(0));
+    let (b, f) = (body.clone(), failing.clone());
+    let origin = Origin::start(move |_| {
+        if f.load(Ordering::SeqCst) == 1 {
+            return Reply::Reset;
+        }
+        origin::ranged(
+            b.clone(),
+            &[("ETag", "\"f\""), ("Cache-Control", "max-age=1")],
+        )
+    });
+    let (server, _dir) = start_with(
+        &origin,
+        "down_after = 1000",
+        "slice_bytes = 65536\nstale_if_error_s = 600",
+        "",
+    );
+    assert!(get(&server, "/sie.mp4", &[]).body == *body);
+    std::thread::sleep(Duration::from_millis(2100));
+    failing.store(1, Ordering::SeqCst);
+    let r = get(&server, "/sie.mp4", &[]);
+    assert_eq!(r.status, 200, "{}", cache_status(&r));
+    assert!(
+        r.body == *body,
+        "stale slices served whole while the origin fails"
+    );
     server.stop();
 }
 

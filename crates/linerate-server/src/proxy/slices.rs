@@ -44,6 +44,8 @@ pub(crate) struct SliceCtx {
     pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
     pub(crate) request_fields: Vec<(Vec<u8>, Vec<u8>)>,
     pub(crate) slice_bytes: u64,
+    /// The request's Cache-Control (as honoured by configuration).
+    pub(crate) cc: linerate_http::cache::RequestCacheControl,
 }
 
 /// One slice, open.
@@ -120,15 +122,25 @@ impl SliceCtx {
         st: &mut Status,
     ) -> Result<(ObjectHandle, Version), SliceError> {
         let key = slice_key(&self.primary, index);
+        // Set once this request has been to the origin for this slice: what that left
+        // in the store is the answer, however short its freshness.
+        let mut forwarded = false;
         for _ in 0..MAX_ROUNDS {
             // An in-flight write (a refresh of an expired slice) wins over the stale copy.
             let found = self.px.store.lookup_latest(&key);
+            let mut stale = None;
             let usable = match found {
                 Lookup::Hit(h) => {
                     let fresh = head::freshness_for(&self.px, self.route, &self.target, &h.meta);
-                    if fresh.ttl() > 0 {
+                    if forwarded || fresh.usable_fresh(&self.cc) {
+                        Some(h)
+                    } else if fresh.within_swr() && !self.cc.no_cache {
+                        // Served stale; one background refresh for the slice.
+                        self.refresh_in_background(index, &key, expect, &h.meta);
+                        st.detail = Some("stale-while-revalidate");
                         Some(h)
                     } else {
+                        stale = Some((h, fresh));
                         None
                     }
                 }
@@ -151,34 +163,32 @@ impl SliceCtx {
                 return Ok((h, v));
             }
             // The URL may be stored whole (its origin ignores Range).
-            if matches!(
-                self.px.store.lookup(&self.primary),
-                Lookup::Hit(_) | Lookup::Filling(_)
-            ) {
+            if stale.is_none()
+                && matches!(
+                    self.px.store.lookup(&self.primary),
+                    Lookup::Hit(_) | Lookup::Filling(_)
+                )
+            {
                 return Err(SliceError::Whole);
             }
-            if st.fwd.is_none() {
-                st.fwd = Some(Fwd::UriMiss);
+            if self.cc.only_if_cached {
+                return Err(SliceError::Failed(
+                    StatusCode::GatewayTimeout,
+                    "only-if-cached",
+                ));
             }
+            if st.fwd.is_none() {
+                st.fwd = Some(if stale.is_some() {
+                    Fwd::Stale
+                } else {
+                    Fwd::UriMiss
+                });
+            }
+            let stale_meta = stale.as_ref().map(|(h, _)| (*h.meta).clone());
             let mut rx = match self.px.fills.claim(&key) {
                 Claim::Leader(guard) => {
                     let rx = guard.subscribe();
-                    let job = fill::Job {
-                        px: Arc::clone(&self.px),
-                        guard,
-                        origin: self.origin,
-                        primary: self.primary.clone(),
-                        target: self.target.clone(),
-                        fields: self.fields.clone(),
-                        request_fields: self.request_fields.clone(),
-                        stale: None,
-                        slice: Some(SliceJob {
-                            start: index * self.slice_bytes,
-                            len: self.slice_bytes,
-                            if_match: expect.and_then(Version::if_match),
-                            total: expect.map(|e| e.total),
-                        }),
-                    };
+                    let job = self.job(guard, index, expect, stale_meta);
                     tokio::task::spawn_local(fill::run(self.worker.clone(), job, None));
                     rx
                 }
@@ -188,16 +198,82 @@ impl SliceCtx {
                 }
             };
             match fills::settled(&mut rx).await {
-                FillState::Pending | FillState::Writing => {}
-                FillState::Done(Outcome::Stored) => st.stored = true,
-                FillState::Done(Outcome::Revalidated) => {}
+                FillState::Pending => {}
+                FillState::Writing => {
+                    st.stored = true;
+                    forwarded = true;
+                }
+                FillState::Done(Outcome::Stored) => {
+                    st.stored = true;
+                    forwarded = true;
+                }
+                FillState::Done(Outcome::Revalidated) => {
+                    st.fwd_status = Some(304);
+                    forwarded = true;
+                }
                 FillState::Done(Outcome::Uncacheable) => return Err(SliceError::Pass),
-                FillState::Done(Outcome::Failed { status, detail, .. }) => {
-                    return Err(SliceError::Failed(status, detail))
+                FillState::Done(Outcome::Failed {
+                    status,
+                    detail,
+                    stale_ok,
+                }) => {
+                    // stale-if-error: the stored slice stands in.
+                    if let Some((h, fresh)) = stale {
+                        if stale_ok && fresh.within_sie() {
+                            if let Some(v) = version_of(&h) {
+                                if expect.is_none_or(|e| v.same(e)) {
+                                    st.detail = Some(detail);
+                                    return Ok((h, v));
+                                }
+                            }
+                        }
+                    }
+                    return Err(SliceError::Failed(status, detail));
                 }
             }
         }
         Err(SliceError::Failed(StatusCode::BadGateway, "fill_lost"))
+    }
+
+    /// The fill of slice `index`; `stale`: the stored copy to revalidate.
+    fn job(
+        &self,
+        guard: super::fills::FillGuard,
+        index: u64,
+        expect: Option<&Version>,
+        stale: Option<linerate_cache::ObjectMeta>,
+    ) -> fill::Job {
+        fill::Job {
+            px: Arc::clone(&self.px),
+            guard,
+            origin: self.origin,
+            primary: self.primary.clone(),
+            target: self.target.clone(),
+            fields: self.fields.clone(),
+            request_fields: self.request_fields.clone(),
+            stale,
+            slice: Some(SliceJob {
+                start: index * self.slice_bytes,
+                len: self.slice_bytes,
+                if_match: expect.and_then(Version::if_match),
+                total: expect.map(|e| e.total),
+            }),
+        }
+    }
+
+    /// stale-while-revalidate for a slice: refresh it in the background unless a fill
+    /// of it is running.
+    fn refresh_in_background(
+        &self,
+        index: u64,
+        key: &[u8],
+        expect: Option<&Version>,
+        stale: &linerate_cache::ObjectMeta,
+    ) {
+        if let Claim::Leader(guard) = self.px.fills.claim(key) {
+            let job = self.job(guard, index, expect, Some(stale.clone()));
+            tokio::task::spawn_local(fill::run(self.worker.clone(), job, None));
+        }
     }
 }
 
@@ -344,6 +420,7 @@ pub(crate) async fn serve(
             .map(|(n, v)| (n.to_vec(), v.to_vec()))
             .collect(),
         slice_bytes: route.opts.slice_bytes,
+        cc: req.cc.clone(),
     };
     let s = ctx.slice_bytes;
     let mut probe = first_wanted(req) / s;
