@@ -107,19 +107,40 @@ impl ProxyBody {
     /// Bytes this body will send, when known (for the kernel-TLS record estimate).
     pub(crate) fn len_hint(&self) -> u64 {
         match self {
-            ProxyBody::Stored(s) => s
-                .segments
-                .iter()
-                .map(|seg| match seg {
-                    Segment::Bytes(b) => b.len() as u64,
-                    Segment::Range { len, .. } => *len,
-                    Segment::ToEnd { .. } => 0,
-                })
-                .sum(),
+            ProxyBody::Stored(s) => segments_len(&s.segments),
             ProxyBody::Relay(r) => r.response.content_length().unwrap_or(0),
             ProxyBody::Sliced(s) => s.len_hint(),
         }
     }
+}
+
+/// The segments of a multipart body: each part's head, then its range; the trailer.
+pub(crate) fn multipart_segments(
+    parts: Vec<linerate_http::multipart::Part>,
+    trailer: Vec<u8>,
+) -> VecDeque<Segment> {
+    let mut segments = VecDeque::with_capacity(2 * parts.len() + 1);
+    for part in parts {
+        segments.push_back(Segment::Bytes(part.head));
+        segments.push_back(Segment::Range {
+            start: part.range.start,
+            len: part.range.len,
+        });
+    }
+    segments.push_back(Segment::Bytes(trailer));
+    segments
+}
+
+/// Bytes `segments` will send (a segment of unknown length counts 0).
+pub(crate) fn segments_len(segments: &VecDeque<Segment>) -> u64 {
+    segments
+        .iter()
+        .map(|seg| match seg {
+            Segment::Bytes(b) => b.len() as u64,
+            Segment::Range { len, .. } => *len,
+            Segment::ToEnd { .. } => 0,
+        })
+        .sum()
 }
 
 impl Stored {

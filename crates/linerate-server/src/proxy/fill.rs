@@ -109,9 +109,6 @@ pub(crate) async fn run(
     handoff: Option<oneshot::Sender<OriginResponse>>,
 ) {
     let outcome = fetch(&worker, &job, handoff).await;
-    if let Some(stats) = worker.request_stats() {
-        let _ = stats;
-    }
     job.guard.finish(outcome);
 }
 
@@ -171,7 +168,7 @@ async fn fetch(
     let mut resp = match origin.send(&request).await {
         Ok(r) => r,
         Err(e) => {
-            tracing::debug!(error = %e_str(&e), "origin request failed");
+            tracing::debug!(error = e.as_str(), "origin request failed");
             return failed(&e, true);
         }
     };
@@ -470,10 +467,6 @@ fn bad(detail: &'static str) -> Outcome {
         detail,
         stale_ok: true,
     }
-}
-
-fn e_str(e: &crate::origin::OriginError) -> &'static str {
-    e.as_str()
 }
 
 /// The metadata stored with a response: status, times, validators, and the fields a

@@ -400,14 +400,7 @@ pub(crate) fn serve(
             w.field("Accept-Ranges", b"bytes");
             w.field("Content-Type", plan.content_type.as_bytes());
             w.field_u64("Content-Length", plan.body_len);
-            for part in plan.parts {
-                segments.push_back(Segment::Bytes(part.head));
-                segments.push_back(Segment::Range {
-                    start: part.range.start,
-                    len: part.range.len,
-                });
-            }
-            segments.push_back(Segment::Bytes(plan.trailer));
+            segments = super::body::multipart_segments(plan.parts, plan.trailer);
         }
         RangeOutcome::Unsatisfiable => {
             let mut w = HeadWriter::new(&mut head, StatusCode::RangeNotSatisfiable);

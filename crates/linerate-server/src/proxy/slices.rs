@@ -308,14 +308,7 @@ impl SlicedBody {
     }
 
     pub(crate) fn len_hint(&self) -> u64 {
-        self.segments
-            .iter()
-            .map(|s| match s {
-                Segment::Bytes(b) => b.len() as u64,
-                Segment::Range { len, .. } => *len,
-                Segment::ToEnd { .. } => 0,
-            })
-            .sum()
+        super::body::segments_len(&self.segments)
     }
 
     pub(crate) async fn next(&mut self) -> Result<Option<Piece<'_>>, TransferError> {
@@ -538,14 +531,7 @@ pub(crate) async fn serve(
                 .and_then(|v| std::str::from_utf8(v).ok())
                 .unwrap_or("application/octet-stream");
             let plan = multipart::plan(&ranges, total, ctype, &worker.next_boundary());
-            for part in plan.parts {
-                segments.push_back(Segment::Bytes(part.head));
-                segments.push_back(Segment::Range {
-                    start: part.range.start,
-                    len: part.range.len,
-                });
-            }
-            segments.push_back(Segment::Bytes(plan.trailer));
+            segments = super::body::multipart_segments(plan.parts, plan.trailer);
             (
                 StatusCode::PartialContent,
                 vec![
