@@ -287,6 +287,12 @@ impl Conn<'_> {
                     Read::Eof | Read::Failed => return Some(Ending::ClientClosed),
                 }
             }
+            // Cache mode forwards bodies it can buffer whole, so it needs their length
+            // up front (RFC 9110 §15.5.12).
+            BodyFraming::Chunked if raw.is_some() && forwards_body => {
+                self.answer_and_close(StatusCode::Other(411)).await;
+                return Some(Ending::BadRequest);
+            }
             BodyFraming::Length(_) | BodyFraming::Chunked => {
                 self.answer_and_close(StatusCode::ContentTooLarge).await;
                 return Some(Ending::BadRequest);

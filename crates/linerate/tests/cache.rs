@@ -379,6 +379,13 @@ fn unsafe_methods_pass_through_and_invalidate() {
         2,
         "POST invalidated the URL"
     );
+    // A chunked body cannot be forwarded (it is buffered whole): 411.
+    let mut s = server.connect();
+    s.write_all(
+        b"POST /u HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().status, 411);
     server.stop();
 }
 

@@ -420,13 +420,39 @@ async fn fetch(
         match read {
             Ok(0) => break,
             Ok(_) => {
-                if let Err(e) = writer.append(&buf) {
-                    tracing::warn!(failure = e.failure.as_str(), "cache write failed");
-                    return Outcome::Failed {
-                        status: StatusCode::BadGateway,
-                        detail: "store_failed",
-                        stale_ok: false,
-                    };
+                // A `pwrite` can block on the disk: on the blocking pool, not this
+                // worker's event loop (the writer and buffer travel there and back).
+                let appended = px
+                    .writes
+                    .run(move || {
+                        let r = writer.append(&buf);
+                        (writer, buf, r)
+                    })
+                    .await;
+                let store_failed = Outcome::Failed {
+                    status: StatusCode::BadGateway,
+                    detail: "store_failed",
+                    stale_ok: false,
+                };
+                match appended {
+                    Some((w, b, Ok(()))) => {
+                        writer = w;
+                        buf = b;
+                    }
+                    Some((_, _, Err(e))) => {
+                        tracing::warn!(failure = e.failure.as_str(), "cache write failed");
+                        if let Some(g) = extra_guard {
+                            g.finish(store_failed.clone());
+                        }
+                        return store_failed;
+                    }
+                    // The pool job panicked: the writer is gone (and so aborted).
+                    None => {
+                        if let Some(g) = extra_guard {
+                            g.finish(store_failed.clone());
+                        }
+                        return store_failed;
+                    }
                 }
             }
             Err(e) => {

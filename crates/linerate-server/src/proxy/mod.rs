@@ -44,8 +44,59 @@ const HIT_FOR_PASS_MS: u64 = 30_000;
 /// Lookups per request before giving up (a fill that ended but left nothing to find).
 const MAX_ROUNDS: usize = 4;
 
+/// Threads that append fill bytes to the store: a `pwrite` into the page cache can
+/// block (dirty-page throttling, a slow disk), so it never runs on a worker's event
+/// loop. Started at start-up from the main thread, so unlike the runtime's blocking
+/// pool (spawned lazily from a pinned worker) they are not pinned to a worker's core.
+pub(crate) struct WritePool {
+    tx: Mutex<std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>>,
+}
+
+/// Append threads: enough for a few disks' worth of concurrent fills.
+const WRITE_THREADS: usize = 4;
+
+impl WritePool {
+    fn start(threads: usize) -> std::io::Result<WritePool> {
+        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("linerate-fill{i}"))
+                .spawn(move || loop {
+                    // One job at a time per thread; the lock is held only to receive.
+                    let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                })?;
+        }
+        Ok(WritePool { tx: Mutex::new(tx) })
+    }
+
+    /// Run `f` on a pool thread; `None` if the pool is gone or `f` panicked.
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(job)
+            .ok()?;
+        rx.await.ok()
+    }
+}
+
 /// Start-up state of cache mode, shared by all workers.
 pub(crate) struct ProxyShared {
+    /// Where fill appends run.
+    pub(crate) writes: WritePool,
     pub(crate) opts: CacheOptions,
     pub(crate) store: Store,
     pub(crate) fills: Arc<Fills>,
@@ -100,7 +151,9 @@ impl ProxyShared {
                 opts: r.clone(),
             })
             .collect();
+        let writes = WritePool::start(WRITE_THREADS).map_err(|e| format!("fill threads: {e}"))?;
         Ok(Arc::new(ProxyShared {
+            writes,
             opts,
             store,
             fills: Arc::new(Fills::default()),
