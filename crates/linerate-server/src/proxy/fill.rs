@@ -135,8 +135,7 @@ async fn fetch(
         .iter()
         .map(|(n, v)| (n.as_slice(), v.as_slice()))
         .collect();
-    let via = super::head::via_value(&px.opts.cache_name);
-    headers.push((b"via", via.as_bytes()));
+    headers.push((b"via", px.via.as_bytes()));
     let range;
     if let Some(s) = &job.slice {
         range = format!("bytes={}-{}", s.start, s.start + s.len - 1);

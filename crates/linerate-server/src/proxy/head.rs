@@ -182,11 +182,6 @@ fn default_ttl(route: &super::Route, target: &[u8], status: u16) -> u64 {
     }
 }
 
-/// `Via` value for our hop.
-pub(crate) fn via_value(name: &str) -> String {
-    format!("1.1 {name}")
-}
-
 /// Fields never replayed from a stored or relayed response: framing and hop-by-hop
 /// ones (we write our own), our internal markers, and `Age` (recomputed).
 fn replayable(name: &[u8], tokens: &[Vec<u8>]) -> bool {
@@ -208,8 +203,10 @@ fn common(
     status: &CacheStatusField<'_>,
     persistence: Persistence,
 ) {
-    let name = worker_name(worker);
-    let ours = via_value(&name);
+    let ours = worker
+        .proxy
+        .as_ref()
+        .map_or("1.1 linerate", |p| p.shared.via.as_str());
     match via_in {
         Some(v) => {
             let mut joined = v.to_vec();
@@ -225,12 +222,11 @@ fn common(
     crate::route::persistence_field(w, &req.head, persistence);
 }
 
-fn worker_name(worker: &Worker) -> String {
+fn worker_name(worker: &Worker) -> &str {
     worker
         .proxy
         .as_ref()
-        .map(|p| p.shared.opts.cache_name.clone())
-        .unwrap_or_else(|| "linerate".to_owned())
+        .map_or("linerate", |p| p.shared.opts.cache_name.as_str())
 }
 
 fn status_field<'a>(
@@ -264,10 +260,9 @@ pub(crate) fn serve(
     let name = worker_name(worker);
     let hit = matches!(metric, CacheStatus::Hit | CacheStatus::Stale) && st.fwd.is_none();
     let ttl = Some(fresh.ttl());
-    let csf = status_field(&name, &st, hit, ttl);
+    let csf = status_field(name, &st, hit, ttl);
     let len = known_len(&h);
     let status = meta.status;
-    let tokens = cache::connection_tokens(fields(&meta, b"connection"));
     let etag = field(&meta, b"etag")
         .and_then(|v| std::str::from_utf8(v).ok())
         .unwrap_or("");
@@ -282,12 +277,10 @@ pub(crate) fn serve(
     } else {
         req.persistence
     };
-    let write_stored = |w: &mut HeadWriter<'_>| {
-        for (n, v) in &meta.headers {
-            if replayable(n, &tokens) {
-                w.field_raw(n, v);
-            }
-        }
+    // The stored fields (all but Content-Type for multipart, which has its own), Age,
+    // Via, Cache-Status and the connection field.
+    let write_stored = |w: &mut HeadWriter<'_>, skip_content_type: bool| {
+        stored_fields(w, &meta, skip_content_type);
         w.field_u64("Age", fresh.age);
         common(w, worker, req, field(&meta, b"via"), &csf, persistence);
     };
@@ -342,7 +335,7 @@ pub(crate) fn serve(
     match outcome {
         RangeOutcome::Full => {
             w = HeadWriter::new(&mut head, code);
-            write_stored(&mut w);
+            write_stored(&mut w, false);
             match len {
                 Some(len) => {
                     if status == 200 {
@@ -366,7 +359,7 @@ pub(crate) fn serve(
             sent_code = StatusCode::PartialContent;
             let total = len.unwrap_or(0);
             w = HeadWriter::new(&mut head, StatusCode::PartialContent);
-            write_stored(&mut w);
+            write_stored(&mut w, false);
             w.field("Accept-Ranges", b"bytes");
             w.content_range(r.start, r.last(), total);
             w.field_u64("Content-Length", r.len);
@@ -383,20 +376,7 @@ pub(crate) fn serve(
                 .unwrap_or("application/octet-stream");
             let plan = multipart::plan(&ranges, total, ctype, &worker.next_boundary());
             w = HeadWriter::new(&mut head, StatusCode::PartialContent);
-            for (n, v) in &meta.headers {
-                if replayable(n, &tokens) && !n.eq_ignore_ascii_case(b"content-type") {
-                    w.field_raw(n, v);
-                }
-            }
-            w.field_u64("Age", fresh.age);
-            common(
-                &mut w,
-                worker,
-                req,
-                field(&meta, b"via"),
-                &csf,
-                req.persistence,
-            );
+            write_stored(&mut w, true);
             w.field("Accept-Ranges", b"bytes");
             w.field("Content-Type", plan.content_type.as_bytes());
             w.field_u64("Content-Length", plan.body_len);
@@ -404,7 +384,7 @@ pub(crate) fn serve(
         }
         RangeOutcome::Unsatisfiable => {
             let mut w = HeadWriter::new(&mut head, StatusCode::RangeNotSatisfiable);
-            write_stored(&mut w);
+            write_stored(&mut w, false);
             w.content_range_unsatisfied(len.unwrap_or(0));
             w.field_u64("Content-Length", 0);
             w.finish();
@@ -436,7 +416,7 @@ pub(crate) fn relayed(
     st: Status,
 ) -> Response {
     let name = worker_name(worker);
-    let csf = status_field(&name, &st, false, None);
+    let csf = status_field(name, &st, false, None);
     let code = StatusCode::from_code(r.head.status);
     let tokens = cache::connection_tokens(r.head.headers_named(b"connection"));
     let mut head = Vec::with_capacity(512);
@@ -513,7 +493,7 @@ pub(crate) fn error(
 ) -> Response {
     st.detail = Some(detail);
     let name = worker_name(worker);
-    let csf = status_field(&name, &st, false, None);
+    let csf = status_field(name, &st, false, None);
     let reason = status.reason();
     let body = format!("{} {}\n", status.code(), reason);
     let mut head = Vec::with_capacity(256);
@@ -562,7 +542,7 @@ pub(crate) fn common_fields(
     fresh: &Freshness,
 ) {
     let name = worker_name(worker);
-    let csf = status_field(&name, st, st.fwd.is_none(), Some(fresh.ttl()));
+    let csf = status_field(name, st, st.fwd.is_none(), Some(fresh.ttl()));
     common(w, worker, req, field(meta, b"via"), &csf, req.persistence);
 }
 

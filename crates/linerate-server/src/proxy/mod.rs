@@ -97,6 +97,8 @@ impl WritePool {
 pub(crate) struct ProxyShared {
     /// Where fill appends run.
     pub(crate) writes: WritePool,
+    /// Our `Via` entry, `1.1 <cache_name>` (built once, not per response).
+    pub(crate) via: String,
     pub(crate) opts: CacheOptions,
     pub(crate) store: Store,
     pub(crate) fills: Arc<Fills>,
@@ -153,6 +155,7 @@ impl ProxyShared {
             .collect();
         let writes = WritePool::start(WRITE_THREADS).map_err(|e| format!("fill threads: {e}"))?;
         Ok(Arc::new(ProxyShared {
+            via: format!("1.1 {}", opts.cache_name),
             writes,
             opts,
             store,
@@ -725,8 +728,7 @@ async fn relay(
         .iter()
         .map(|(n, v)| (n.as_slice(), v.as_slice()))
         .collect();
-    let via = head::via_value(&pw.shared.opts.cache_name);
-    headers.push((b"via", via.as_bytes()));
+    headers.push((b"via", pw.shared.via.as_bytes()));
     let idempotent = matches!(
         req.method,
         "GET" | "HEAD" | "PUT" | "DELETE" | "OPTIONS" | "TRACE"
