@@ -69,6 +69,20 @@ fn get(server: &Server, path: &str, headers: &[&str]) -> support::Response {
     server.get(path, headers)
 }
 
+/// GET `path` with `Connection: close` and read until the server closes, however short
+/// the body: the head as text (empty body if none arrived) and the body bytes received.
+fn get_to_close(server: &Server, path: &str) -> (String, Vec<u8>) {
+    let got = server
+        .raw(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes());
+    match got.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(i) => (
+            String::from_utf8_lossy(&got[..i + 4]).into_owned(),
+            got[i + 4..].to_vec(),
+        ),
+        None => (String::from_utf8_lossy(&got).into_owned(), Vec::new()),
+    }
+}
+
 fn cache_status(r: &support::Response) -> String {
     r.header("cache-status").unwrap_or("").to_owned()
 }
@@ -449,17 +463,9 @@ fn bad_origins_get_defined_answers_and_nothing_is_cached() {
     }
     // Failures after the head was sent: the connection closes short of the length.
     for path in ["/short", "/long", "/badchunk", "/drip"] {
-        let mut s = server.connect();
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .unwrap();
-        let mut got = Vec::new();
-        let _ = s.read_to_end(&mut got);
-        let text = String::from_utf8_lossy(&got);
-        if text.starts_with("HTTP/1.1 200") {
-            let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-            let declared: usize = text
+        let (head, body) = get_to_close(&server, path);
+        if head.starts_with("HTTP/1.1 200") {
+            let declared: usize = head
                 .lines()
                 .find_map(|l| {
                     l.to_ascii_lowercase()
@@ -467,26 +473,22 @@ fn bad_origins_get_defined_answers_and_nothing_is_cached() {
                         .map(|v| v.trim().parse().unwrap())
                 })
                 .unwrap_or(usize::MAX);
-            let chunked_done =
-                text.contains("transfer-encoding: chunked") && got.ends_with(b"0\r\n\r\n");
+            let chunked_done = head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked")
+                && body.ends_with(b"0\r\n\r\n");
             assert!(
-                got.len() - head_end < declared && !chunked_done,
+                body.len() < declared && !chunked_done,
                 "{path}: looked complete"
             );
         } else {
-            assert!(text.starts_with("HTTP/1.1 50"), "{path}: {text:.40}");
+            assert!(head.starts_with("HTTP/1.1 50"), "{path}: {head:.40}");
         }
     }
     // Nothing was cached: each path goes to the origin again.
     let before = origin.total();
     for path in ["/short", "/long", "/badchunk"] {
-        let mut s = server.connect();
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .unwrap();
-        let mut got = Vec::new();
-        let _ = s.read_to_end(&mut got);
+        get_to_close(&server, path);
     }
     assert_eq!(
         origin.total(),
@@ -708,17 +710,9 @@ fn a_version_change_never_mixes_slices() {
     *current.lock().unwrap() = v2.clone();
     // A whole-object request starts from cached slice 0 (v1); slice 1 comes back 412:
     // the response is cut short, never completed with v2 bytes.
-    let mut s = server.connect();
-    s.write_all(b"GET /changing.mp4 HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut got = Vec::new();
-    let _ = s.read_to_end(&mut got);
-    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    assert!(
-        got.len() - head_end < 300_000,
-        "a mixed body looked complete"
-    );
-    assert_eq!(&got[head_end..head_end + 65_536], &v1[..65_536]);
+    let (_, body) = get_to_close(&server, "/changing.mp4");
+    assert!(body.len() < 300_000, "a mixed body looked complete");
+    assert_eq!(&body[..65_536], &v1[..65_536]);
     // The next request gets version 2 whole.
     let r = get(&server, "/changing.mp4", &[]);
     assert_eq!(r.status, 200);
@@ -871,20 +865,11 @@ fn a_206_body_longer_than_its_range_is_refused_and_the_server_stays_up() {
     });
     let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
     for _ in 0..2 {
-        let mut s = server.connect();
-        s.write_all(b"GET /longslice.mp4 HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut got = Vec::new();
-        let _ = s.read_to_end(&mut got);
-        let text = String::from_utf8_lossy(&got);
-        if text.starts_with("HTTP/1.1 200") {
-            let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-            assert!(
-                got.len() - head_end < 300_000,
-                "a refused slice looked complete"
-            );
+        let (head, body) = get_to_close(&server, "/longslice.mp4");
+        if head.starts_with("HTTP/1.1 200") {
+            assert!(body.len() < 300_000, "a refused slice looked complete");
         } else {
-            assert!(text.starts_with("HTTP/1.1 502"), "{text:.60}");
+            assert!(head.starts_with("HTTP/1.1 502"), "{head:.60}");
         }
     }
     assert_eq!(
@@ -1025,22 +1010,14 @@ fn a_drip_that_beats_the_idle_timeout_is_cut_by_the_fill_timeout() {
     // would take 6 s, past the 1.5 s fill timeout.
     let (server, _dir) = start_with(&origin, "fill_timeout_ms = 1500", "slice_bytes = 0", "");
     let started = std::time::Instant::now();
-    let mut s = server.connect();
-    s.write_all(b"GET /drip HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut got = Vec::new();
-    let _ = s.read_to_end(&mut got);
+    let (_, body) = get_to_close(&server, "/drip");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "not cut by the fill timeout"
     );
-    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    assert!(got.len() - head_end < 20_000, "a cut fill looked complete");
+    assert!(body.len() < 20_000, "a cut fill looked complete");
     let before = origin.total();
-    let mut s = server.connect();
-    s.write_all(b"GET /drip HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let _ = s.read_to_end(&mut Vec::new());
+    get_to_close(&server, "/drip");
     assert_eq!(origin.total(), before + 1, "nothing was cached");
     server.stop();
 }
