@@ -146,6 +146,14 @@ impl Drop for FillGuard {
     }
 }
 
+/// Wait until the fill followed by `rx` is over. For a request that already saw this key
+/// being written and then found nothing to follow: the writer ended without publishing,
+/// and its claim is released only once the fill task has finished; re-claiming before
+/// that would join the dead fill again.
+pub(crate) async fn finished(rx: &mut watch::Receiver<FillState>) {
+    let _ = rx.wait_for(|s| matches!(s, FillState::Done(_))).await;
+}
+
 /// Wait until the fill followed by `rx` has news (anything but `Pending`).
 pub(crate) async fn settled(rx: &mut watch::Receiver<FillState>) -> FillState {
     if let Ok(s) = rx.wait_for(|s| *s != FillState::Pending).await {

@@ -42,7 +42,7 @@ pub(crate) const VARY_STUB: &[u8] = b"x-linerate-vary";
 /// How long a "may not be stored" verdict sends requests straight to the origin.
 const HIT_FOR_PASS_MS: u64 = 30_000;
 /// Lookups per request before giving up (a fill that ended but left nothing to find).
-const MAX_ROUNDS: usize = 4;
+const MAX_ROUNDS: usize = 6;
 
 /// Threads that append fill bytes to the store: a `pwrite` into the page cache can
 /// block (dirty-page throttling, a slow disk), so it never runs on a worker's event
@@ -511,7 +511,7 @@ async fn cached(worker: &Rc<Worker>, pw: &ProxyWorker, req: &Req<'_>) -> Respons
                 }
                 // Revalidate now (one request for everyone asking meanwhile).
                 st.fwd = Some(Fwd::Stale);
-                match follow(worker, pw, req, &key, Some(&h.meta), &mut st).await {
+                match follow(worker, pw, req, &key, Some(&h.meta), &mut st, forwarded).await {
                     Next::Lookup => {
                         forwarded = true;
                         continue;
@@ -582,7 +582,7 @@ async fn cached(worker: &Rc<Worker>, pw: &ProxyWorker, req: &Req<'_>) -> Respons
                         Fwd::UriMiss
                     });
                 }
-                match follow(worker, pw, req, &key, None, &mut st).await {
+                match follow(worker, pw, req, &key, None, &mut st, forwarded).await {
                     Next::Lookup | Next::Revalidated => {
                         forwarded = true;
                         continue;
@@ -668,6 +668,7 @@ async fn follow(
     key: &[u8],
     stale: Option<&linerate_cache::ObjectMeta>,
     st: &mut Status,
+    after_writing: bool,
 ) -> Next {
     let px = &pw.shared;
     let (mut rx, handoff) = match px.fills.claim(key) {
@@ -677,6 +678,12 @@ async fn follow(
             let job = fill::Job::new(px, req, guard, stale.cloned(), None);
             tokio::task::spawn_local(fill::run(worker.clone(), job, Some(tx)));
             (rx, Some(handoff))
+        }
+        Claim::Follower(mut rx) if after_writing => {
+            // This request saw the key being written, then found nothing: that fill
+            // failed. Wait for its claim to go, then claim afresh.
+            fills::finished(&mut rx).await;
+            return Next::Lookup;
         }
         Claim::Follower(rx) => {
             st.collapsed = true;

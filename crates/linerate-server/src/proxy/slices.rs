@@ -31,7 +31,7 @@ use crate::transfer::TransferError;
 use crate::worker::Worker;
 
 /// Lookups of one slice before giving up.
-const MAX_ROUNDS: usize = 4;
+const MAX_ROUNDS: usize = 6;
 
 /// What a slice fetch needs, owned (the body outlives the request head).
 pub(crate) struct SliceCtx {
@@ -191,6 +191,12 @@ impl SliceCtx {
                     let job = self.job(guard, index, expect, stale_meta);
                     tokio::task::spawn_local(fill::run(self.worker.clone(), job, None));
                     rx
+                }
+                Claim::Follower(mut rx) if forwarded => {
+                    // Seen being written, then nothing to follow: that fill failed.
+                    // Wait for its claim to go, then claim afresh.
+                    fills::finished(&mut rx).await;
+                    continue;
                 }
                 Claim::Follower(rx) => {
                     st.collapsed = true;
