@@ -11,8 +11,8 @@
 //! The same loop serves plain HTTP and HTTPS: reads and sends go through the
 //! connection's [`Transport`] (plain, kernel TLS or user-space TLS).
 //!
-//! Not here: deciding the response (`route`) or moving its bytes (`transfer`,
-//! `tls_send`).
+//! Not here: deciding the response (the mode's handler, see `handler`) or moving its
+//! bytes (`transfer`, `tls::send`).
 
 use std::rc::Rc;
 
@@ -21,11 +21,11 @@ use linerate_http::{parse_request, BodyFraming, ParseOutcome, Persistence, Statu
 use tokio::time::{timeout_at, Instant};
 
 use crate::accesslog::{Finished, Pending};
-use crate::route::{self, Response};
+use crate::context::Worker;
+use crate::handler::Mode;
+use crate::response::{self, Response};
 use crate::stats::{CloseReason, ConnState};
-use crate::transfer;
 use crate::transport::Transport;
-use crate::worker::Worker;
 
 /// Bytes reserved per read into the head buffer. Players' heads are 200-800 bytes, so
 /// one 4 KiB read takes a whole head, and pipelined ones after it.
@@ -95,6 +95,7 @@ pub(crate) enum Outcome {
 /// TLS handshake's last flight can carry the first request).
 pub(crate) async fn serve(
     worker: &Rc<Worker>,
+    mode: &Mode,
     io: Transport,
     first: bool,
     buf: Vec<u8>,
@@ -108,7 +109,7 @@ pub(crate) async fn serve(
     // One getpeername per connection task, and only when requests are being logged;
     // one getsockopt(TCP_CONGESTION) more when the connection is also sampled.
     let logging = worker.log.borrow().enabled();
-    let peer = if logging {
+    let peer = if logging || mode.wants_peer() {
         io.tcp().peer_addr().ok()
     } else {
         None
@@ -120,6 +121,8 @@ pub(crate) async fn serve(
     };
     let mut conn = Conn {
         worker,
+        mode,
+        peer_ip: peer.map(|p| p.ip()),
         io,
         buf,
         sampled,
@@ -148,6 +151,10 @@ pub(crate) async fn serve(
 
 struct Conn<'w> {
     worker: &'w Rc<Worker>,
+    /// What answers the requests.
+    mode: &'w Mode,
+    /// The client's address, when the mode or the access log needs it.
+    peer_ip: Option<std::net::IpAddr>,
     io: Transport,
     /// Unconsumed request bytes; empty (and unallocated) while idle.
     buf: Vec<u8>,
@@ -206,27 +213,65 @@ impl Conn<'_> {
         let live = self.worker.live();
         let timeouts = live.options.timeouts;
         let deadline = Instant::now() + timeouts.request_head;
-        // Read until a whole head parses (or fails to).
-        let (response, framing, head_len, pending) = loop {
+        // Read until a whole head parses (or fails to). The head is parsed once and
+        // borrowed from the buffer while the body is read and the mode answers; body
+        // bytes read from the socket meanwhile go to their own buffers.
+        let (response, consumed, excess, pending) = loop {
             match parse_request(&self.buf) {
                 Ok(ParseOutcome::Complete { head, head_len }) => {
-                    let framing = head.body;
                     let pending = if self.worker.log.borrow_mut().wants() {
                         Some(Pending::capture(&self.buf[..head_len]))
                     } else {
                         None
                     };
-                    // Cache mode answers after the body is in (it may be forwarded).
-                    let response = if self.worker.proxy.is_some() {
-                        None
-                    } else {
-                        Some(route::respond_to(self.worker, &head))
+                    let buffered = &self.buf[head_len..];
+                    let mut body = Vec::new();
+                    let mut excess = Vec::new();
+                    // The body of a GET/HEAD (or of a refused method) is read and dropped
+                    // so the next request starts where it should; bodies we cannot bound
+                    // are refused. In cache mode the body of another method is read
+                    // whole, to be forwarded.
+                    let limit = self.mode.forwarded_body_limit(head.method);
+                    let taken = match (head.body, limit) {
+                        (BodyFraming::None, _) => Ok(0),
+                        (BodyFraming::Length(n), Some(limit)) if n > limit => {
+                            Err((Some(StatusCode::ContentTooLarge), Ending::BadRequest))
+                        }
+                        (BodyFraming::Length(n), Some(_)) => {
+                            let to = BodySink::Keep(&mut body);
+                            read_body(&mut self.io, buffered, n, deadline, to, &mut excess).await
+                        }
+                        (BodyFraming::Length(n), None) if n <= live.options.max_discarded_body => {
+                            let to = BodySink::Drop;
+                            read_body(&mut self.io, buffered, n, deadline, to, &mut excess).await
+                        }
+                        // Cache mode forwards bodies it can buffer whole, so it needs their
+                        // length up front (RFC 9110 §15.5.12).
+                        (BodyFraming::Chunked, Some(_)) => {
+                            Err((Some(StatusCode::Other(411)), Ending::BadRequest))
+                        }
+                        (BodyFraming::Length(_) | BodyFraming::Chunked, None) => {
+                            Err((Some(StatusCode::ContentTooLarge), Ending::BadRequest))
+                        }
                     };
-                    let forwards_body = !matches!(
-                        head.method,
-                        linerate_http::Method::Get | linerate_http::Method::Head
-                    );
-                    break (response, (framing, forwards_body), head_len, pending);
+                    let taken = match taken {
+                        Ok(t) => t,
+                        Err((status, ending)) => {
+                            if let Some(status) = status {
+                                self.refuse(status).await;
+                            }
+                            return Some(ending);
+                        }
+                    };
+                    let request = crate::response::Request {
+                        head: &head,
+                        raw: &self.buf[..head_len],
+                        body,
+                        peer: self.peer_ip,
+                        secure: !matches!(self.io, crate::transport::Transport::Plain(_)),
+                    };
+                    let response = self.mode.respond(self.worker, request).await;
+                    break (response, head_len + taken, excess, pending);
                 }
                 Ok(ParseOutcome::Partial) => match self.read_more(deadline).await {
                     Read::Data => {}
@@ -238,78 +283,21 @@ impl Conn<'_> {
                         });
                     }
                     Read::TimedOut => {
-                        self.answer_and_close(StatusCode::RequestTimeout).await;
+                        self.refuse(StatusCode::RequestTimeout).await;
                         return Some(Ending::HeadTimeout);
                     }
                 },
                 Err(e) => {
                     tracing::debug!(error = e.as_str(), "bad request head");
-                    self.answer_and_close(e.status()).await;
+                    self.refuse(e.status()).await;
                     return Some(Ending::BadRequest);
                 }
             }
         };
-        let (framing, forwards_body) = framing;
-        let raw = response.is_none().then(|| self.buf[..head_len].to_vec());
-        self.buf.drain(..head_len);
-        let mut forwarded = Vec::new();
-        // The body of a GET/HEAD (or of a refused method) is read and dropped so the
-        // next request starts where it should; bodies we cannot bound are refused.
-        // In cache mode the body of another method is read whole, to be forwarded.
-        match framing {
-            BodyFraming::None => {}
-            BodyFraming::Length(n) if raw.is_some() && forwards_body => {
-                let limit = self
-                    .worker
-                    .proxy
-                    .as_ref()
-                    .map_or(0, |p| p.shared.opts.max_forwarded_body);
-                if n > limit {
-                    self.answer_and_close(StatusCode::ContentTooLarge).await;
-                    return Some(Ending::BadRequest);
-                }
-                match self.take_body(n, deadline, &mut forwarded).await {
-                    Read::Data => {}
-                    Read::TimedOut => {
-                        self.answer_and_close(StatusCode::RequestTimeout).await;
-                        return Some(Ending::HeadTimeout);
-                    }
-                    Read::Eof | Read::Failed => return Some(Ending::ClientClosed),
-                }
-            }
-            BodyFraming::Length(n) if n <= live.options.max_discarded_body => {
-                match self.discard(n, deadline).await {
-                    Read::Data => {}
-                    Read::TimedOut => {
-                        self.answer_and_close(StatusCode::RequestTimeout).await;
-                        return Some(Ending::HeadTimeout);
-                    }
-                    Read::Eof | Read::Failed => return Some(Ending::ClientClosed),
-                }
-            }
-            // Cache mode forwards bodies it can buffer whole, so it needs their length
-            // up front (RFC 9110 §15.5.12).
-            BodyFraming::Chunked if raw.is_some() && forwards_body => {
-                self.answer_and_close(StatusCode::Other(411)).await;
-                return Some(Ending::BadRequest);
-            }
-            BodyFraming::Length(_) | BodyFraming::Chunked => {
-                self.answer_and_close(StatusCode::ContentTooLarge).await;
-                return Some(Ending::BadRequest);
-            }
-        }
-        let response = match (response, raw) {
-            (Some(r), _) => r,
-            (None, Some(raw)) => {
-                let secure = !matches!(self.io, crate::transport::Transport::Plain(_));
-                crate::proxy::respond(self.worker, &raw, forwarded, secure).await
-            }
-            (None, None) => route::error(
-                self.worker,
-                StatusCode::InternalServerError,
-                Persistence::Close,
-            ),
-        };
+        // The head and the body bytes that were buffered are done with; bytes read past
+        // the body (a pipelined request) come next.
+        self.buf.drain(..consumed);
+        self.buf.extend_from_slice(&excess);
         let persistence = response.persistence;
         let (status, cache) = (response.status, response.cache);
         // The clock is read only when something uses the duration: with metrics off
@@ -350,7 +338,7 @@ impl Conn<'_> {
         if let Err(e) = result {
             match e {
                 // Our side failed: worth an operator's attention.
-                transfer::TransferError::Disk(_) | transfer::TransferError::Truncated => {
+                response::TransferError::Disk(_) | response::TransferError::Truncated => {
                     tracing::warn!(error = %e, kind = e.as_str(), "response aborted")
                 }
                 // The client's side: routine on the Internet.
@@ -435,46 +423,66 @@ impl Conn<'_> {
         }
     }
 
-    /// Move `n` body bytes into `out`, from the buffer first, then from the socket.
-    async fn take_body(&mut self, mut n: u64, deadline: Instant, out: &mut Vec<u8>) -> Read {
-        loop {
-            let here = (self.buf.len() as u64).min(n);
-            out.extend_from_slice(&self.buf[..here as usize]);
-            self.buf.drain(..here as usize);
-            n -= here;
-            if n == 0 {
-                return Read::Data;
-            }
-            match self.read_more(deadline).await {
-                Read::Data => {}
-                other => return other,
-            }
-        }
-    }
-
-    /// Drop `n` body bytes, from the buffer first, then from the socket.
-    async fn discard(&mut self, mut n: u64, deadline: Instant) -> Read {
-        loop {
-            let here = (self.buf.len() as u64).min(n);
-            self.buf.drain(..here as usize);
-            n -= here;
-            if n == 0 {
-                return Read::Data;
-            }
-            match self.read_more(deadline).await {
-                Read::Data => {}
-                other => return other,
-            }
-        }
-    }
-
     /// Best-effort error response, then close (framing can no longer be trusted).
-    async fn answer_and_close(&mut self, status: StatusCode) {
-        let response: Response = route::error(self.worker, status, Persistence::Close);
+    async fn refuse(&mut self, status: StatusCode) {
+        let response: Response = response::error(self.worker, status, Persistence::Close);
         let mut sent = 0;
         let _ = self.io.send(self.worker, response, &mut sent).await;
         self.worker
             .stats
             .response(status.code(), crate::stats::CacheStatus::Local, 0);
     }
+}
+
+/// Where [`read_body`] puts the body.
+enum BodySink<'a> {
+    /// Append it here (to forward it).
+    Keep(&'a mut Vec<u8>),
+    /// Discard it.
+    Drop,
+}
+
+/// Read a request body of `n` bytes: first from `buffered` (the bytes already read after
+/// the head), then from the socket until `deadline`. Returns how many of `buffered`
+/// belong to the body; bytes read from the socket past the body (a pipelined request)
+/// go to `excess`. On failure, the status to answer (`None`: the client is gone) and how
+/// the connection ends.
+async fn read_body(
+    io: &mut Transport,
+    buffered: &[u8],
+    n: u64,
+    deadline: Instant,
+    mut sink: BodySink<'_>,
+    excess: &mut Vec<u8>,
+) -> Result<usize, (Option<StatusCode>, Ending)> {
+    let here = usize::try_from(n).map_or(buffered.len(), |n| n.min(buffered.len()));
+    if let BodySink::Keep(out) = &mut sink {
+        out.extend_from_slice(&buffered[..here]);
+    }
+    let mut left = n - here as u64;
+    let mut chunk = Vec::with_capacity(READ_CHUNK);
+    while left > 0 {
+        chunk.clear();
+        match io.try_read_buf(&mut chunk) {
+            Ok(0) => return Err((None, Ending::ClientClosed)),
+            Ok(got) => {
+                let body = usize::try_from(left).map_or(got, |l| l.min(got));
+                if let BodySink::Keep(out) = &mut sink {
+                    out.extend_from_slice(&chunk[..body]);
+                }
+                excess.extend_from_slice(&chunk[body..]);
+                left -= body as u64;
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err((None, Ending::ClientClosed)),
+        }
+        match timeout_at(deadline, io.readable()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err((None, Ending::ClientClosed)),
+            Err(_) => return Err((Some(StatusCode::RequestTimeout), Ending::HeadTimeout)),
+        }
+    }
+    Ok(here)
 }

@@ -9,33 +9,30 @@
 #![forbid(unsafe_code)]
 
 mod accesslog;
-mod admin;
+pub mod admin;
+mod appliance;
 pub mod cacheopts;
 mod clock;
 mod coldpool;
 mod conn;
-pub mod control;
-mod ktls_conn;
-mod metrics;
+mod context;
+mod handler;
 pub mod operate;
 pub mod options;
 mod origin;
 mod park;
 mod proxy;
-mod route;
+mod response;
 mod server;
 pub mod stats;
 mod tcpsample;
-mod tls_accept;
-pub mod tls_config;
-mod tls_conn;
-mod tls_send;
+pub mod tls;
 mod transfer;
 mod transport;
 mod worker;
 
+pub use admin::control::{ReloadOutcome, Reloader, RunState};
 pub use cacheopts::{CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOptions};
-pub use control::{Mode, ReloadOutcome, Reloader};
 pub use options::{
     CertificateOptions, KtlsMode, Pinning, ServerOptions, Timeouts, TlsOptions, UnknownSni,
 };

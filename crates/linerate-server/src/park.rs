@@ -15,7 +15,6 @@
 use std::cell::RefCell;
 use std::net::TcpStream as StdStream;
 use std::os::fd::AsFd;
-use std::rc::Rc;
 use std::time::Duration;
 
 use linerate_sys::epoll::Epoll;
@@ -24,7 +23,6 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::stats::{CloseReason, ConnState, WorkerStats};
-use crate::worker::Worker;
 
 /// How often parked connections are checked against their keep-alive deadline. Idle
 /// timeouts are tens of seconds, so closing up to a second late is harmless.
@@ -94,13 +92,20 @@ impl Parking {
     }
 }
 
-/// The worker's parking task: resumes ready connections, closes expired ones, and
-/// closes all of them when a graceful stop begins.
-pub(crate) async fn watch(worker: Rc<Worker>) {
-    let parking = &worker.parking;
+/// Run a worker's parked connections until `stop` resolves: a connection that becomes
+/// readable (a request, or a hang-up the resumed task will see) goes to `resume` as a
+/// socket of the runtime again; one whose keep-alive deadline passes is closed and
+/// reported to `closed`; when `stop` resolves every one left is closed as `Stopping`.
+pub(crate) async fn watch(
+    parking: &Parking,
+    stop: impl std::future::Future<Output = ()>,
+    resume: impl Fn(TcpStream),
+    closed: impl Fn(CloseReason),
+) {
     let mut sweep = tokio::time::interval(SWEEP_EVERY);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut keys = Vec::with_capacity(READY_BATCH);
+    let mut stop = std::pin::pin!(stop);
     loop {
         tokio::select! {
             guard = parking.set.readable() => {
@@ -117,38 +122,39 @@ pub(crate) async fn watch(worker: Rc<Worker>) {
                     let _ = parking.set.get_ref().delete(stream.as_fd());
                     tracing::trace!(key, "connection resumed");
                     match TcpStream::from_std(stream) {
-                        Ok(stream) => crate::worker::spawn_connection(&worker, stream, false),
+                        Ok(stream) => resume(stream),
                         Err(e) => {
                             tracing::debug!(error = %e, "could not resume a parked connection");
-                            worker.connection_closed(CloseReason::ClientClosed);
+                            closed(CloseReason::ClientClosed);
                         }
                     }
                 }
             }
-            _ = sweep.tick() => close_expired(&worker, Instant::now(), CloseReason::Idle),
-            _ = worker.stopped() => {
+            _ = sweep.tick() => parking.close_expired(Instant::now(), CloseReason::Idle, &closed),
+            _ = &mut stop => {
                 let forever = Instant::now() + Duration::from_secs(365 * 24 * 3600);
-                close_expired(&worker, forever, CloseReason::Stopping);
+                parking.close_expired(forever, CloseReason::Stopping, &closed);
                 return;
             }
         }
     }
 }
 
-/// Close every parked connection whose deadline is at or before `now`.
-fn close_expired(worker: &Worker, now: Instant, why: CloseReason) {
-    let expired: Vec<usize> = worker
-        .parking
-        .slots
-        .borrow()
-        .iter()
-        .enumerate()
-        .filter_map(|(k, s)| s.as_ref().filter(|s| s.deadline <= now).map(|_| k))
-        .collect();
-    for key in expired {
-        // Closing the socket also removes it from the epoll set.
-        if worker.parking.take(key).is_some() {
-            worker.connection_closed(why);
+impl Parking {
+    /// Close every parked connection whose deadline is at or before `now`.
+    fn close_expired(&self, now: Instant, why: CloseReason, closed: &impl Fn(CloseReason)) {
+        let expired: Vec<usize> = self
+            .slots
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter_map(|(k, s)| s.as_ref().filter(|s| s.deadline <= now).map(|_| k))
+            .collect();
+        for key in expired {
+            // Closing the socket also removes it from the epoll set.
+            if self.take(key).is_some() {
+                closed(why);
+            }
         }
     }
 }

@@ -10,14 +10,14 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
+use crate::admin::control::{Control, Reloader};
 use crate::coldpool::ColdPool;
-use crate::control::{Control, Reloader};
+use crate::context::Shared;
 use crate::options::{KtlsMode, Pinning, ServerOptions};
 use crate::stats::WorkerStats;
-use crate::tls_accept::SharedTls;
-use crate::worker::{Shared, WorkerPlan};
+use crate::tls::config::SharedTls;
+use crate::worker::WorkerPlan;
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Why the server could not start or had to stop. Each names the side that failed.
@@ -50,7 +50,7 @@ pub enum ServerError {
     },
     /// The TLS configuration (certificates, keys) could not be loaded.
     #[error("tls: {0}")]
-    Tls(#[from] crate::tls_config::TlsConfigError),
+    Tls(#[from] crate::tls::config::TlsConfigError),
     /// Cache mode could not start (store, origins, routes).
     #[error("cache mode: {0}")]
     Cache(String),
@@ -180,9 +180,9 @@ fn run_controlled(
     let (sockets, local_addrs) = bind_all(&options, &options.listen)?;
     let (mut tls_sockets, tls_addrs) = bind_all(&options, &tls_listen)?;
     let admin_listener = match options.admin.listen {
-        Some(addr) => {
-            Some(crate::admin::bind(addr).map_err(|source| ServerError::Bind { addr, source })?)
-        }
+        Some(addr) => Some(
+            crate::admin::api::bind(addr).map_err(|source| ServerError::Bind { addr, source })?,
+        ),
         None => None,
     };
     let cpus = linerate_sys::cpu::allowed_cpus().unwrap_or_default();
@@ -199,7 +199,7 @@ fn run_controlled(
     let stats: Vec<Arc<WorkerStats>> = (0..options.workers)
         .map(|_| Arc::new(WorkerStats::new()))
         .collect();
-    let shared = Arc::new(Shared::new(options, root, probe, cold, tls, cache.clone()));
+    let shared = Arc::new(Shared::new(options, root, probe, cold, tls));
 
     let mut threads = Vec::new();
     for (index, listeners) in sockets.into_iter().enumerate() {
@@ -213,6 +213,7 @@ fn run_controlled(
             listeners,
             tls_listeners: std::mem::take(&mut tls_sockets[index]),
             shared: shared.clone(),
+            cache: cache.clone(),
             control: control.clone(),
             stats: stats[index].clone(),
         };
@@ -226,7 +227,7 @@ fn run_controlled(
     let mut admin_thread = None;
     if let Some(listener) = admin_listener {
         admin_addr = listener.local_addr().ok();
-        let admin = crate::admin::Admin::new(control.clone(), stats, cache.clone());
+        let admin = crate::admin::api::Admin::new(control.clone(), stats, cache.clone());
         admin_thread = Some(
             std::thread::Builder::new()
                 .name("linerate-admin".into())
@@ -290,7 +291,7 @@ fn start_tls(options: &ServerOptions) -> Result<Option<SharedTls>, ServerError> 
             "kernel TLS unavailable: TLS records are encrypted in user space"
         ),
     }
-    let builder = Arc::new(crate::tls_config::TlsConfigBuilder::new(tls.clone())?);
+    let builder = Arc::new(crate::tls::config::TlsConfigBuilder::new(tls.clone())?);
     let config = builder.build()?;
     let (publish, configs) = tokio::sync::watch::channel(config);
     Ok(Some(SharedTls {
@@ -404,7 +405,3 @@ fn bind_one(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpList
     sock.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
     Ok(sock.into())
 }
-
-/// How long a stopping worker waits between checks that its connections have drained,
-/// when no connection has closed to wake it. Only used while stopping.
-pub(crate) const DRAIN_POLL: Duration = Duration::from_millis(50);

@@ -12,7 +12,7 @@ use std::os::fd::AsFd;
 
 use tokio::net::TcpStream;
 
-use crate::worker::Worker;
+use crate::context::Worker;
 
 /// Parts per million, the unit of the retransmission histogram.
 const PPM: u64 = 1_000_000;

@@ -19,9 +19,9 @@ use linerate_sys::pagecache::Residency;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::route::{Body, Response};
+use crate::context::Worker;
+use crate::response::{Body, Piece, Response, TransferError};
 use crate::stats::DeliveryPath;
-use crate::worker::Worker;
 
 /// Most bytes asked of one `sendfile` call. Loopback and fast NICs take several MiB per
 /// call once the socket buffer has grown; nginx's `sendfile_max_chunk` default is 2 MiB.
@@ -30,49 +30,6 @@ pub(crate) const SENDFILE_CHUNK: usize = 2 * 1024 * 1024;
 /// Bytes whose page-cache residency is checked at once (one `cachestat` call). A cold
 /// window is read by the pool in one job, so this is also the cold-read size.
 const RESIDENCY_WINDOW: u64 = 2 * 1024 * 1024;
-
-/// Why a response could not be completed. The connection is closed in every case.
-#[derive(Debug)]
-pub(crate) enum TransferError {
-    /// The client reset or closed the connection.
-    ClientGone(io::Error),
-    /// No progress for the send timeout: the client stopped reading.
-    SendTimeout,
-    /// The file ended before the promised length (truncated while being sent).
-    Truncated,
-    /// The disk failed reading a cold range.
-    Disk(io::Error),
-    /// Cache mode: the body's source failed part-way (origin error while filling,
-    /// object changed at the origin); the client must not see a complete response.
-    Upstream(&'static str),
-}
-
-impl std::fmt::Display for TransferError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TransferError::ClientGone(e) => write!(f, "client gone: {e}"),
-            TransferError::SendTimeout => f.write_str("send timeout: client stopped reading"),
-            TransferError::Truncated => {
-                f.write_str("file shorter than promised (truncated while sending)")
-            }
-            TransferError::Disk(e) => write!(f, "disk read failed: {e}"),
-            TransferError::Upstream(why) => write!(f, "upstream failed: {why}"),
-        }
-    }
-}
-
-impl TransferError {
-    /// Short stable name for logs and metric labels.
-    pub(crate) fn as_str(&self) -> &'static str {
-        match self {
-            TransferError::ClientGone(_) => "client_gone",
-            TransferError::SendTimeout => "send_timeout",
-            TransferError::Truncated => "truncated",
-            TransferError::Disk(_) => "disk",
-            TransferError::Upstream(_) => "upstream",
-        }
-    }
-}
 
 /// Send one response completely. `sent` is set to the bytes handed to the kernel (head
 /// included), also when the transfer fails part-way; they are counted in the worker's
@@ -150,7 +107,7 @@ impl Sender<'_> {
                 }
                 out.bytes(&plan.trailer, Flush::Now).await
             }
-            Body::Proxy(mut body) => {
+            Body::Pieces(mut body) => {
                 let flush = if body.ready() {
                     Flush::More
                 } else {
@@ -159,10 +116,8 @@ impl Sender<'_> {
                 out.bytes(&response.head, flush).await?;
                 while let Some(piece) = body.next().await? {
                     match piece {
-                        crate::proxy::body::Piece::Bytes(b) => out.bytes(b, Flush::Now).await?,
-                        crate::proxy::body::Piece::File(file, range) => {
-                            out.file(file, range).await?
-                        }
+                        Piece::Bytes(b) => out.bytes(b, Flush::Now).await?,
+                        Piece::File(file, range) => out.file(file, range).await?,
                     }
                 }
                 Ok(())

@@ -10,12 +10,12 @@ use std::io;
 
 use tokio::net::TcpStream;
 
-use crate::ktls_conn::KtlsStream;
-use crate::route::{Body, Response};
+use crate::context::Worker;
+use crate::response::{Body, Response, TransferError};
 use crate::stats::DeliveryPath;
-use crate::tls_conn::TlsStream;
-use crate::transfer::{self, TransferError};
-use crate::worker::Worker;
+use crate::tls::conn::TlsStream;
+use crate::tls::ktls::KtlsStream;
+use crate::transfer;
 
 /// A connection's transport.
 pub(crate) enum Transport {
@@ -64,7 +64,7 @@ impl Transport {
                     .map_err(TransferError::ClientGone)?;
                 transfer::send(worker, &k.stream, response, sent, DeliveryPath::KernelTls).await
             }
-            Transport::Tls(t) => crate::tls_send::send(worker, t, response, sent).await,
+            Transport::Tls(t) => crate::tls::send::send(worker, t, response, sent).await,
         }
     }
 
@@ -124,7 +124,7 @@ fn size(response: &Response) -> (u64, u64) {
         }
         // A streamed body is sent in as many pieces as the fill delivers; bound the
         // writes generously (one per 4 KiB, plus slack for small pieces).
-        Body::Proxy(body) => {
+        Body::Pieces(body) => {
             let len = body.len_hint();
             (head + len, 1024 + len.div_ceil(4096))
         }

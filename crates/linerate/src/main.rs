@@ -188,7 +188,7 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     }
     if let Some(tls) = config.to_options().tls {
         // Load every certificate and key now, so a bad file fails the check, not a start.
-        linerate_server::tls_config::TlsConfigBuilder::new(tls)
+        linerate_server::tls::config::TlsConfigBuilder::new(tls)
             .and_then(|b| b.build())
             .map_err(|e| anyhow::anyhow!("{}: tls: {e}", file.display()))?;
     }

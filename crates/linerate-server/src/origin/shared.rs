@@ -299,7 +299,7 @@ fn client_config(opts: &OriginOptions) -> Result<Arc<ClientConfig>, String> {
         }
     }
     .map_err(|e| format!("origin {name:?}: {e}"))?;
-    let mut config = ClientConfig::builder_with_provider(crate::tls_config::provider())
+    let mut config = ClientConfig::builder_with_provider(crate::tls::config::provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("origin {name:?}: TLS versions: {e}"))?
         .with_root_certificates(roots)

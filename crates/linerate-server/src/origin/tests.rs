@@ -675,7 +675,7 @@ fn test_pki() -> (String, Arc<rustls::ServerConfig>) {
         .signed_by(&leaf_key, &*ca)
         .unwrap();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-    let config = rustls::ServerConfig::builder_with_provider(crate::tls_config::provider())
+    let config = rustls::ServerConfig::builder_with_provider(crate::tls::config::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()

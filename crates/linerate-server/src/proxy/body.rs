@@ -16,18 +16,10 @@ use linerate_cache::{BodyProgress, Progress, Readable};
 use linerate_http::range::ByteRange;
 
 use crate::origin::OriginResponse;
-use crate::transfer::TransferError;
+use crate::response::{NextPiece, Piece, Pieces, TransferError};
 
 /// Relayed origin bytes per piece.
 const RELAY_CHUNK: usize = 256 * 1024;
-
-/// One piece to send.
-pub(crate) enum Piece<'a> {
-    /// These bytes.
-    Bytes(&'a [u8]),
-    /// This range of this file (absolute file offsets).
-    File(&'a File, ByteRange),
-}
 
 /// What is left to send of a stored object, in body coordinates.
 #[derive(Debug)]
@@ -82,21 +74,18 @@ pub(crate) enum ProxyBody {
     Sliced(crate::proxy::slices::SlicedBody),
 }
 
-impl ProxyBody {
-    /// The next piece, `None` when the body is complete. An error means the body cannot
-    /// be completed: the connection must close.
-    pub(crate) async fn next(&mut self) -> Result<Option<Piece<'_>>, TransferError> {
-        match self {
-            ProxyBody::Stored(s) => s.next().await,
-            ProxyBody::Relay(r) => r.next().await,
-            ProxyBody::Sliced(s) => s.next().await,
-        }
+impl Pieces for ProxyBody {
+    fn next(&mut self) -> NextPiece<'_> {
+        Box::pin(async move {
+            match self {
+                ProxyBody::Stored(s) => s.next().await,
+                ProxyBody::Relay(r) => r.next().await,
+                ProxyBody::Sliced(s) => s.next().await,
+            }
+        })
     }
 
-    /// Whether the first piece is ready now (a complete stored object): the head may
-    /// then wait for it in the same segment (`MSG_MORE`); a streamed body sends its
-    /// head at once.
-    pub(crate) fn ready(&self) -> bool {
+    fn ready(&self) -> bool {
         match self {
             ProxyBody::Stored(s) => s.progress.is_none(),
             ProxyBody::Relay(_) => false,
@@ -104,8 +93,7 @@ impl ProxyBody {
         }
     }
 
-    /// Bytes this body will send, when known (for the kernel-TLS record estimate).
-    pub(crate) fn len_hint(&self) -> u64 {
+    fn len_hint(&self) -> u64 {
         match self {
             ProxyBody::Stored(s) => segments_len(&s.segments),
             ProxyBody::Relay(r) => r.response.content_length().unwrap_or(0),

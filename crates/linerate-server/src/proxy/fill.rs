@@ -18,7 +18,6 @@ use tokio::sync::oneshot;
 use super::fills::{Claim, FillGuard, Outcome};
 use super::{now_ms, ProxyShared, ProxyWorker, Req, VARY_STUB};
 use crate::origin::{OriginRequest, OriginResponse};
-use crate::worker::Worker;
 
 /// Body bytes read from the origin per store append.
 const FILL_CHUNK: usize = 256 * 1024;
@@ -89,26 +88,25 @@ impl Job {
 /// Start a background revalidation of `key` unless one is running (stale-while-
 /// revalidate): the client is served the stale copy without waiting.
 pub(crate) fn revalidate_in_background(
-    worker: &Rc<Worker>,
-    pw: &ProxyWorker,
+    pw: &Rc<ProxyWorker>,
     req: &Req<'_>,
     key: &[u8],
     stale: &ObjectMeta,
 ) {
     if let Claim::Leader(guard) = pw.shared.fills.claim(key) {
         let job = Job::new(&pw.shared, req, guard, Some(stale.clone()), None);
-        tokio::task::spawn_local(run(worker.clone(), job, None));
+        tokio::task::spawn_local(run(pw.clone(), job, None));
     }
 }
 
 /// Run one fill to its end. `handoff`: where an uncacheable response goes (the
 /// leader's client relays it instead of asking the origin again).
 pub(crate) async fn run(
-    worker: Rc<Worker>,
+    pw: Rc<ProxyWorker>,
     job: Job,
     handoff: Option<oneshot::Sender<OriginResponse>>,
 ) {
-    let outcome = fetch(&worker, &job, handoff).await;
+    let outcome = fetch(&pw, &job, handoff).await;
     job.guard.finish(outcome);
 }
 
@@ -121,13 +119,10 @@ fn failed(e: &crate::origin::OriginError, stale_ok: bool) -> Outcome {
 }
 
 async fn fetch(
-    worker: &Rc<Worker>,
+    pw: &ProxyWorker,
     job: &Job,
     handoff: Option<oneshot::Sender<OriginResponse>>,
 ) -> Outcome {
-    let Some(pw) = worker.proxy.as_ref() else {
-        return Outcome::Uncacheable;
-    };
     let px = &job.px;
     let origin = &pw.origins[job.origin];
     let mut headers: Vec<(&[u8], &[u8])> = job

@@ -17,10 +17,10 @@ use linerate_http::{multipart, HeadWriter, Persistence, StatusCode, Version};
 
 use super::body::{ProxyBody, Relay, Segment, Stored};
 use super::{known_len, now_ms, ProxyShared, Req, Status};
+use crate::context::Worker;
 use crate::origin::OriginResponse;
-use crate::route::{Body, Response};
+use crate::response::{Body, Response};
 use crate::stats::CacheStatus;
-use crate::worker::Worker;
 
 /// Freshness facts of one stored response, now.
 #[derive(Debug, Clone)]
@@ -197,16 +197,12 @@ fn replayable(name: &[u8], tokens: &[Vec<u8>]) -> bool {
 /// Write our common fields: Via (appended to the origin's), Cache-Status, connection.
 fn common(
     w: &mut HeadWriter<'_>,
-    worker: &Worker,
     req: &Req<'_>,
     via_in: Option<&[u8]>,
     status: &CacheStatusField<'_>,
     persistence: Persistence,
 ) {
-    let ours = worker
-        .proxy
-        .as_ref()
-        .map_or("1.1 linerate", |p| p.shared.via.as_str());
+    let ours = req.px.via.as_str();
     match via_in {
         Some(v) => {
             let mut joined = v.to_vec();
@@ -219,14 +215,11 @@ fn common(
         }
     }
     w.field("Cache-Status", status.to_header().as_bytes());
-    crate::route::persistence_field(w, &req.head, persistence);
+    crate::response::persistence_field(w, &req.head, persistence);
 }
 
-fn worker_name(worker: &Worker) -> &str {
-    worker
-        .proxy
-        .as_ref()
-        .map_or("linerate", |p| p.shared.opts.cache_name.as_str())
+fn worker_name<'r>(req: &'r Req<'_>) -> &'r str {
+    req.px.opts.cache_name.as_str()
 }
 
 fn status_field<'a>(
@@ -257,7 +250,7 @@ pub(crate) fn serve(
     metric: CacheStatus,
 ) -> Response {
     let meta = Arc::clone(&h.meta);
-    let name = worker_name(worker);
+    let name = worker_name(req);
     let hit = matches!(metric, CacheStatus::Hit | CacheStatus::Stale) && st.fwd.is_none();
     let ttl = Some(fresh.ttl());
     let csf = status_field(name, &st, hit, ttl);
@@ -282,7 +275,7 @@ pub(crate) fn serve(
     let write_stored = |w: &mut HeadWriter<'_>, skip_content_type: bool| {
         stored_fields(w, &meta, skip_content_type);
         w.field_u64("Age", fresh.age);
-        common(w, worker, req, field(&meta, b"via"), &csf, persistence);
+        common(w, req, field(&meta, b"via"), &csf, persistence);
     };
     let response = |head: Vec<u8>, body: Body, code: StatusCode| Response {
         head,
@@ -296,7 +289,7 @@ pub(crate) fn serve(
         match conditional::evaluate(&req.head, &validators) {
             Precondition::Proceed => {}
             Precondition::NotModified => {
-                let mut r = not_modified(worker, req, &meta, fresh, &st);
+                let mut r = not_modified(req, &meta, fresh, &st);
                 r.cache = metric;
                 return r;
             }
@@ -396,7 +389,7 @@ pub(crate) fn serve(
     let body = if req.head_only || code.is_bodiless() {
         Body::Empty
     } else {
-        Body::Proxy(Box::new(ProxyBody::Stored(Stored {
+        Body::Pieces(Box::new(ProxyBody::Stored(Stored {
             file: h.file,
             body_offset: h.body_offset,
             progress,
@@ -409,13 +402,8 @@ pub(crate) fn serve(
 }
 
 /// The head for a relayed (uncached) origin response; the body follows as it arrives.
-pub(crate) fn relayed(
-    worker: &Rc<Worker>,
-    req: &Req<'_>,
-    r: OriginResponse,
-    st: Status,
-) -> Response {
-    let name = worker_name(worker);
+pub(crate) fn relayed(req: &Req<'_>, r: OriginResponse, st: Status) -> Response {
+    let name = worker_name(req);
     let csf = status_field(name, &st, false, None);
     let code = StatusCode::from_code(r.head.status);
     let tokens = cache::connection_tokens(r.head.headers_named(b"connection"));
@@ -462,12 +450,12 @@ pub(crate) fn relayed(
             }
         }
     };
-    common(&mut w, worker, req, via_in, &csf, persistence);
+    common(&mut w, req, via_in, &csf, persistence);
     w.finish();
     let body = if req.head_only || matches!(r.head.framing, Framing::Empty) {
         Body::Empty
     } else {
-        Body::Proxy(Box::new(ProxyBody::Relay(Relay {
+        Body::Pieces(Box::new(ProxyBody::Relay(Relay {
             response: r,
             chunked,
             buf: Vec::new(),
@@ -492,18 +480,18 @@ pub(crate) fn error(
     detail: &'static str,
 ) -> Response {
     st.detail = Some(detail);
-    let name = worker_name(worker);
+    let name = worker_name(req);
     let csf = status_field(name, &st, false, None);
     let reason = status.reason();
     let body = format!("{} {}\n", status.code(), reason);
     let mut head = Vec::with_capacity(256);
     let mut w = HeadWriter::new(&mut head, status);
     worker.date.with(|d| w.field("Date", d));
-    w.field("Server", crate::route::SERVER);
+    w.field("Server", crate::response::SERVER);
     w.field("Content-Type", b"text/plain; charset=utf-8");
     w.field_u64("Content-Length", body.len() as u64);
     w.field("Cache-Control", b"no-store");
-    common(&mut w, worker, req, None, &csf, req.persistence);
+    common(&mut w, req, None, &csf, req.persistence);
     w.finish();
     if !req.head_only {
         head.extend_from_slice(body.as_bytes());
@@ -535,20 +523,18 @@ pub(crate) fn stored_fields(w: &mut HeadWriter<'_>, meta: &ObjectMeta, skip_cont
 /// Via, Cache-Status and the connection field for a stored response.
 pub(crate) fn common_fields(
     w: &mut HeadWriter<'_>,
-    worker: &Worker,
     req: &Req<'_>,
     meta: &ObjectMeta,
     st: &Status,
     fresh: &Freshness,
 ) {
-    let name = worker_name(worker);
+    let name = worker_name(req);
     let csf = status_field(name, st, st.fwd.is_none(), Some(fresh.ttl()));
-    common(w, worker, req, field(meta, b"via"), &csf, req.persistence);
+    common(w, req, field(meta, b"via"), &csf, req.persistence);
 }
 
 /// 304 for a client whose validators match the stored response.
 pub(crate) fn not_modified(
-    worker: &Worker,
     req: &Req<'_>,
     meta: &ObjectMeta,
     fresh: &Freshness,
@@ -572,7 +558,7 @@ pub(crate) fn not_modified(
         }
     }
     w.field_u64("Age", fresh.age);
-    common_fields(&mut w, worker, req, meta, st, fresh);
+    common_fields(&mut w, req, meta, st, fresh);
     w.finish();
     Response {
         head,

@@ -27,10 +27,10 @@ use linerate_http::cache::{Fwd, RequestCacheControl, Vary};
 use linerate_http::{parse_request, ParseOutcome, Persistence, RequestHead, StatusCode};
 
 use crate::cacheopts::{CacheOptions, QueryKey, RouteOptions};
+use crate::context::Worker;
 use crate::origin::{Origin, OriginShared};
-use crate::route::Response;
+use crate::response::Response;
 use crate::stats::CacheStatus;
-use crate::worker::Worker;
 use fills::{Claim, FillState, Fills, Outcome};
 
 /// Separates a primary key from a variant's secondary key (`Vary`).
@@ -304,6 +304,8 @@ fn host_without_port(host: &[u8]) -> &[u8] {
 
 /// The request as cache mode sees it.
 pub(crate) struct Req<'a> {
+    /// Cache mode's shared state.
+    pub(crate) px: &'a ProxyShared,
     pub(crate) head: RequestHead<'a>,
     pub(crate) method: &'a str,
     /// Every request field, in order.
@@ -368,25 +370,21 @@ pub(crate) struct Status {
     pub(crate) detail: Option<&'static str>,
 }
 
-/// Answer one request in cache mode. `raw` is the whole request head, `body` the
-/// request body (non-empty only for methods that carry one).
+/// Answer one request in cache mode.
 pub(crate) async fn respond(
     worker: &Rc<Worker>,
-    raw: &[u8],
-    body: Vec<u8>,
-    secure: bool,
+    pw: &Rc<ProxyWorker>,
+    request: crate::response::Request<'_>,
 ) -> Response {
-    let Some(pw) = worker.proxy.as_ref() else {
-        return crate::route::error(worker, StatusCode::InternalServerError, Persistence::Close);
-    };
     let px = &pw.shared;
+    let (raw, body, secure) = (request.raw, request.body, request.secure);
     let Ok(ParseOutcome::Complete { head, .. }) = parse_request(raw) else {
-        return crate::route::error(worker, StatusCode::BadRequest, Persistence::Close);
+        return crate::response::error(worker, StatusCode::BadRequest, Persistence::Close);
     };
     let mut slots = [httparse::EMPTY_HEADER; linerate_http::request::MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut slots);
     if parsed.parse(raw).is_err() {
-        return crate::route::error(worker, StatusCode::BadRequest, Persistence::Close);
+        return crate::response::error(worker, StatusCode::BadRequest, Persistence::Close);
     }
     let method = parsed.method.unwrap_or("GET");
     let fields: Vec<(&[u8], &[u8])> = parsed
@@ -397,10 +395,10 @@ pub(crate) async fn respond(
     let persistence = if worker.stopping() {
         Persistence::Close
     } else {
-        crate::route::copy_persistence(&head.persistence)
+        head.persistence
     };
     let Some(target) = origin_form(head.target) else {
-        return crate::route::error(worker, StatusCode::BadRequest, persistence);
+        return crate::response::error(worker, StatusCode::BadRequest, persistence);
     };
     let host = head.host.unwrap_or(b"");
     let (path, query) = match target.iter().position(|&b| b == b'?') {
@@ -408,7 +406,7 @@ pub(crate) async fn respond(
         None => (target, &b""[..]),
     };
     let Some(route) = px.route_for(host, path) else {
-        return crate::route::error(worker, StatusCode::NotFound, persistence);
+        return crate::response::error(worker, StatusCode::NotFound, persistence);
     };
     let mut key = Vec::with_capacity(16 + host.len() + target.len());
     key.extend_from_slice(if secure { b"https://" } else { b"http://" });
@@ -434,6 +432,7 @@ pub(crate) async fn respond(
     };
     let head_only = method == "HEAD";
     let req = Req {
+        px,
         head,
         method,
         fields,
@@ -446,7 +445,7 @@ pub(crate) async fn respond(
     };
     match method {
         "GET" | "HEAD" => cached(worker, pw, &req).await,
-        "CONNECT" => crate::route::error(worker, StatusCode::MethodNotAllowed, persistence),
+        "CONNECT" => crate::response::error(worker, StatusCode::MethodNotAllowed, persistence),
         _ => {
             let unsafe_method = !matches!(method, "OPTIONS" | "TRACE");
             let response = relay(worker, pw, &req, &body, Status::default()).await;
@@ -478,7 +477,7 @@ fn origin_form(target: &[u8]) -> Option<&[u8]> {
 }
 
 /// GET and HEAD.
-async fn cached(worker: &Rc<Worker>, pw: &ProxyWorker, req: &Req<'_>) -> Response {
+async fn cached(worker: &Rc<Worker>, pw: &Rc<ProxyWorker>, req: &Req<'_>) -> Response {
     let px = &pw.shared;
     let mut st = Status::default();
     // Set once this request has been forward (its own fill, or one it followed): what
@@ -496,7 +495,7 @@ async fn cached(worker: &Rc<Worker>, pw: &ProxyWorker, req: &Req<'_>) -> Respons
                     return head::serve(worker, req, h, &fresh, st, CacheStatus::Miss);
                 }
                 if fresh.within_swr() && !req.cc.no_cache {
-                    fill::revalidate_in_background(worker, pw, req, &key, &h.meta);
+                    fill::revalidate_in_background(pw, req, &key, &h.meta);
                     st.detail = Some("stale-while-revalidate");
                     return head::serve(worker, req, h, &fresh, st, CacheStatus::Stale);
                 }
@@ -511,7 +510,7 @@ async fn cached(worker: &Rc<Worker>, pw: &ProxyWorker, req: &Req<'_>) -> Respons
                 }
                 // Revalidate now (one request for everyone asking meanwhile).
                 st.fwd = Some(Fwd::Stale);
-                match follow(worker, pw, req, &key, Some(&h.meta), &mut st, forwarded).await {
+                match follow(pw, req, &key, Some(&h.meta), &mut st, forwarded).await {
                     Next::Lookup => {
                         forwarded = true;
                         continue;
@@ -527,7 +526,7 @@ async fn cached(worker: &Rc<Worker>, pw: &ProxyWorker, req: &Req<'_>) -> Respons
                         let fresh = head::freshness(px, req, &h.meta).revalidated();
                         return head::serve(worker, req, h, &fresh, st, CacheStatus::Hit);
                     }
-                    Next::Relay(r) => return head::relayed(worker, req, *r, st),
+                    Next::Relay(r) => return head::relayed(req, *r, st),
                     Next::Pass => return relay(worker, pw, req, &[], st).await,
                     Next::Failed {
                         status,
@@ -582,12 +581,12 @@ async fn cached(worker: &Rc<Worker>, pw: &ProxyWorker, req: &Req<'_>) -> Respons
                         Fwd::UriMiss
                     });
                 }
-                match follow(worker, pw, req, &key, None, &mut st, forwarded).await {
+                match follow(pw, req, &key, None, &mut st, forwarded).await {
                     Next::Lookup | Next::Revalidated => {
                         forwarded = true;
                         continue;
                     }
-                    Next::Relay(r) => return head::relayed(worker, req, *r, st),
+                    Next::Relay(r) => return head::relayed(req, *r, st),
                     Next::Pass => return relay(worker, pw, req, &[], st).await,
                     Next::Failed { status, detail, .. } => {
                         return head::error(worker, req, status, st, detail)
@@ -662,8 +661,7 @@ pub(crate) enum Next {
 /// Claim `key` (or join its claim) and wait for the fill's news. `stale`: the stored
 /// copy's metadata, to revalidate it.
 async fn follow(
-    worker: &Rc<Worker>,
-    pw: &ProxyWorker,
+    pw: &Rc<ProxyWorker>,
     req: &Req<'_>,
     key: &[u8],
     stale: Option<&linerate_cache::ObjectMeta>,
@@ -676,7 +674,7 @@ async fn follow(
             let rx = guard.subscribe();
             let (tx, handoff) = tokio::sync::oneshot::channel();
             let job = fill::Job::new(px, req, guard, stale.cloned(), None);
-            tokio::task::spawn_local(fill::run(worker.clone(), job, Some(tx)));
+            tokio::task::spawn_local(fill::run(pw.clone(), job, Some(tx)));
             (rx, Some(handoff))
         }
         Claim::Follower(mut rx) if after_writing => {
@@ -753,7 +751,7 @@ async fn relay(
         st.fwd = Some(Fwd::Bypass);
     }
     match sent {
-        Ok(r) => head::relayed(worker, req, r, st),
+        Ok(r) => head::relayed(req, r, st),
         Err(e) => {
             let detail = e.as_str();
             head::error(worker, req, e.status(), st, detail)

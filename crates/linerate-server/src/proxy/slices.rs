@@ -21,21 +21,21 @@ use linerate_http::conditional::{self, IfRange, Validators};
 use linerate_http::range::{self, ByteRange, RangeOutcome, RangeSpec};
 use linerate_http::{multipart, HeadWriter, StatusCode};
 
-use super::body::{available, Piece, ProxyBody, Segment};
+use super::body::{available, ProxyBody, Segment};
 use super::fill::{self, SliceJob};
 use super::fills::{self, Claim, FillState, Outcome};
 use super::{head, slice_key, ProxyShared, ProxyWorker, Req, Status};
-use crate::route::{Body, Response};
+use crate::context::Worker;
+use crate::response::TransferError;
+use crate::response::{Body, Piece, Response};
 use crate::stats::CacheStatus;
-use crate::transfer::TransferError;
-use crate::worker::Worker;
 
 /// Lookups of one slice before giving up.
 const MAX_ROUNDS: usize = 6;
 
 /// What a slice fetch needs, owned (the body outlives the request head).
 pub(crate) struct SliceCtx {
-    pub(crate) worker: Rc<Worker>,
+    pub(crate) pw: Rc<ProxyWorker>,
     pub(crate) px: Arc<ProxyShared>,
     pub(crate) route: usize,
     pub(crate) origin: usize,
@@ -189,7 +189,7 @@ impl SliceCtx {
                 Claim::Leader(guard) => {
                     let rx = guard.subscribe();
                     let job = self.job(guard, index, expect, stale_meta);
-                    tokio::task::spawn_local(fill::run(self.worker.clone(), job, None));
+                    tokio::task::spawn_local(fill::run(self.pw.clone(), job, None));
                     rx
                 }
                 Claim::Follower(mut rx) if forwarded => {
@@ -278,7 +278,7 @@ impl SliceCtx {
     ) {
         if let Claim::Leader(guard) = self.px.fills.claim(key) {
             let job = self.job(guard, index, expect, Some(stale.clone()));
-            tokio::task::spawn_local(fill::run(self.worker.clone(), job, None));
+            tokio::task::spawn_local(fill::run(self.pw.clone(), job, None));
         }
     }
 }
@@ -399,14 +399,14 @@ fn first_wanted(req: &Req<'_>) -> u64 {
 /// Serve a URL of a sliced route that is not stored whole.
 pub(crate) async fn serve(
     worker: &Rc<Worker>,
-    pw: &ProxyWorker,
+    pw: &Rc<ProxyWorker>,
     req: &Req<'_>,
     mut st: Status,
 ) -> Response {
     let px = &pw.shared;
     let route = &px.routes[req.route];
     let ctx = SliceCtx {
-        worker: worker.clone(),
+        pw: pw.clone(),
         px: Arc::clone(px),
         route: req.route,
         origin: route.origin,
@@ -478,7 +478,7 @@ pub(crate) async fn serve(
     match precondition {
         conditional::Precondition::Proceed => {}
         conditional::Precondition::NotModified => {
-            return head::not_modified(worker, req, &meta, &fresh, &st);
+            return head::not_modified(req, &meta, &fresh, &st);
         }
         conditional::Precondition::Failed => {
             return head::error(
@@ -563,14 +563,14 @@ pub(crate) async fn serve(
         for (n, v) in &extra {
             w.field(n, v);
         }
-        head::common_fields(&mut w, worker, req, &meta, &st, &fresh);
+        head::common_fields(&mut w, req, &meta, &st, &fresh);
         w.finish();
     }
     let body = if req.head_only || code == StatusCode::RangeNotSatisfiable || total == 0 {
         Body::Empty
     } else {
         let first = open(probe, h, s, total);
-        Body::Proxy(Box::new(ProxyBody::Sliced(SlicedBody {
+        Body::Pieces(Box::new(ProxyBody::Sliced(SlicedBody {
             ctx,
             version,
             segments,

@@ -21,15 +21,18 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
+use linerate_sys::ktls::Support;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
+use tokio::sync::watch;
 
-use crate::options::{TlsOptions, UnknownSni};
+use crate::options::{KtlsMode, TlsOptions, UnknownSni};
 
 /// The ALPN protocol we speak (RFC 7301; registry name for HTTP/1.1).
 const ALPN_HTTP11: &[u8] = b"http/1.1";
@@ -220,4 +223,20 @@ fn load_certified_key(
             format!("does not match {}: {e}", chain.display()),
         )),
     }
+}
+
+/// TLS state shared read-only by the workers.
+pub(crate) struct SharedTls {
+    /// What the kernel's kTLS accepts (probed once at start-up).
+    pub(crate) support: Support,
+    /// Whether kTLS may be used at all.
+    pub(crate) mode: KtlsMode,
+    /// Whole-handshake deadline.
+    pub(crate) handshake_timeout: Duration,
+    /// The current server configuration; replaced when certificates are reloaded.
+    pub(crate) configs: watch::Receiver<Arc<ServerConfig>>,
+    /// Where a reload publishes the new configuration.
+    pub(crate) publish: watch::Sender<Arc<ServerConfig>>,
+    /// Rebuilds configurations (keeps the session-ticket keys across reloads).
+    pub(crate) builder: Arc<TlsConfigBuilder>,
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use linerate_cache::{DiskState, DiskStats};
 
-use crate::control::Mode;
+use crate::admin::control::RunState;
 use crate::operate::Metrics;
 use crate::origin::{OriginSnapshot, ServerSnapshot, ServerState};
 use crate::stats::{
@@ -38,7 +38,7 @@ pub(crate) struct Rates {
 /// Server-wide facts that are not worker counters.
 pub(crate) struct Facts {
     /// Serving mode.
-    pub(crate) mode: Mode,
+    pub(crate) mode: RunState,
     /// Seconds since start.
     pub(crate) uptime_s: f64,
     /// Successful and rejected reloads.
@@ -77,7 +77,7 @@ pub(crate) enum HealthVerdict {
 impl HealthVerdict {
     /// The verdict for these facts (draining wins over a disk problem).
     pub(crate) fn of(facts: &Facts) -> HealthVerdict {
-        if facts.mode != Mode::Serving {
+        if facts.mode != RunState::Serving {
             return HealthVerdict::Draining;
         }
         match &facts.cache {
@@ -456,7 +456,7 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
         &mut out,
         "linerate_draining",
         "1 while draining or stopping (health fails), else 0.",
-        if facts.mode == Mode::Serving {
+        if facts.mode == RunState::Serving {
             0.0
         } else {
             1.0
@@ -675,7 +675,7 @@ pub(crate) fn health(
     let mut out = format!(
         "{{\"status\":\"{}\",\"draining\":{}{reason},\"open_connections\":{},\"throughput_bytes_per_second\":{throughput},\"requests_per_second\":{requests},",
         facts.mode.as_str(),
-        facts.mode != Mode::Serving,
+        facts.mode != RunState::Serving,
         t.open,
     );
     cache_json(&mut out, facts.cache.as_ref(), Detail::Brief);
@@ -807,7 +807,7 @@ mod tests {
         b.response(404, CacheStatus::Local, 400);
         a.sent(DeliveryPath::Sendfile, 100);
         let facts = Facts {
-            mode: Mode::Serving,
+            mode: RunState::Serving,
             uptime_s: 1.0,
             reloads: (0, 0),
             ktls: None,
@@ -842,7 +842,7 @@ mod tests {
         }
     }
 
-    fn cache_facts(mode: Mode, disks: Vec<DiskStats>) -> Facts {
+    fn cache_facts(mode: RunState, disks: Vec<DiskStats>) -> Facts {
         let failures = crate::origin::ERROR_KINDS
             .iter()
             .map(|&k| (k, u64::from(k == "connect") * 2))
@@ -879,7 +879,7 @@ mod tests {
         a.response(200, CacheStatus::Miss, 10);
         a.response(200, CacheStatus::Pass, 10);
         let facts = cache_facts(
-            Mode::Serving,
+            RunState::Serving,
             vec![
                 disk("d0", DiskState::InService),
                 disk("d1", DiskState::OutOfService),
@@ -924,7 +924,7 @@ mod tests {
         let stats = [Arc::new(WorkerStats::new())];
         let rates = Rates::default();
         // An origin server down does not fail health.
-        let up = cache_facts(Mode::Serving, vec![disk("d0", DiskState::InService)]);
+        let up = cache_facts(RunState::Serving, vec![disk("d0", DiskState::InService)]);
         assert_eq!(HealthVerdict::of(&up), HealthVerdict::Serving);
         assert_eq!(HealthVerdict::of(&up).status(), 200);
         let body = health(&stats, &up, &rates, Metrics::On);
@@ -943,7 +943,7 @@ mod tests {
         assert!(!body.contains("reason"), "{body}");
         // Every disk out of service: 503 with a reason.
         let out = cache_facts(
-            Mode::Serving,
+            RunState::Serving,
             vec![
                 disk("d0", DiskState::OutOfService),
                 disk("d1", DiskState::OutOfService),
@@ -959,7 +959,7 @@ mod tests {
         );
         // One left in service is enough.
         let one = cache_facts(
-            Mode::Serving,
+            RunState::Serving,
             vec![
                 disk("d0", DiskState::OutOfService),
                 disk("d1", DiskState::InService),
@@ -967,7 +967,10 @@ mod tests {
         );
         assert_eq!(HealthVerdict::of(&one).status(), 200);
         // Draining wins (and needs no reason: `draining` says it).
-        let draining = cache_facts(Mode::Draining, vec![disk("d0", DiskState::OutOfService)]);
+        let draining = cache_facts(
+            RunState::Draining,
+            vec![disk("d0", DiskState::OutOfService)],
+        );
         assert_eq!(HealthVerdict::of(&draining), HealthVerdict::Draining);
         assert!(!health(&stats, &draining, &rates, Metrics::On).contains("reason"));
     }
@@ -976,7 +979,7 @@ mod tests {
     fn appliance_health_and_stats_keep_an_empty_disk_list() {
         let stats = [Arc::new(WorkerStats::new())];
         let facts = Facts {
-            mode: Mode::Serving,
+            mode: RunState::Serving,
             uptime_s: 1.0,
             reloads: (0, 0),
             ktls: None,
@@ -993,7 +996,7 @@ mod tests {
     #[test]
     fn stats_json_has_every_disk_and_server_counter() {
         let stats = [Arc::new(WorkerStats::new())];
-        let facts = cache_facts(Mode::Serving, vec![disk("d0", DiskState::InService)]);
+        let facts = cache_facts(RunState::Serving, vec![disk("d0", DiskState::InService)]);
         let doc = stats_json(&stats, &facts, &Rates::default());
         assert!(
             doc.contains("\"objects\":2,\"reserved_bytes\":0,\"evictions\":3,\"admissions_refused\":4,\"io_errors\":5,\"corrupt_objects\":1}"),

@@ -10,39 +10,18 @@
 
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
 
-use linerate_sys::ktls::Support;
-use rustls::{HandshakeKind, ServerConfig};
+use rustls::HandshakeKind;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::control::Control;
-use crate::stats::TlsOutcome;
-use crate::tls_config::TlsConfigBuilder;
-
-use crate::ktls_conn;
+use crate::admin::control::Control;
+use crate::context::Worker;
 use crate::options::KtlsMode;
-use crate::tls_conn::{self, HandshakeError, TlsStream};
+use crate::stats::TlsOutcome;
+use crate::tls::conn::{HandshakeError, TlsStream};
+use crate::tls::{conn as tls_conn, ktls as ktls_conn};
 use crate::transport::Transport;
-use crate::worker::Worker;
-
-/// TLS state shared read-only by the workers.
-pub(crate) struct SharedTls {
-    /// What the kernel's kTLS accepts (probed once at start-up).
-    pub(crate) support: Support,
-    /// Whether kTLS may be used at all.
-    pub(crate) mode: KtlsMode,
-    /// Whole-handshake deadline.
-    pub(crate) handshake_timeout: Duration,
-    /// The current server configuration; replaced when certificates are reloaded.
-    pub(crate) configs: watch::Receiver<Arc<ServerConfig>>,
-    /// Where a reload publishes the new configuration.
-    pub(crate) publish: watch::Sender<Arc<ServerConfig>>,
-    /// Rebuilds configurations (keeps the session-ticket keys across reloads).
-    pub(crate) builder: Arc<TlsConfigBuilder>,
-}
 
 /// Per-worker: keep this worker's copy of the TLS configuration current. Worker 0
 /// also rebuilds it whenever the configuration is reloaded (SIGHUP or the admin API),

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::control::{Control, Mode, ReloadOutcome};
-use crate::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrape};
+use crate::admin::control::{Control, ReloadOutcome, RunState};
+use crate::admin::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrape};
 use crate::operate::Metrics;
 use crate::stats::WorkerStats;
 
@@ -36,7 +36,7 @@ const ADMIN_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 const RATE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The dashboard page, embedded in the binary.
-const DASHBOARD: &str = include_str!("../assets/dashboard.html");
+const DASHBOARD: &str = include_str!("../../assets/dashboard.html");
 
 /// Bind the admin listener (at start-up, so a bad address fails before serving).
 pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -102,7 +102,7 @@ impl Admin {
                 }
             };
             let sampler = tokio::task::spawn_local(sample_rates(admin.clone()));
-            let mut mode = admin.control.watch_mode();
+            let mut mode = admin.control.watch_run_state();
             loop {
                 tokio::select! {
                     accepted = listener.accept() => match accepted {
@@ -114,7 +114,7 @@ impl Admin {
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                     },
-                    r = mode.wait_for(|m| *m == Mode::Stopping) => {
+                    r = mode.wait_for(|m| *m == RunState::Stopping) => {
                         let _ = r;
                         break;
                     }
@@ -126,7 +126,7 @@ impl Admin {
 
     fn facts(&self) -> Facts {
         Facts {
-            mode: self.control.mode(),
+            mode: self.control.run_state(),
             uptime_s: self.control.started.elapsed().as_secs_f64(),
             reloads: self.control.reload_counts(),
             ktls: self.control.ktls().cloned(),
@@ -402,7 +402,7 @@ fn command_reply(admin: &Admin, path: &str) -> Reply {
             Reply::new(
                 200,
                 "application/json",
-                format!("{{\"mode\":\"{}\"}}\n", admin.control.mode().as_str()),
+                format!("{{\"mode\":\"{}\"}}\n", admin.control.run_state().as_str()),
             )
         }
         "/reopen-logs" => {

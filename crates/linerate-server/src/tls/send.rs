@@ -19,17 +19,12 @@ use std::os::unix::fs::FileExt;
 
 use linerate_http::range::ByteRange;
 
-use crate::route::{Body, Response};
+use crate::context::Worker;
+use crate::response::{Body, Piece, Response, TransferError};
 use crate::stats::DeliveryPath;
-use crate::tls_conn::TlsStream;
-use crate::transfer::TransferError;
-use crate::worker::Worker;
+use crate::tls::conn::TlsStream;
 
-/// Plaintext gathered per encrypt-and-send: sixteen full records. A 2 MiB segment costs
-/// 8 sends. Measured on loopback against 128 KiB (docs/benchmarks.md, HTTPS): 256 KiB
-/// gave ~15% more GB/s and less CPU per GB for 2 MiB segments. The cost is memory per
-/// response in flight (a plaintext and a ciphertext chunk, 512 KiB, pooled per worker).
-pub(crate) const TLS_CHUNK: usize = 256 * 1024;
+use super::TLS_CHUNK;
 
 /// Send one response completely over user-space TLS.
 /// `sent` gets the plaintext bytes sealed and written.
@@ -81,15 +76,13 @@ impl Writer<'_> {
                 }
                 self.bytes(&plan.trailer).await?;
             }
-            Body::Proxy(mut body) => {
+            Body::Pieces(mut body) => {
                 self.bytes(&response.head).await?;
                 // Streamed: each piece is flushed, so a follower never holds bytes back.
                 while let Some(piece) = body.next().await? {
                     match piece {
-                        crate::proxy::body::Piece::Bytes(b) => self.bytes(b).await?,
-                        crate::proxy::body::Piece::File(file, range) => {
-                            self.file(file, range).await?
-                        }
+                        Piece::Bytes(b) => self.bytes(b).await?,
+                        Piece::File(file, range) => self.file(file, range).await?,
                     }
                     self.flush().await?;
                 }

@@ -1,71 +1,30 @@
-//! From a parsed request to a response plan: method check, target → path, open beneath
-//! the root, preconditions, ranges, and the response head. The plan owns everything
+//! Appliance mode's handler: from a parsed request to a response plan for a file under
+//! the root: method check, target → path, open beneath the root, preconditions, ranges,
+//! and the response head. The plan owns everything
 //! the transfer needs (head bytes, the open file, the ranges), so sending it involves no
 //! further decisions.
 //!
 //! Not here: sockets. Opening and `fstat`ing the file are the only I/O.
 
-use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 
 use linerate_http::conditional::{self, IfRange, Precondition, Validators};
-use linerate_http::multipart::{self, MultipartPlan};
+use linerate_http::multipart;
 use linerate_http::range::{self, ByteRange, RangeOutcome};
-use linerate_http::{
-    mime, path, HeadWriter, Method, Persistence, RequestHead, StatusCode, Version,
-};
+use linerate_http::{mime, path, HeadWriter, Method, Persistence, RequestHead, StatusCode};
 
+use crate::context::Worker;
+use crate::response::{error, persistence_field, simple, Body, Response, SERVER};
 use crate::stats::CacheStatus;
-use crate::worker::Worker;
-
-/// `Server` field value.
-pub(crate) const SERVER: &[u8] = b"linerate";
-
-/// A response ready to send.
-pub(crate) struct Response {
-    /// Status line and fields, ending with the blank line.
-    pub(crate) head: Vec<u8>,
-    /// What follows the head.
-    pub(crate) body: Body,
-    /// Whether the connection continues after this response.
-    pub(crate) persistence: Persistence,
-    /// The status in `head` (for counters and the access log).
-    pub(crate) status: StatusCode,
-    /// Where the content came from (appliance mode: always `Local`).
-    pub(crate) cache: CacheStatus,
-}
-
-/// The bytes after the head.
-pub(crate) enum Body {
-    /// Nothing (HEAD, 304, or a body already appended to the head).
-    Empty,
-    /// One range of a file (the whole file for 200).
-    File {
-        /// The open file.
-        file: File,
-        /// What to send of it.
-        range: ByteRange,
-    },
-    /// multipart/byteranges parts of a file.
-    Multipart {
-        /// The open file.
-        file: File,
-        /// Part heads, ranges and trailer.
-        plan: MultipartPlan,
-    },
-    /// Cache mode: bytes from the store (possibly still being written) or from an
-    /// origin, produced piece by piece (see `proxy::body`).
-    Proxy(Box<crate::proxy::body::ProxyBody>),
-}
 
 /// Decide the response to one request.
 pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
     let persistence = if worker.stopping() {
         Persistence::Close
     } else {
-        copy_persistence(&req.persistence)
+        req.persistence
     };
     let head_only = match req.method {
         Method::Get => false,
@@ -203,7 +162,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
                 w.content_range(r.start, r.last(), len);
             }
         }
-        Body::Empty | Body::Proxy(_) => {}
+        Body::Empty | Body::Pieces(_) => {}
     }
     w.field_u64("Content-Length", body_len);
     w.finish();
@@ -221,11 +180,6 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
     }
 }
 
-/// A short text response for an error status.
-pub(crate) fn error(worker: &Worker, status: StatusCode, persistence: Persistence) -> Response {
-    simple(worker, status, persistence, None)
-}
-
 fn method_not_allowed(worker: &Worker, persistence: Persistence) -> Response {
     // RFC 9110 §15.5.6: a 405 MUST carry Allow.
     simple(
@@ -234,37 +188,6 @@ fn method_not_allowed(worker: &Worker, persistence: Persistence) -> Response {
         persistence,
         Some(("Allow", b"GET, HEAD")),
     )
-}
-
-pub(crate) fn simple(
-    worker: &Worker,
-    status: StatusCode,
-    persistence: Persistence,
-    extra: Option<(&str, &[u8])>,
-) -> Response {
-    let mut head = Vec::with_capacity(256);
-    let reason = status.reason();
-    let body_len = 4 + reason.len() + 1; // "NNN " + reason + "\n"
-    let mut w = HeadWriter::new(&mut head, status);
-    worker.date.with(|d| w.field("Date", d));
-    w.field("Server", SERVER);
-    if let Some((name, value)) = extra {
-        w.field(name, value);
-    }
-    w.field("Content-Type", b"text/plain; charset=utf-8");
-    w.field_u64("Content-Length", body_len as u64);
-    if matches!(persistence, Persistence::Close) {
-        w.field("Connection", b"close");
-    }
-    w.finish();
-    head.extend_from_slice(format!("{} {}\n", status.code(), reason).as_bytes());
-    Response {
-        head,
-        body: Body::Empty,
-        persistence,
-        status,
-        cache: CacheStatus::Local,
-    }
 }
 
 /// Map an open error to a status. Escapes (EXDEV from RESOLVE_BENEATH, ELOOP) look like
@@ -284,30 +207,5 @@ fn open_error_status(e: &io::Error, rel: &[u8]) -> StatusCode {
             tracing::warn!(path = %String::from_utf8_lossy(rel), error = %e, "open failed");
             StatusCode::InternalServerError
         }
-    }
-}
-
-/// `Connection: close` when closing; `Connection: keep-alive` to HTTP/1.0 clients that
-/// asked for it (RFC 9112 §9.3: 1.0 persistence must be announced).
-pub(crate) fn persistence_field(
-    w: &mut HeadWriter<'_>,
-    req: &RequestHead<'_>,
-    persistence: Persistence,
-) {
-    match (persistence, &req.version) {
-        (Persistence::Close, _) => {
-            w.field("Connection", b"close");
-        }
-        (Persistence::KeepAlive, Version::Http10) => {
-            w.field("Connection", b"keep-alive");
-        }
-        (Persistence::KeepAlive, Version::Http11) => {}
-    }
-}
-
-pub(crate) fn copy_persistence(p: &Persistence) -> Persistence {
-    match p {
-        Persistence::KeepAlive => Persistence::KeepAlive,
-        Persistence::Close => Persistence::Close,
     }
 }

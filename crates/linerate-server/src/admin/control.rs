@@ -21,7 +21,7 @@ pub type Reloader = Box<dyn FnMut() -> Result<ServerOptions, String> + Send>;
 
 /// What the server is doing, as `/health` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub enum RunState {
     /// Accepting and serving.
     Serving,
     /// Not accepting; in-flight responses finish; `/health` fails so the load balancer
@@ -31,13 +31,13 @@ pub enum Mode {
     Stopping,
 }
 
-impl Mode {
+impl RunState {
     /// Label for `/health`, logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
-            Mode::Serving => "serving",
-            Mode::Draining => "draining",
-            Mode::Stopping => "stopping",
+            RunState::Serving => "serving",
+            RunState::Draining => "draining",
+            RunState::Stopping => "stopping",
         }
     }
 }
@@ -58,7 +58,7 @@ pub enum ReloadOutcome {
 /// Shared by the main thread, the admin thread and (read-only, through the watch
 /// receivers) the workers.
 pub(crate) struct Control {
-    mode: watch::Sender<Mode>,
+    mode: watch::Sender<RunState>,
     options: watch::Sender<Arc<ServerOptions>>,
     reopen: watch::Sender<u64>,
     reloader: Mutex<Option<Reloader>>,
@@ -73,7 +73,7 @@ pub(crate) struct Control {
 impl Control {
     pub(crate) fn new(options: Arc<ServerOptions>, reloader: Option<Reloader>) -> Control {
         Control {
-            mode: watch::channel(Mode::Serving).0,
+            mode: watch::channel(RunState::Serving).0,
             options: watch::channel(options).0,
             reopen: watch::channel(0).0,
             reloader: Mutex::new(reloader),
@@ -95,12 +95,12 @@ impl Control {
     }
 
     /// The current mode.
-    pub(crate) fn mode(&self) -> Mode {
+    pub(crate) fn run_state(&self) -> RunState {
         *self.mode.borrow()
     }
 
     /// Watch the mode (workers).
-    pub(crate) fn watch_mode(&self) -> watch::Receiver<Mode> {
+    pub(crate) fn watch_run_state(&self) -> watch::Receiver<RunState> {
         self.mode.subscribe()
     }
 
@@ -122,8 +122,8 @@ impl Control {
     /// Begin draining (no effect once draining or stopping).
     pub(crate) fn drain(&self) {
         self.mode.send_if_modified(|m| {
-            if *m == Mode::Serving {
-                *m = Mode::Draining;
+            if *m == RunState::Serving {
+                *m = RunState::Draining;
                 true
             } else {
                 false
@@ -133,7 +133,7 @@ impl Control {
 
     /// Begin stopping.
     pub(crate) fn stop(&self) {
-        self.mode.send_replace(Mode::Stopping);
+        self.mode.send_replace(RunState::Stopping);
     }
 
     /// Ask every worker to reopen its access-log file (SIGUSR1).
@@ -291,12 +291,12 @@ mod tests {
     #[test]
     fn drain_then_stop() {
         let c = Control::new(Arc::new(ServerOptions::new("/".into())), None);
-        assert_eq!(c.mode(), Mode::Serving);
+        assert_eq!(c.run_state(), RunState::Serving);
         c.drain();
-        assert_eq!(c.mode(), Mode::Draining);
+        assert_eq!(c.run_state(), RunState::Draining);
         c.stop();
         c.drain();
-        assert_eq!(c.mode(), Mode::Stopping);
+        assert_eq!(c.run_state(), RunState::Stopping);
         assert!(matches!(c.reload(), ReloadOutcome::Rejected(_)));
         assert_eq!(c.reload_counts(), (0, 1));
     }

@@ -27,7 +27,7 @@ use rustls::{CipherSuite, ConnectionTrafficSecrets, ProtocolVersion, SupportedCi
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::tls_conn::{Handshaken, MAX_RECORD_PLAINTEXT};
+use crate::tls::conn::{Handshaken, MAX_RECORD_PLAINTEXT};
 
 /// Bytes reserved per kTLS read: one whole record of plaintext, so a request head
 /// (one small record) always fits and a read never splits a control record.
