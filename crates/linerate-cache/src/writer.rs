@@ -178,6 +178,27 @@ impl ObjectWriter {
         self.fail(reason);
     }
 
+    /// End the write without storing the object, telling readers that the body they
+    /// followed is complete at the bytes written: for a body the source delivered whole
+    /// but must not be stored (an origin that sent bytes past its `Content-Length`: the
+    /// declared body is complete, but the response cannot be trusted enough to keep).
+    /// Nothing is indexed; the temporary file is removed (readers keep their open
+    /// descriptors, so they can still send the bytes).
+    pub fn complete_unstored(mut self) {
+        if self.expected.is_some_and(|e| e != self.written) {
+            self.fail(WriteFailure::LengthMismatch);
+            return;
+        }
+        self.done = true;
+        self.remove_inflight();
+        self.remove_tmp();
+        self.inner.disks[usize::from(self.disk)].release(self.reserved);
+        self.reserved = 0;
+        self.inflight
+            .tx
+            .send_replace(Progress::Complete { len: self.written });
+    }
+
     /// Complete and publish the object; returns once it is indexed and journaled (so it
     /// survives a kill -9 from then on, and power loss too with
     /// [`crate::Durability::SyncBeforePublish`]). Fails with [`WriteFailure::Aborted`]
@@ -304,17 +325,21 @@ impl ObjectWriter {
         }
     }
 
+    fn remove_tmp(&self) {
+        match self.inner.io.remove_file(&self.tmp_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => self
+                .inner
+                .disk_error(self.disk, IoOp::Remove, &self.tmp_path, &e),
+        }
+    }
+
     fn fail(&mut self, failure: WriteFailure) -> WriteError {
         if !self.done {
             self.done = true;
             self.remove_inflight();
-            match self.inner.io.remove_file(&self.tmp_path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => self
-                    .inner
-                    .disk_error(self.disk, IoOp::Remove, &self.tmp_path, &e),
-            }
+            self.remove_tmp();
             self.inner.disks[usize::from(self.disk)].release(self.reserved);
             self.reserved = 0;
             self.inflight.tx.send_replace(Progress::Failed {

@@ -332,6 +332,47 @@ fn read_while_write_reports_writer_failure() {
 }
 
 #[test]
+fn complete_unstored_finishes_readers_but_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), &[("d0", 64 * MIB)])).unwrap();
+    let mut w = store.begin_write(b"long", meta(), Some(3000)).unwrap();
+    let Lookup::Filling(h) = store.lookup(b"long") else {
+        panic!("not filling")
+    };
+    let Body::Streaming(mut progress) = h.body else {
+        panic!("not streaming")
+    };
+    w.append(&[7u8; 3000]).unwrap();
+    // The origin then sent bytes past its Content-Length: the declared body is whole,
+    // but the object is not kept.
+    w.complete_unstored();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let end = rt.block_on(progress.wait_for(3000)).unwrap();
+    assert_eq!(end, Readable::End { len: 3000 });
+    // The reader's descriptor still reads every byte after the file is gone.
+    let mut buf = vec![0u8; 3000];
+    h.file.read_exact_at(&mut buf, h.body_offset).unwrap();
+    assert_eq!(buf, vec![7u8; 3000]);
+    assert!(matches!(store.lookup(b"long"), Lookup::Miss(_)));
+    assert_eq!(count_files(&dir.path().join("d0/tmp")), 0);
+    assert_eq!(count_files(&dir.path().join("d0/objects")), 0);
+    // A short body is still a length mismatch, never complete.
+    let mut w = store.begin_write(b"short", meta(), Some(3000)).unwrap();
+    let Lookup::Filling(h) = store.lookup(b"short") else {
+        panic!("not filling")
+    };
+    let Body::Streaming(mut progress) = h.body else {
+        panic!("not streaming")
+    };
+    w.append(&[1u8; 1000]).unwrap();
+    w.complete_unstored();
+    let err = rt.block_on(progress.wait_for(1000)).unwrap_err();
+    assert_eq!(err.reason, WriteFailure::LengthMismatch);
+}
+
+#[test]
 fn eviction_runs_ahead_and_keeps_used_bytes_under_the_high_watermark() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), &[("d0", 4 * MIB)]);
