@@ -7,6 +7,7 @@
     reason = "test harness: a failed step should fail the test loudly"
 )]
 
+pub mod kit;
 pub mod origin;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -112,10 +113,15 @@ impl Server {
         self.request("GET", path, headers)
     }
 
-    /// Any method on a new connection, `Connection: close`.
+    /// Any method on a new connection, `Connection: close`. `Host: test` unless
+    /// `headers` has a `Host` line of its own.
     pub fn request(&self, method: &str, path: &str, headers: &[&str]) -> Response {
         let mut s = self.connect();
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+        let has_host = headers
+            .iter()
+            .any(|h| h.len() > 5 && h[..5].eq_ignore_ascii_case("host:"));
+        let host = if has_host { "" } else { "Host: test\r\n" };
+        let mut req = format!("{method} {path} HTTP/1.1\r\n{host}Connection: close\r\n");
         for h in headers {
             req.push_str(h);
             req.push_str("\r\n");
@@ -254,9 +260,12 @@ pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
 pub struct Response {
     /// Status code.
     pub status: u16,
+    /// Interim (1xx) responses that came before it: status and fields.
+    pub interim: Vec<(u16, Vec<(String, String)>)>,
     /// Fields (lower-case names), in order.
     pub headers: Vec<(String, String)>,
-    /// Body (exactly Content-Length bytes, or empty for HEAD/304).
+    /// Body: exactly Content-Length bytes, the decoded chunks of a chunked body, or
+    /// empty for HEAD/204/304.
     pub body: Vec<u8>,
 }
 
@@ -269,10 +278,20 @@ impl Response {
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.as_str())
     }
+
+    /// Every value of a field (name case-insensitive), in order.
+    pub fn values(&self, name: &str) -> Vec<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
 }
 
-/// Read one response from a keep-alive connection. `None` on EOF before a head.
-pub fn read_response(s: &mut impl Read, head_only: bool) -> Option<Response> {
+/// Read one head (up to the blank line) byte by byte, so nothing after it is consumed.
+fn read_head(s: &mut impl Read) -> Option<(u16, Vec<(String, String)>)> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -281,11 +300,11 @@ pub fn read_response(s: &mut impl Read, head_only: bool) -> Option<Response> {
             _ => return None,
         }
     }
-    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut fields = [httparse::EMPTY_HEADER; 128];
     let mut parsed = httparse::Response::new(&mut fields);
     parsed.parse(&head).unwrap();
     let status = parsed.code.unwrap();
-    let headers: Vec<(String, String)> = parsed
+    let headers = parsed
         .headers
         .iter()
         .map(|h| {
@@ -295,15 +314,78 @@ pub fn read_response(s: &mut impl Read, head_only: bool) -> Option<Response> {
             )
         })
         .collect();
-    let len: usize = headers
-        .iter()
-        .find(|(n, _)| n == "content-length")
-        .map(|(_, v)| v.parse().unwrap())
-        .unwrap_or(0);
-    let mut body = vec![0u8; if head_only || status == 304 { 0 } else { len }];
-    s.read_exact(&mut body).ok()?;
+    Some((status, headers))
+}
+
+/// Read one line ending in CRLF (without it).
+fn read_line(s: &mut impl Read) -> Option<Vec<u8>> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => line.push(byte[0]),
+            _ => return None,
+        }
+    }
+    line.truncate(line.len() - 2);
+    Some(line)
+}
+
+/// Decode a chunked body (trailer fields are read and dropped). `None` if the
+/// connection ends before the last chunk or the framing is broken.
+fn read_chunked(s: &mut impl Read) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line = read_line(s)?;
+        let hex = String::from_utf8_lossy(&line);
+        let size = usize::from_str_radix(hex.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            while !read_line(s)?.is_empty() {}
+            return Some(body);
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        s.read_exact(&mut body[start..]).ok()?;
+        if !read_line(s)?.is_empty() {
+            return None;
+        }
+    }
+}
+
+/// Read one response from a keep-alive connection, interim (1xx) responses first.
+/// `None` on EOF before a head or inside a framed body.
+pub fn read_response(s: &mut impl Read, head_only: bool) -> Option<Response> {
+    let mut interim = Vec::new();
+    let (status, headers) = loop {
+        let (status, headers) = read_head(s)?;
+        if (100..200).contains(&status) {
+            interim.push((status, headers));
+            continue;
+        }
+        break (status, headers);
+    };
+    let field = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let bodiless = head_only || status == 304 || status == 204;
+    let body = if bodiless {
+        Vec::new()
+    } else if field("transfer-encoding")
+        .is_some_and(|te| te.to_ascii_lowercase().ends_with("chunked"))
+    {
+        read_chunked(s)?
+    } else {
+        let len: usize = field("content-length").map_or(0, |v| v.parse().unwrap());
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).ok()?;
+        body
+    };
     Some(Response {
         status,
+        interim,
         headers,
         body,
     })

@@ -135,6 +135,13 @@ pub enum Reply {
         /// How many of its bytes are sent.
         send: usize,
     },
+    /// Interim (1xx) responses first, each `(status, fields)`, then `reply`.
+    Interim {
+        /// The interim heads, in order.
+        heads: Vec<(u16, Vec<(String, String)>)>,
+        /// The final answer.
+        reply: Box<Reply>,
+    },
     /// Wait `delay` before the head, then answer with `reply` (a slow origin, for herd
     /// tests).
     Delayed {
@@ -179,6 +186,80 @@ pub fn owned(headers: &[(&str, &str)]) -> Vec<(String, String)> {
         .iter()
         .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
         .collect()
+}
+
+/// Whether the origin honours `Range` on its plain replies (the test matrix runs every
+/// cache test against both kinds: most origins honour it, `python3 -m http.server` and
+/// many application servers do not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeSupport {
+    /// A single satisfiable `bytes` range on a `200` [`Reply::Full`] (not chunked, no
+    /// `Content-Range` of its own) is answered `206` with `Content-Range`; an
+    /// unsatisfiable one `416` (RFC 9110 §14.2, §15.3.7, §15.5.17). Other replies pass
+    /// unchanged.
+    Honoured,
+    /// Every reply is sent as the handler made it (a `200` to a Range request).
+    Ignored,
+}
+
+impl RangeSupport {
+    /// Apply this support to `reply` for `req`.
+    pub fn apply(self, reply: Reply, req: &Request) -> Reply {
+        if self == RangeSupport::Ignored || req.method.eq_ignore_ascii_case("HEAD") {
+            return reply;
+        }
+        let Reply::Full {
+            status: 200,
+            headers,
+            body,
+            chunked: false,
+        } = reply
+        else {
+            return reply;
+        };
+        let spec = req.header("range").and_then(parse_range);
+        let len = body.len() as u64;
+        let (a, b) = match spec {
+            None => {
+                return Reply::Full {
+                    status: 200,
+                    headers,
+                    body,
+                    chunked: false,
+                }
+            }
+            Some(RangeSpec::From(a, b)) => (a, b.map_or(len, |b| (b + 1).min(len))),
+            Some(RangeSpec::Suffix(n)) => (len.saturating_sub(n), len),
+        };
+        if has_field(&headers, "content-range") || has_field(&headers, "content-length") {
+            return Reply::Full {
+                status: 200,
+                headers,
+                body,
+                chunked: false,
+            };
+        }
+        let mut headers = headers;
+        if a >= len || a >= b {
+            headers.push(("Content-Range".to_owned(), format!("bytes */{len}")));
+            return Reply::Full {
+                status: 416,
+                headers,
+                body: Vec::new(),
+                chunked: false,
+            };
+        }
+        headers.push((
+            "Content-Range".to_owned(),
+            format!("bytes {a}-{}/{len}", b - 1),
+        ));
+        Reply::Full {
+            status: 206,
+            headers,
+            body: body[a as usize..b as usize].to_vec(),
+            chunked: false,
+        }
+    }
 }
 
 type Handler = dyn Fn(&Request) -> Reply + Send + Sync;
@@ -249,6 +330,14 @@ impl Origin {
             shared,
             acceptor: Some(acceptor),
         }
+    }
+
+    /// [`Origin::start`] with `ranges` applied to every reply of `handler`.
+    pub fn start_ranges(
+        ranges: RangeSupport,
+        handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> Origin {
+        Origin::start(move |req| ranges.apply(handler(req), req))
     }
 
     /// Where it listens.
@@ -513,6 +602,8 @@ fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<Option<
 fn reason(status: u16) -> &'static str {
     match status {
         100 => "Continue",
+        102 => "Processing",
+        103 => "Early Hints",
         200 => "OK",
         204 => "No Content",
         206 => "Partial Content",
@@ -668,6 +759,12 @@ fn answer(
             }
             stream.write_all(&out)?;
             Ok(After::Close)
+        }
+        Reply::Interim { heads, reply } => {
+            for (status, fields) in heads {
+                stream.write_all(&head(status, &fields, &[]))?;
+            }
+            answer(stream, shared, req, *reply)
         }
         Reply::Delayed { delay, reply } => {
             if !shared.sleep(delay) {

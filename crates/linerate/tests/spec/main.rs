@@ -1,0 +1,19 @@
+//! Cache mode against the HTTP caching specifications, end to end: one test per
+//! requirement a shared cache has in RFC 9111 (HTTP Caching), RFC 9110 (HTTP Semantics)
+//! and RFC 9213 (Targeted Cache-Control), each run against the real binary in the four
+//! cells of the test matrix (slicing on and off, an origin that honours `Range` and one
+//! that ignores it; see `support::kit`). Every test asserts how many requests reached
+//! the origin, because a cache that answers correctly by asking the origin every time
+//! is not a cache.
+//!
+//! The tests are derived from the RFC text, not from linerate's code: each names the
+//! section it checks.
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed step should fail loudly"
+)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod freshness;

@@ -1,0 +1,309 @@
+//! The cache-mode test kit: one configuration builder ([`CacheConfig`]), the scripted
+//! origin of [`super::origin`], the raw client of [`super::Server`], a reader for
+//! `Cache-Status` ([`CacheStatus`]) and the matrix every spec-derived test runs in
+//! ([`Variant`], [`matrix!`]): slicing on and off, against an origin that honours
+//! `Range` and one that ignores it.
+//!
+//! A test that passes because its feature was skipped is worse than none, so the kit
+//! makes the four variants explicit in every test name and every test asserts the
+//! origin's request count.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test harness: a failed step should fail the test loudly"
+)]
+
+use std::path::Path;
+
+use super::origin::{Origin, RangeSupport, Reply, Request};
+use super::{Response, Server};
+
+/// The slice size of the "slicing on" variant: the smallest the configuration accepts,
+/// so a body of a few hundred KiB already spans several slices.
+pub const SLICE: u64 = 64 * 1024;
+
+/// Slicing on the route under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slicing {
+    /// `slice_bytes = 0`: objects are fetched and stored whole.
+    Off,
+    /// `slice_bytes = SLICE`: objects are fetched with `Range` requests, one per slice.
+    On,
+}
+
+/// One cell of the test matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    /// Slicing on the route.
+    pub slicing: Slicing,
+    /// Whether the origin honours `Range`.
+    pub ranges: RangeSupport,
+}
+
+impl Variant {
+    /// Every cell of the matrix.
+    pub const ALL: [Variant; 4] = [
+        Variant {
+            slicing: Slicing::Off,
+            ranges: RangeSupport::Honoured,
+        },
+        Variant {
+            slicing: Slicing::Off,
+            ranges: RangeSupport::Ignored,
+        },
+        Variant {
+            slicing: Slicing::On,
+            ranges: RangeSupport::Honoured,
+        },
+        Variant {
+            slicing: Slicing::On,
+            ranges: RangeSupport::Ignored,
+        },
+    ];
+
+    /// A scripted origin answering with `handler`, honouring `Range` or not as this
+    /// variant says.
+    pub fn origin(&self, handler: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Origin {
+        Origin::start_ranges(self.ranges, handler)
+    }
+
+    /// A cache-mode configuration in front of `origin` with this variant's slicing.
+    pub fn config(&self, origin: &Origin) -> CacheConfig {
+        let bytes = match self.slicing {
+            Slicing::Off => 0,
+            Slicing::On => SLICE,
+        };
+        CacheConfig::new(origin).route(&format!("slice_bytes = {bytes}"))
+    }
+
+    /// [`Variant::config`] started with no other change.
+    pub fn start(&self, origin: &Origin) -> Cache {
+        self.config(origin).start()
+    }
+}
+
+/// Run a test body in every cell of the matrix, as four tests named after their cell:
+///
+/// ```ignore
+/// matrix! {
+///     /// RFC 9111 §4.2: a fresh response is reused.
+///     fn fresh_is_reused(v) {
+///         let origin = v.origin(|_| origin::ok(b"x", &[("Cache-Control", "max-age=60")]));
+///         ...
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! matrix {
+    ($($(#[$meta:meta])* fn $name:ident($v:ident) $body:block)*) => {$(
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::support::kit::{Slicing, Variant};
+            use $crate::support::origin::RangeSupport;
+
+            fn body($v: Variant) $body
+
+            #[test]
+            fn slices_off_ranges_honoured() {
+                body(Variant { slicing: Slicing::Off, ranges: RangeSupport::Honoured });
+            }
+            #[test]
+            fn slices_off_ranges_ignored() {
+                body(Variant { slicing: Slicing::Off, ranges: RangeSupport::Ignored });
+            }
+            #[test]
+            fn slices_on_ranges_honoured() {
+                body(Variant { slicing: Slicing::On, ranges: RangeSupport::Honoured });
+            }
+            #[test]
+            fn slices_on_ranges_ignored() {
+                body(Variant { slicing: Slicing::On, ranges: RangeSupport::Ignored });
+            }
+        }
+    )*};
+}
+
+/// A cache-mode configuration: one disk in a temporary directory, one origin named `o`,
+/// one route to it; each part takes extra TOML keys.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    origin_url: String,
+    server_keys: String,
+    cache_keys: String,
+    origin_keys: String,
+    route_keys: String,
+    extra: String,
+}
+
+impl CacheConfig {
+    /// In front of `origin`, with short origin timeouts (1 s) so failure tests are quick.
+    pub fn new(origin: &Origin) -> CacheConfig {
+        CacheConfig::for_url(&origin.url())
+    }
+
+    /// In front of the origin at `url` (for an address where nothing listens).
+    pub fn for_url(url: &str) -> CacheConfig {
+        CacheConfig {
+            origin_url: url.to_owned(),
+            server_keys: "workers = 2\n".to_owned(),
+            cache_keys: "durability = \"no_sync\"\n".to_owned(),
+            origin_keys:
+                "connect_timeout_ms = 1000\nfirst_byte_timeout_ms = 2000\nidle_timeout_ms = 2000\n"
+                    .to_owned(),
+            route_keys: String::new(),
+            extra: String::new(),
+        }
+    }
+
+    /// Add `key = value` lines to `[server]`.
+    pub fn server(mut self, keys: &str) -> CacheConfig {
+        self.server_keys = format!("{}{keys}\n", self.server_keys);
+        self
+    }
+
+    /// Add lines to `[cache]`.
+    pub fn cache(mut self, keys: &str) -> CacheConfig {
+        self.cache_keys = format!("{}{keys}\n", self.cache_keys);
+        self
+    }
+
+    /// Add lines to the `[[origin]]`.
+    pub fn origin(mut self, keys: &str) -> CacheConfig {
+        self.origin_keys = format!("{}{keys}\n", self.origin_keys);
+        self
+    }
+
+    /// Add lines to the `[[route]]` (sub-tables such as `[route.ttl_s]` last).
+    pub fn route(mut self, keys: &str) -> CacheConfig {
+        self.route_keys = format!("{}{keys}\n", self.route_keys);
+        self
+    }
+
+    /// Append whole sections after the route.
+    pub fn extra(mut self, toml: &str) -> CacheConfig {
+        self.extra = format!("{}{toml}\n", self.extra);
+        self
+    }
+
+    /// The configuration file's text with the disk under `dir`.
+    pub fn text(&self, dir: &Path) -> String {
+        format!(
+            "[server]\nlisten = [\"127.0.0.1:0\"]\n{server}\n\
+             [cache]\n{cache}\n\
+             [[cache.disk]]\nname = \"d0\"\npath = {path:?}\nmax_bytes = 1073741824\n\n\
+             [[origin]]\nname = \"o\"\nservers = [\"{url}\"]\n{origin}\n\
+             [[route]]\npath_prefix = \"/\"\norigin = \"o\"\n{route}\n{extra}\n",
+            server = self.server_keys,
+            cache = self.cache_keys,
+            path = dir.join("cache").to_str().unwrap(),
+            url = self.origin_url,
+            origin = self.origin_keys,
+            route = self.route_keys,
+            extra = self.extra,
+        )
+    }
+
+    /// Start the real binary with this configuration.
+    pub fn start(self) -> Cache {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start_text(&self.text(dir.path()), &[]);
+        Cache {
+            server,
+            config: self,
+            dir,
+        }
+    }
+}
+
+/// A running cache-mode server and its cache directory (removed on drop, after the
+/// server is stopped).
+pub struct Cache {
+    /// The server.
+    pub server: Server,
+    /// What it was started with.
+    pub config: CacheConfig,
+    dir: tempfile::TempDir,
+}
+
+impl Cache {
+    /// The cache directory's parent (to restart on the same store).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Stop the server (SIGTERM) and start it again on the same store and configuration.
+    pub fn restart(self) -> Cache {
+        let Cache {
+            server,
+            config,
+            dir,
+        } = self;
+        server.stop();
+        let server = Server::start_text(&config.text(dir.path()), &[]);
+        Cache {
+            server,
+            config,
+            dir,
+        }
+    }
+}
+
+impl std::ops::Deref for Cache {
+    type Target = Server;
+    fn deref(&self) -> &Server {
+        &self.server
+    }
+}
+
+/// Our member of a `Cache-Status` field (RFC 9211), read back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheStatus {
+    /// `hit`.
+    pub hit: bool,
+    /// `fwd=` token.
+    pub fwd: Option<String>,
+    /// `fwd-status=`.
+    pub fwd_status: Option<u16>,
+    /// `ttl=`.
+    pub ttl: Option<i64>,
+    /// `stored`.
+    pub stored: bool,
+    /// `collapsed`.
+    pub collapsed: bool,
+    /// `detail=`, unquoted.
+    pub detail: Option<String>,
+}
+
+impl CacheStatus {
+    /// The last member of `r`'s `Cache-Status` (ours: RFC 9211 §2 puts the closest
+    /// cache last); default (no hit, no fwd) when there is none.
+    pub fn of(r: &Response) -> CacheStatus {
+        let Some(field) = r.values("cache-status").last().map(|v| v.to_string()) else {
+            return CacheStatus::default();
+        };
+        let member = field.rsplit(',').next().unwrap_or("").trim().to_owned();
+        let mut cs = CacheStatus::default();
+        for param in member.split(';').skip(1) {
+            let param = param.trim();
+            let (k, v) = param.split_once('=').unwrap_or((param, ""));
+            match k {
+                "hit" => cs.hit = true,
+                "fwd" => cs.fwd = Some(v.to_owned()),
+                "fwd-status" => cs.fwd_status = v.parse().ok(),
+                "ttl" => cs.ttl = v.parse().ok(),
+                "stored" => cs.stored = true,
+                "collapsed" => cs.collapsed = true,
+                "detail" => cs.detail = Some(v.trim_matches('"').to_owned()),
+                _ => {}
+            }
+        }
+        cs
+    }
+
+    /// Whether the response was served from the store without going to the origin.
+    pub fn is_hit(&self) -> bool {
+        self.hit && self.fwd.is_none()
+    }
+}
