@@ -8,14 +8,20 @@ use libfuzzer_sys::fuzz_target;
 use linerate_http::conditional::{evaluate, if_range, Validators};
 use linerate_http::path::normalize_target;
 use linerate_http::range::{parse_range, resolve, RangeOutcome};
+use linerate_http::request::FieldBuf;
 use linerate_http::{parse_request, ParseOutcome};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(ParseOutcome::Complete { head, head_len }) = parse_request(data) else {
+    let mut fields = FieldBuf::new();
+    let Ok(ParseOutcome::Complete { head, head_len }) = parse_request(data, &mut fields) else {
         return;
     };
     assert!(head_len <= data.len());
     assert!(head_len <= linerate_http::request::MAX_HEAD_BYTES);
+    // RFC 9112 §3.2: no target with a fragment gets through; every field is kept.
+    assert!(!head.target.contains(&b'#'));
+    assert!(head.fields().count() <= linerate_http::request::MAX_HEADERS);
+    let _ = (head.authority(), head.path_and_query());
 
     if let Ok(path) = normalize_target(head.target) {
         assert!(!path.relative.starts_with(b"/"));

@@ -254,7 +254,6 @@ fn tags_match(theirs: EntityTag<'_>, ours: EntityTag<'_>, comparison: Comparison
 #[allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test, with its location.
 mod tests {
     use super::*;
-    use crate::request::{BodyFraming, Persistence, Version};
 
     const ETAG: &str = "\"1f4-5f2a\"";
     /// Sun, 06 Nov 1994 08:49:37 GMT
@@ -269,20 +268,7 @@ mod tests {
     };
 
     fn req(method: Method) -> RequestHead<'static> {
-        RequestHead {
-            method,
-            version: Version::Http11,
-            target: b"/a",
-            persistence: Persistence::KeepAlive,
-            body: BodyFraming::None,
-            host: Some(b"h"),
-            range: None,
-            if_range: None,
-            if_match: None,
-            if_none_match: None,
-            if_modified_since: None,
-            if_unmodified_since: None,
-        }
+        RequestHead::for_tests(method, b"/a")
     }
 
     fn get() -> RequestHead<'static> {

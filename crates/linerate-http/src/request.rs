@@ -9,6 +9,10 @@
 //! (`Content-Length` / `Transfer-Encoding`), `Host` (§3.2), persistence (§9.3) and the
 //! at-most-once rule for the fields the server acts on.
 //!
+//! The head is parsed once: [`RequestHead`] carries the method token, the target in its
+//! form (RFC 9112 §3.2), every field line in order, and the fields the server acts on,
+//! all borrowed from the caller's buffer and [`FieldBuf`].
+//!
 //! Not here: reading from the socket (the server owns the buffer) or the request body
 //! (the server discards or refuses it according to [`BodyFraming`]).
 
@@ -33,25 +37,78 @@ pub const MAX_HEAD_BYTES: usize = 32 * 1024;
 /// Most header fields accepted in one request. More gets 431. Players send about 10.
 pub const MAX_HEADERS: usize = 100;
 
-/// The request method, as far as this server cares.
+/// The request method (RFC 9110 §9). Method names are case-sensitive (§9.1): `get` is
+/// [`Method::Other`]. The token itself is [`RequestHead::method_token`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
     /// `GET`
     Get,
     /// `HEAD`
     Head,
-    /// Any other syntactically valid method token: answered 405 with `Allow`.
+    /// `POST`
+    Post,
+    /// `PUT`
+    Put,
+    /// `DELETE`
+    Delete,
+    /// `CONNECT`
+    Connect,
+    /// `OPTIONS`
+    Options,
+    /// `TRACE`
+    Trace,
+    /// `PATCH` (RFC 5789)
+    Patch,
+    /// Any other syntactically valid method token.
     Other,
 }
 
 impl Method {
-    /// Short stable name for logs and metric labels.
+    /// The method of a token (case-sensitive, RFC 9110 §9.1).
+    pub fn from_token(token: &str) -> Method {
+        match token {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            "CONNECT" => Method::Connect,
+            "OPTIONS" => Method::Options,
+            "TRACE" => Method::Trace,
+            "PATCH" => Method::Patch,
+            _ => Method::Other,
+        }
+    }
+
+    /// Short stable name for logs and metric labels (`other` for unknown methods, so a
+    /// client cannot mint label values).
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Get => "GET",
             Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+            Method::Connect => "CONNECT",
+            Method::Options => "OPTIONS",
+            Method::Trace => "TRACE",
+            Method::Patch => "PATCH",
             Method::Other => "other",
         }
+    }
+
+    /// Safe (RFC 9110 §9.2.1): GET, HEAD, OPTIONS, TRACE. An unknown method is not.
+    pub fn is_safe(self) -> bool {
+        matches!(
+            self,
+            Method::Get | Method::Head | Method::Options | Method::Trace
+        )
+    }
+
+    /// Idempotent (RFC 9110 §9.2.2): the safe methods, PUT and DELETE. Only these may be
+    /// retried automatically after a connection failure.
+    pub fn is_idempotent(self) -> bool {
+        self.is_safe() || matches!(self, Method::Put | Method::Delete)
     }
 }
 
@@ -115,19 +172,55 @@ impl BodyFraming {
     }
 }
 
+/// Room for the field lines of one request head: [`parse_request`] fills it and the
+/// [`RequestHead`] borrows from it, so a head is parsed once without allocating.
+pub struct FieldBuf<'b>([httparse::Header<'b>; MAX_HEADERS]);
+
+impl<'b> FieldBuf<'b> {
+    /// Empty room for [`MAX_HEADERS`] fields.
+    pub fn new() -> FieldBuf<'b> {
+        FieldBuf([httparse::EMPTY_HEADER; MAX_HEADERS])
+    }
+}
+
+impl Default for FieldBuf<'_> {
+    fn default() -> Self {
+        FieldBuf::new()
+    }
+}
+
+/// The form of a request-target (RFC 9112 §3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetForm {
+    /// `/path?query` (§3.2.1): the usual form.
+    Origin,
+    /// `http://authority/path?query` (§3.2.2): the authority replaces `Host`.
+    Absolute,
+    /// `host:port` (§3.2.3), only with CONNECT.
+    Authority,
+    /// `*` (§3.2.4), only with OPTIONS.
+    Asterisk,
+}
+
 /// A parsed request head. Borrowed slices point into the caller's buffer.
 ///
 /// Field values are as `httparse` delivers them: leading and trailing whitespace
-/// removed, otherwise raw. Each of the fields below may appear at most once; a second
-/// field line for any of them makes the request invalid (see [`parse_request`]).
+/// removed, otherwise raw. Each of the singleton fields below may appear at most once;
+/// a second field line for any of them makes the request invalid (see
+/// [`parse_request`]). Every field line, these included, is in [`RequestHead::fields`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestHead<'a> {
     /// Method.
     pub method: Method,
+    /// The method token as sent (RFC 9110 §9.1), for forwarding it.
+    pub method_token: &'a str,
     /// Version.
     pub version: Version,
-    /// Raw request-target, as sent (not decoded).
+    /// Raw request-target, as sent (not decoded). It never contains `#`: a fragment is
+    /// not part of a request-target (RFC 9112 §3.2) and such a request is refused.
     pub target: &'a [u8],
+    /// The target's form.
+    pub form: TargetForm,
     /// Connection persistence after this request.
     pub persistence: Persistence,
     /// Body framing.
@@ -149,6 +242,144 @@ pub struct RequestHead<'a> {
     pub if_modified_since: Option<&'a [u8]>,
     /// `If-Unmodified-Since`.
     pub if_unmodified_since: Option<&'a [u8]>,
+    /// `Expect: 100-continue` (RFC 9110 §10.1.1): the client waits for a `100 Continue`
+    /// before sending its body.
+    pub expect_continue: bool,
+    /// Every field line, in order.
+    pub(crate) fields: &'a [httparse::Header<'a>],
+}
+
+impl<'a> RequestHead<'a> {
+    /// Every field line in order: (name as sent, value).
+    pub fn fields(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.fields.iter().map(|h| (h.name.as_bytes(), h.value))
+    }
+
+    /// Every value of the fields named `name` (ASCII case-insensitive), in order.
+    pub fn values<'n>(&self, name: &'n [u8]) -> impl Iterator<Item = &'a [u8]> + 'n
+    where
+        'a: 'n,
+    {
+        self.fields
+            .iter()
+            .filter(move |h| h.name.as_bytes().eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+
+    /// The first value of the field named `name`.
+    pub fn field(&self, name: &[u8]) -> Option<&'a [u8]> {
+        self.values(name).next()
+    }
+
+    /// The target's authority: the authority of an absolute-form target (RFC 9112
+    /// §3.2.2: "the origin server MUST ignore the received Host header field ... and
+    /// instead use the host information of the request-target"), else `Host`.
+    pub fn authority(&self) -> Option<&'a [u8]> {
+        match self.form {
+            TargetForm::Absolute => split_absolute(self.target).map(|(a, _)| a),
+            TargetForm::Authority => Some(self.target),
+            TargetForm::Origin | TargetForm::Asterisk => self.host,
+        }
+    }
+
+    /// The path and the query (with its `?`, or empty) of an origin-form or
+    /// absolute-form target; an absolute-form target with an empty path has path `/`
+    /// (RFC 9112 §3.2.1). `None` for the authority and asterisk forms.
+    pub fn path_and_query(&self) -> Option<(&'a [u8], &'a [u8])> {
+        let rest = match self.form {
+            TargetForm::Origin => self.target,
+            TargetForm::Absolute => split_absolute(self.target)?.1,
+            TargetForm::Authority | TargetForm::Asterisk => return None,
+        };
+        let (path, query) = match rest.iter().position(|&b| b == b'?') {
+            Some(i) => rest.split_at(i),
+            None => (rest, &b""[..]),
+        };
+        Some((if path.is_empty() { b"/" } else { path }, query))
+    }
+
+    /// A head for unit tests of the modules that read one: GET `target`, HTTP/1.1,
+    /// `Host: h`, no other field.
+    #[cfg(test)]
+    pub(crate) fn for_tests(method: Method, target: &'static [u8]) -> RequestHead<'static> {
+        RequestHead {
+            method,
+            method_token: method.as_str(),
+            version: Version::Http11,
+            target,
+            form: TargetForm::Origin,
+            persistence: Persistence::KeepAlive,
+            body: BodyFraming::None,
+            host: Some(b"h"),
+            range: None,
+            if_range: None,
+            if_match: None,
+            if_none_match: None,
+            if_modified_since: None,
+            if_unmodified_since: None,
+            expect_continue: false,
+            fields: &[],
+        }
+    }
+}
+
+/// An absolute-form target (`scheme://authority[path-abempty][?query]`) split into its
+/// authority and what follows it; `None` if it is not one.
+fn split_absolute(target: &[u8]) -> Option<(&[u8], &[u8])> {
+    let i = target.windows(3).position(|w| w == b"://")?;
+    let rest = &target[i + 3..];
+    let end = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
+    Some(rest.split_at(end))
+}
+
+/// The form of a target that httparse accepted (visible ASCII, no whitespace), or why it
+/// is refused.
+fn target_form(method: Method, target: &[u8]) -> Result<TargetForm, RequestError> {
+    // RFC 9112 §3.2: request-target = origin-form / absolute-form / authority-form /
+    // asterisk-form; none of them has a fragment (RFC 3986 §3.5: a fragment is for the
+    // user agent and "is not sent" in a request). Accepting one would put it in a cache
+    // key and a log line the origin never sees.
+    if target.contains(&b'#') {
+        return Err(RequestError::Malformed);
+    }
+    if target.first() == Some(&b'/') {
+        return Ok(TargetForm::Origin);
+    }
+    if target == b"*" {
+        // §3.2.4: only for a server-wide OPTIONS.
+        return match method {
+            Method::Options => Ok(TargetForm::Asterisk),
+            _ => Err(RequestError::Malformed),
+        };
+    }
+    if method == Method::Connect {
+        // §3.2.3: uri-host ":" port, and only for CONNECT.
+        return if is_valid_host(target) && !target.is_empty() {
+            Ok(TargetForm::Authority)
+        } else {
+            Err(RequestError::BadHost)
+        };
+    }
+    // §3.2.2: absolute-URI. Only the http and https schemes mean anything to us.
+    let scheme_end = target
+        .windows(3)
+        .position(|w| w == b"://")
+        .ok_or(RequestError::Malformed)?;
+    let scheme = &target[..scheme_end];
+    if !(scheme.eq_ignore_ascii_case(b"http") || scheme.eq_ignore_ascii_case(b"https")) {
+        return Err(RequestError::Malformed);
+    }
+    match split_absolute(target) {
+        // RFC 9110 §4.2.1: an http(s) URI with an empty host is invalid; userinfo
+        // (`@`) is refused by the host alphabet (§4.2.4: deprecated, a phishing vector).
+        Some((authority, _)) if !authority.is_empty() && is_valid_host(authority) => {
+            Ok(TargetForm::Absolute)
+        }
+        _ => Err(RequestError::BadHost),
+    }
 }
 
 /// Result of feeding the bytes read so far to the parser.
@@ -238,9 +469,13 @@ impl RequestError {
 ///    are buffered without a complete head);
 /// 4. field semantics: duplicates, framing, then `Host`.
 ///
-/// `Ok(ParseOutcome::Partial)` means "read more and call again with the longer buffer".
-/// Bytes after `head_len` (a body or a pipelined request) are not looked at.
-pub fn parse_request(buf: &[u8]) -> Result<ParseOutcome<'_>, RequestError> {
+/// `Ok(ParseOutcome::Partial)` means "read more and call again with the longer buffer"
+/// (and a fresh or reused `fields`). Bytes after `head_len` (a body or a pipelined
+/// request) are not looked at.
+pub fn parse_request<'b>(
+    buf: &'b [u8],
+    fields: &'b mut FieldBuf<'b>,
+) -> Result<ParseOutcome<'b>, RequestError> {
     let line = scan_request_line(buf);
     if line == LineScan::TooLong {
         return Err(RequestError::UriTooLong);
@@ -249,11 +484,10 @@ pub fn parse_request(buf: &[u8]) -> Result<ParseOutcome<'_>, RequestError> {
     // Parsing only a bounded window caps the work per call; a head that does not fit in
     // it is too large whatever follows.
     let window = &buf[..buf.len().min(MAX_HEAD_BYTES)];
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut fields);
+    let mut req = httparse::Request::new(&mut fields.0);
     match req.parse(window) {
         Ok(httparse::Status::Complete(head_len)) => {
-            let head = interpret(&req)?;
+            let head = interpret(req)?;
             Ok(ParseOutcome::Complete { head, head_len })
         }
         Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
@@ -373,20 +607,17 @@ struct TransferCodings {
 }
 
 /// Field-level interpretation of a syntactically valid head.
-fn interpret<'b>(req: &httparse::Request<'_, 'b>) -> Result<RequestHead<'b>, RequestError> {
-    let method = match req.method {
-        // RFC 9110 §9.1: method names are case-sensitive; `get` is some other method.
-        Some("GET") => Method::Get,
-        Some("HEAD") => Method::Head,
-        Some(_) => Method::Other,
-        None => return Err(RequestError::Malformed),
-    };
+fn interpret<'b>(req: httparse::Request<'b, 'b>) -> Result<RequestHead<'b>, RequestError> {
+    // RFC 9110 §9.1: method names are case-sensitive; `get` is some other method.
+    let method_token = req.method.ok_or(RequestError::Malformed)?;
+    let method = Method::from_token(method_token);
     let version = match req.version {
         Some(0) => Version::Http10,
         Some(1) => Version::Http11,
         _ => return Err(RequestError::VersionNotSupported),
     };
     let target = req.path.ok_or(RequestError::Malformed)?.as_bytes();
+    let form = target_form(method, target)?;
 
     let mut host = None;
     let mut host_lines = 0usize;
@@ -400,6 +631,7 @@ fn interpret<'b>(req: &httparse::Request<'_, 'b>) -> Result<RequestHead<'b>, Req
     let mut if_none_match = None;
     let mut if_modified_since = None;
     let mut if_unmodified_since = None;
+    let mut expect_continue = false;
 
     for field in req.headers.iter() {
         let name = field.name.as_bytes();
@@ -428,6 +660,10 @@ fn interpret<'b>(req: &httparse::Request<'_, 'b>) -> Result<RequestHead<'b>, Req
             set_once(&mut if_modified_since, value)?;
         } else if name.eq_ignore_ascii_case(b"if-unmodified-since") {
             set_once(&mut if_unmodified_since, value)?;
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            // RFC 9110 §10.1.1: "100-continue" is the only expectation defined
+            // (case-insensitive); others are ignored here.
+            expect_continue |= list_members(value).any(|e| e.eq_ignore_ascii_case(b"100-continue"));
         }
     }
 
@@ -454,10 +690,13 @@ fn interpret<'b>(req: &httparse::Request<'_, 'b>) -> Result<RequestHead<'b>, Req
         (Version::Http10, false, false) => Persistence::Close,
     };
 
+    let fields: &'b [httparse::Header<'b>] = req.headers;
     Ok(RequestHead {
         method,
+        method_token,
         version,
         target,
+        form,
         persistence,
         body,
         host,
@@ -467,6 +706,8 @@ fn interpret<'b>(req: &httparse::Request<'_, 'b>) -> Result<RequestHead<'b>, Req
         if_none_match,
         if_modified_since,
         if_unmodified_since,
+        expect_continue,
+        fields,
     })
 }
 
@@ -604,8 +845,14 @@ mod tests {
     use super::*;
     use crate::StatusCode;
 
+    /// `parse_request` with room for fields that lives as long as the test (leaked: a
+    /// few KiB per call, in a test process).
+    fn parse(buf: &[u8]) -> Result<ParseOutcome<'_>, RequestError> {
+        parse_request(buf, Box::leak(Box::new(FieldBuf::new())))
+    }
+
     fn complete(buf: &[u8]) -> (RequestHead<'_>, usize) {
-        match parse_request(buf) {
+        match parse(buf) {
             Ok(ParseOutcome::Complete { head, head_len }) => (head, head_len),
             other => panic!(
                 "expected Complete for {:?}, got {other:?}",
@@ -619,7 +866,7 @@ mod tests {
     }
 
     fn err(buf: &[u8]) -> RequestError {
-        match parse_request(buf) {
+        match parse(buf) {
             Err(e) => e,
             other => panic!(
                 "expected an error for {:?}, got {other:?}",
@@ -630,7 +877,7 @@ mod tests {
 
     fn partial(buf: &[u8]) {
         assert_eq!(
-            parse_request(buf),
+            parse(buf),
             Ok(ParseOutcome::Partial),
             "{:?}",
             String::from_utf8_lossy(buf)
@@ -683,7 +930,7 @@ mod tests {
         );
         assert_eq!(
             head(b"POST / HTTP/1.1\r\nHost: h\r\n\r\n").method,
-            Method::Other
+            Method::Post
         );
         assert_eq!(
             head(b"BREW / HTTP/1.1\r\nHost: h\r\n\r\n").method,
@@ -1228,8 +1475,134 @@ mod tests {
         assert_eq!(BodyFraming::Length(3).as_str(), "length");
     }
 
+    // ---- every field, method tokens, target forms ----
+
+    #[test]
+    fn every_field_line_is_kept_in_order() {
+        let h = head(
+            b"GET / HTTP/1.1\r\nHost: h\r\nAccept: a\r\nX-Two: 1\r\nx-two: 2\r\nRange: bytes=0-1\r\n\r\n",
+        );
+        let all: Vec<_> = h.fields().collect();
+        assert_eq!(
+            all,
+            vec![
+                (&b"Host"[..], &b"h"[..]),
+                (b"Accept", b"a"),
+                (b"X-Two", b"1"),
+                (b"x-two", b"2"),
+                (b"Range", b"bytes=0-1"),
+            ]
+        );
+        assert_eq!(
+            h.values(b"X-TWO").collect::<Vec<_>>(),
+            vec![&b"1"[..], b"2"]
+        );
+        assert_eq!(h.field(b"accept"), Some(&b"a"[..]));
+        assert_eq!(h.field(b"missing"), None);
+    }
+
+    #[test]
+    fn method_tokens() {
+        fn m(b: &[u8]) -> (Method, &str) {
+            let h = head(b);
+            (h.method, h.method_token)
+        }
+        assert_eq!(
+            m(b"PATCH / HTTP/1.1\r\nHost: h\r\n\r\n"),
+            (Method::Patch, "PATCH")
+        );
+        assert_eq!(
+            m(b"BREW / HTTP/1.1\r\nHost: h\r\n\r\n"),
+            (Method::Other, "BREW")
+        );
+        assert_eq!(
+            m(b"post / HTTP/1.1\r\nHost: h\r\n\r\n"),
+            (Method::Other, "post")
+        );
+        assert!(Method::Get.is_safe() && Method::Options.is_safe() && !Method::Post.is_safe());
+        assert!(Method::Put.is_idempotent() && Method::Delete.is_idempotent());
+        assert!(!Method::Post.is_idempotent() && !Method::Patch.is_idempotent());
+        assert!(!Method::Other.is_safe() && !Method::Other.is_idempotent());
+        assert_eq!(Method::Other.as_str(), "other");
+    }
+
+    #[test]
+    fn fragments_are_refused() {
+        // RFC 9112 §3.2: no request-target form has a fragment.
+        assert_eq!(
+            err(b"GET /a#b HTTP/1.1\r\nHost: h\r\n\r\n"),
+            RequestError::Malformed
+        );
+        assert_eq!(
+            err(b"GET /a?x=1# HTTP/1.1\r\nHost: h\r\n\r\n"),
+            RequestError::Malformed
+        );
+        assert_eq!(
+            err(b"GET http://h/a#b HTTP/1.1\r\nHost: h\r\n\r\n"),
+            RequestError::Malformed
+        );
+    }
+
+    #[test]
+    fn target_forms_and_authority() {
+        let h = head(b"GET /p?q=1 HTTP/1.1\r\nHost: cdn.example:8080\r\n\r\n");
+        assert_eq!(h.form, TargetForm::Origin);
+        assert_eq!(h.authority(), Some(&b"cdn.example:8080"[..]));
+        assert_eq!(h.path_and_query(), Some((&b"/p"[..], &b"?q=1"[..])));
+
+        // RFC 9112 §3.2.2: the target's authority wins over Host.
+        let h = head(b"GET HTTP://Other.example/x/y?z HTTP/1.1\r\nHost: cdn.example\r\n\r\n");
+        assert_eq!(h.form, TargetForm::Absolute);
+        assert_eq!(h.authority(), Some(&b"Other.example"[..]));
+        assert_eq!(h.path_and_query(), Some((&b"/x/y"[..], &b"?z"[..])));
+        let h = head(b"GET https://o.example HTTP/1.1\r\nHost: o.example\r\n\r\n");
+        assert_eq!(h.path_and_query(), Some((&b"/"[..], &b""[..])));
+        let h = head(b"GET http://o.example?a HTTP/1.1\r\nHost: o.example\r\n\r\n");
+        assert_eq!(h.path_and_query(), Some((&b"/"[..], &b"?a"[..])));
+
+        // Userinfo, an empty host, other schemes, relative references: refused.
+        assert_eq!(
+            err(b"GET http://u@h/ HTTP/1.1\r\nHost: h\r\n\r\n"),
+            RequestError::BadHost
+        );
+        assert_eq!(
+            err(b"GET http:///x HTTP/1.1\r\nHost: h\r\n\r\n"),
+            RequestError::BadHost
+        );
+        assert_eq!(
+            err(b"GET ftp://h/x HTTP/1.1\r\nHost: h\r\n\r\n"),
+            RequestError::Malformed
+        );
+        assert_eq!(
+            err(b"GET a/b HTTP/1.1\r\nHost: h\r\n\r\n"),
+            RequestError::Malformed
+        );
+
+        // §3.2.4: `*` only with OPTIONS; §3.2.3: authority-form only with CONNECT.
+        let h = head(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!((h.form, h.path_and_query()), (TargetForm::Asterisk, None));
+        assert_eq!(
+            err(b"GET * HTTP/1.1\r\nHost: h\r\n\r\n"),
+            RequestError::Malformed
+        );
+        let h = head(b"CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n");
+        assert_eq!(h.form, TargetForm::Authority);
+        assert_eq!(h.authority(), Some(&b"h:443"[..]));
+    }
+
+    #[test]
+    fn expect_continue() {
+        assert!(
+            head(b"PUT / HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n")
+                .expect_continue
+        );
+        assert!(!head(b"PUT / HTTP/1.1\r\nHost: h\r\nExpect: other\r\n\r\n").expect_continue);
+        assert!(!head(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").expect_continue);
+    }
+
     mod props {
         use super::super::*;
+        use super::parse;
         use proptest::prelude::*;
 
         proptest! {
@@ -1237,7 +1610,7 @@ mod tests {
 
             #[test]
             fn never_panics_on_arbitrary_bytes(buf in proptest::collection::vec(any::<u8>(), 0..600)) {
-                let _ = parse_request(&buf);
+                let _ = parse(&buf);
             }
 
             #[test]
@@ -1252,7 +1625,7 @@ mod tests {
                     buf.extend_from_slice(format!("{n}:{v}\r\n").as_bytes());
                 }
                 buf.extend_from_slice(b"\r\n");
-                if let Ok(ParseOutcome::Complete { head_len, .. }) = parse_request(&buf) {
+                if let Ok(ParseOutcome::Complete { head_len, .. }) = parse(&buf) {
                     prop_assert!(head_len <= buf.len());
                 }
             }
@@ -1265,9 +1638,9 @@ mod tests {
             ) {
                 let buf = format!("GET {path} HTTP/1.1\r\nHost: h\r\nRange: {range}\r\n\r\n").into_bytes();
                 for n in 0..buf.len() {
-                    prop_assert_eq!(parse_request(&buf[..n]), Ok(ParseOutcome::Partial));
+                    prop_assert_eq!(parse(&buf[..n]), Ok(ParseOutcome::Partial));
                 }
-                let is_complete = matches!(parse_request(&buf), Ok(ParseOutcome::Complete { .. }));
+                let is_complete = matches!(parse(&buf), Ok(ParseOutcome::Complete { .. }));
                 prop_assert!(is_complete);
             }
         }

@@ -29,7 +29,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
     let head_only = match req.method {
         Method::Get => false,
         Method::Head => true,
-        Method::Other => return method_not_allowed(worker, persistence),
+        _ => return method_not_allowed(worker, persistence),
     };
     let Ok(target) = path::normalize_target(req.target) else {
         return error(worker, StatusCode::BadRequest, Persistence::Close);

@@ -16,6 +16,7 @@
 
 use std::rc::Rc;
 
+use linerate_http::request::FieldBuf;
 use linerate_http::request::MAX_HEAD_BYTES;
 use linerate_http::{parse_request, BodyFraming, ParseOutcome, Persistence, StatusCode};
 use tokio::time::{timeout_at, Instant};
@@ -217,7 +218,8 @@ impl Conn<'_> {
         // borrowed from the buffer while the body is read and the mode answers; body
         // bytes read from the socket meanwhile go to their own buffers.
         let (response, consumed, excess, pending) = loop {
-            match parse_request(&self.buf) {
+            let mut fields = FieldBuf::new();
+            match parse_request(&self.buf, &mut fields) {
                 Ok(ParseOutcome::Complete { head, head_len }) => {
                     let pending = if self.worker.log.borrow_mut().wants() {
                         Some(Pending::capture(&self.buf[..head_len]))
@@ -265,7 +267,6 @@ impl Conn<'_> {
                     };
                     let request = crate::response::Request {
                         head: &head,
-                        raw: &self.buf[..head_len],
                         body,
                         peer: self.peer_ip,
                         secure: !matches!(self.io, crate::transport::Transport::Plain(_)),

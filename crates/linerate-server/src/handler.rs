@@ -28,8 +28,8 @@ impl Mode {
     /// GET/HEAD in cache mode).
     pub(crate) fn forwarded_body_limit(&self, method: Method) -> Option<u64> {
         match (self, method) {
-            (Mode::Cache(pw), Method::Other) => Some(pw.shared.opts.max_forwarded_body),
-            _ => None,
+            (Mode::Cache(_), Method::Get | Method::Head) | (Mode::Appliance, _) => None,
+            (Mode::Cache(pw), _) => Some(pw.shared.opts.max_forwarded_body),
         }
     }
 

@@ -25,8 +25,6 @@ use crate::stats::CacheStatus;
 pub(crate) struct Request<'a> {
     /// The parsed head (borrowing the connection's buffer).
     pub(crate) head: &'a RequestHead<'a>,
-    /// The head's raw bytes, as received.
-    pub(crate) raw: &'a [u8],
     /// The request body, read whole when `handler::Mode::forwarded_body_limit` allowed it;
     /// empty otherwise.
     pub(crate) body: Vec<u8>,

@@ -249,25 +249,28 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
     let _ = stream.shutdown().await;
 }
 
-/// `None` while the head is incomplete.
+/// `None` while the head is incomplete. The head goes through the same strict parser
+/// as client requests (`linerate_http::request`).
 fn parse_and_route(admin: &Admin, buf: &[u8]) -> Option<Reply> {
-    let mut fields = [httparse::EMPTY_HEADER; 32];
-    let mut req = httparse::Request::new(&mut fields);
-    let (method, path) = match req.parse(buf) {
-        Ok(httparse::Status::Partial) => return None,
-        Err(_) => return Some(Reply::text(400, "malformed request")),
-        Ok(httparse::Status::Complete(_)) => match (req.method, req.path) {
-            (Some(m), Some(p)) => (m, p),
-            _ => return Some(Reply::text(400, "malformed request")),
-        },
+    let mut fields = linerate_http::request::FieldBuf::new();
+    let head = match linerate_http::parse_request(buf, &mut fields) {
+        Ok(linerate_http::ParseOutcome::Partial) => return None,
+        Err(e) => return Some(Reply::text(e.status().code(), "malformed request")),
+        Ok(linerate_http::ParseOutcome::Complete { head, .. }) => head,
     };
-    let (path, query) = path.split_once('?').unwrap_or((path, ""));
-    let authorization = req
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("authorization"))
-        .map(|h| h.value);
-    Some(route(admin, method, path, query, authorization))
+    let Some((path, query)) = head.path_and_query() else {
+        return Some(Reply::text(400, "malformed request"));
+    };
+    // The parser's alphabet for targets is ASCII, so these never fail.
+    let path = std::str::from_utf8(path).unwrap_or("/");
+    let query = std::str::from_utf8(query.strip_prefix(b"?").unwrap_or(query)).unwrap_or("");
+    Some(route(
+        admin,
+        head.method_token,
+        path,
+        query,
+        head.field(b"authorization"),
+    ))
 }
 
 fn route(

@@ -24,7 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use linerate_cache::{Lookup, ObjectHandle, Store};
 use linerate_http::cache::{Fwd, RequestCacheControl, Vary};
-use linerate_http::{parse_request, ParseOutcome, Persistence, RequestHead, StatusCode};
+use linerate_http::{Persistence, RequestHead, StatusCode};
 
 use crate::cacheopts::{CacheOptions, QueryKey, RouteOptions};
 use crate::context::Worker;
@@ -377,21 +377,10 @@ pub(crate) async fn respond(
     request: crate::response::Request<'_>,
 ) -> Response {
     let px = &pw.shared;
-    let (raw, body, secure) = (request.raw, request.body, request.secure);
-    let Ok(ParseOutcome::Complete { head, .. }) = parse_request(raw) else {
-        return crate::response::error(worker, StatusCode::BadRequest, Persistence::Close);
-    };
-    let mut slots = [httparse::EMPTY_HEADER; linerate_http::request::MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut slots);
-    if parsed.parse(raw).is_err() {
-        return crate::response::error(worker, StatusCode::BadRequest, Persistence::Close);
-    }
-    let method = parsed.method.unwrap_or("GET");
-    let fields: Vec<(&[u8], &[u8])> = parsed
-        .headers
-        .iter()
-        .map(|h| (h.name.as_bytes(), h.value))
-        .collect();
+    let (body, secure) = (request.body, request.secure);
+    let head = *request.head;
+    let method = head.method_token;
+    let fields: Vec<(&[u8], &[u8])> = head.fields().collect();
     let persistence = if worker.stopping() {
         Persistence::Close
     } else {
