@@ -16,6 +16,7 @@
 pub mod cache;
 pub mod conditional;
 pub mod date;
+pub mod forward;
 pub mod mime;
 pub mod multipart;
 pub mod path;
@@ -26,7 +27,7 @@ mod syntax;
 pub mod upstream;
 
 pub use request::{
-    parse_request, BodyFraming, Method, ParseOutcome, Persistence, RequestError, RequestHead,
-    Version,
+    parse_request, BodyFraming, FieldBuf, Method, ParseOutcome, Persistence, RequestError,
+    RequestHead, TargetForm, Version,
 };
 pub use response::{HeadWriter, StatusCode};

@@ -51,6 +51,44 @@ pub(crate) fn parse_u64(digits: &[u8]) -> Option<u64> {
     })
 }
 
+/// Call `f` with each non-empty member of a comma-separated list (RFC 9110 §5.6.1), OWS
+/// trimmed. A comma inside a quoted-string (§5.6.4) does not split; a backslash inside
+/// one escapes the next byte; an unterminated quote runs to the end of the value.
+pub(crate) fn for_each_member<'a>(value: &'a [u8], mut f: impl FnMut(&'a [u8])) {
+    let mut emit = |member: &'a [u8]| {
+        let member = trim_ows(member);
+        if !member.is_empty() {
+            f(member);
+        }
+    };
+    let mut start = 0;
+    let mut in_quote = false;
+    let mut escaped = false;
+    for (i, &b) in value.iter().enumerate() {
+        if in_quote {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_quote = false;
+            }
+        } else if b == b'"' {
+            in_quote = true;
+        } else if b == b',' {
+            emit(&value[start..i]);
+            start = i + 1;
+        }
+    }
+    emit(&value[start..]);
+}
+
+/// `s` split at the first `sep`, which belongs to neither side.
+pub(crate) fn split_once(s: &[u8], sep: u8) -> Option<(&[u8], &[u8])> {
+    let i = s.iter().position(|&b| b == sep)?;
+    Some((&s[..i], &s[i + 1..]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

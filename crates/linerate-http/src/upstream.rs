@@ -58,6 +58,11 @@ pub struct ResponseHead {
     pub headers: Vec<(Vec<u8>, Vec<u8>)>,
     /// How the body ends.
     pub framing: Framing,
+    /// Transfer codings other than `chunked`, in the order applied (`gzip` of
+    /// `Transfer-Encoding: gzip, chunked`), as sent. The body as read (de-chunked) is
+    /// still coded with these: it is not the representation, and a cache relays it with
+    /// its codings rather than storing it.
+    pub codings: Vec<Vec<u8>>,
     /// Whether the connection may carry another request after this response's body.
     pub keep_alive: bool,
 }
@@ -110,63 +115,114 @@ impl ResponseError {
     }
 }
 
-/// Parse the response head at the start of `buf`.
+/// Most interim (1xx) responses accepted before a final one. Origins send one or two
+/// (`103 Early Hints`, a `100 Continue`); a `102 Processing` every few seconds for a
+/// long job stays far below this, an origin streaming 1xx heads to stall a fill does
+/// not.
+pub const MAX_INTERIM_RESPONSES: usize = 32;
+
+/// One head at the start of a buffer.
+#[derive(Debug, Clone)]
+pub enum Head {
+    /// An interim (1xx, not 101) response: RFC 9110 §15.2 says a client MUST be able to
+    /// parse one or more before the final response; a proxy forwards them (see
+    /// `forward::interim_head`).
+    Interim {
+        /// Its status (100-199, not 101).
+        status: u16,
+        /// Its fields, in order.
+        fields: Vec<(Vec<u8>, Vec<u8>)>,
+        /// Bytes of the buffer it took.
+        len: usize,
+    },
+    /// The final response head.
+    Final {
+        /// The head.
+        head: ResponseHead,
+        /// Bytes of the buffer it took; the body starts there.
+        len: usize,
+    },
+}
+
+/// Parse the head at the start of `buf`, interim or final.
 ///
 /// `Ok(None)`: the head is not complete yet; read more and call again with all bytes.
-/// `Ok(Some((head, head_len)))`: the final response; its body starts at `buf[head_len]`.
-/// Interim responses (RFC 9110 §15.2: 100, 103...) are skipped, so `head_len` covers
-/// them too; `101` is [`ResponseError::Switching`]. `request_was_head` says whether the
-/// request was HEAD, whose response never has a body (RFC 9110 §9.3.2).
+/// `101` is [`ResponseError::Switching`] (we never ask for an upgrade).
+/// `request_was_head` says whether the request was HEAD, whose response never has a
+/// body (RFC 9110 §9.3.2).
 ///
 /// Framing follows RFC 9112 §6.3, refusing each ambiguous case rather than guessing,
 /// because a framing guess that differs from the origin's is how responses desync:
 /// 1. HEAD, 1xx, 204 and 304 responses end at the head ([`Framing::Empty`]).
 /// 2. `Transfer-Encoding` with `Content-Length` is refused (§6.3 ¶3 lets a recipient
 ///    treat it as an error; a cache that guessed could be poisoned); in HTTP/1.0 it is
-///    refused (§6.1: "MUST treat the message as if the framing is faulty"); its final
-///    coding must be `chunked`, applied once (§7), as we decode no other coding.
+///    refused (§6.1: "MUST treat the message as if the framing is faulty"); `chunked`
+///    may be applied once (§7) and only last. When it is last, the body is chunked
+///    ([`Framing::Chunked`]); when other codings are there without it, the body runs
+///    until the connection closes (§6.3 ¶4); either way [`ResponseHead::codings`] lists
+///    the other codings, which this client does not decode.
 /// 3. `Content-Length` must be one decimal value; repeats of the same value, on one line
 ///    (`5, 5`) or several, are that value (RFC 9110 §8.6); anything else is refused
 ///    (§6.3 ¶5: "MUST treat it as an unrecoverable error").
 /// 4. Otherwise the body runs until the connection closes (§6.3 ¶8).
+pub fn parse_head(buf: &[u8], request_was_head: bool) -> Result<Option<Head>, ResponseError> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_FIELDS];
+    let mut resp = httparse::Response::new(&mut fields);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_RESPONSE_HEAD => {
+            return Err(ResponseError::TooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(ResponseError::TooLarge),
+        Err(_) => return Err(ResponseError::Malformed),
+    };
+    if len > MAX_RESPONSE_HEAD {
+        return Err(ResponseError::TooLarge);
+    }
+    let status = resp.code.ok_or(ResponseError::Malformed)?;
+    // RFC 9110 §15: status codes are 100..=599; others are not HTTP.
+    if !(100..=599).contains(&status) {
+        return Err(ResponseError::Malformed);
+    }
+    if status == 101 {
+        return Err(ResponseError::Switching);
+    }
+    if status < 200 {
+        let fields = resp
+            .headers
+            .iter()
+            .map(|h| (h.name.as_bytes().to_vec(), h.value.to_vec()))
+            .collect();
+        return Ok(Some(Head::Interim {
+            status,
+            fields,
+            len,
+        }));
+    }
+    let head = interpret(&resp, status, request_was_head)?;
+    Ok(Some(Head::Final { head, len }))
+}
+
+/// Parse the final response head at the start of `buf`, skipping interim responses
+/// (at most [`MAX_INTERIM_RESPONSES`]); `head_len` covers them too. Same rules as
+/// [`parse_head`].
 pub fn parse_response_head(
     buf: &[u8],
     request_was_head: bool,
 ) -> Result<Option<(ResponseHead, usize)>, ResponseError> {
     let mut start = 0;
-    loop {
-        let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_FIELDS];
-        let mut resp = httparse::Response::new(&mut fields);
-        let len = match resp.parse(&buf[start..]) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() > MAX_RESPONSE_HEAD => {
-                return Err(ResponseError::TooLarge)
-            }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => return Err(ResponseError::TooLarge),
-            Err(_) => return Err(ResponseError::Malformed),
-        };
-        let end = start + len;
-        if end > MAX_RESPONSE_HEAD {
+    for _ in 0..=MAX_INTERIM_RESPONSES {
+        match parse_head(&buf[start..], request_was_head)? {
+            None => return Ok(None),
+            Some(Head::Interim { len, .. }) => start += len,
+            Some(Head::Final { head, len }) => return Ok(Some((head, start + len))),
+        }
+        if start > MAX_RESPONSE_HEAD {
             return Err(ResponseError::TooLarge);
         }
-        let status = resp.code.ok_or(ResponseError::Malformed)?;
-        // RFC 9110 §15: status codes are 100..=599; others are not HTTP.
-        if !(100..=599).contains(&status) {
-            return Err(ResponseError::Malformed);
-        }
-        if status == 101 {
-            return Err(ResponseError::Switching);
-        }
-        if status < 200 {
-            // RFC 9110 §15.2: a client MUST be able to parse one or more 1xx responses
-            // before the final one, and MAY ignore them.
-            start = end;
-            continue;
-        }
-        let head = interpret(&resp, status, request_was_head)?;
-        return Ok(Some((head, end)));
     }
+    Err(ResponseError::TooLarge)
 }
 
 /// What the `Content-Length` lines said so far.
@@ -178,12 +234,14 @@ enum ContentLength {
 }
 
 /// What the `Transfer-Encoding` lines said so far.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct TransferCodings {
     present: bool,
     chunked: usize,
     last_is_chunked: bool,
     invalid: bool,
+    /// The codings other than chunked, as sent.
+    others: Vec<Vec<u8>>,
 }
 
 /// Field-level interpretation of a syntactically valid final head.
@@ -223,12 +281,22 @@ fn interpret(
             return Err(ResponseError::BadTransferEncoding);
         }
         // RFC 9112 §7: "A sender MUST NOT apply the chunked transfer coding more than
-        // once"; a final coding other than chunked would mean read-until-close of a body
-        // we cannot decode, so it is refused too.
-        if te.invalid || !te.last_is_chunked || te.chunked != 1 {
+        // once"; chunked before another coding would have to be chunked again to relay
+        // (and `chunked;param` has no parameters), so both are refused.
+        if te.invalid || te.chunked > 1 || (te.chunked == 1 && !te.last_is_chunked) {
             return Err(ResponseError::BadTransferEncoding);
         }
-        Framing::Chunked
+        if te.last_is_chunked {
+            Framing::Chunked
+        } else if te.others.is_empty() {
+            // An empty Transfer-Encoding names no coding at all.
+            return Err(ResponseError::BadTransferEncoding);
+        } else {
+            // §6.3 ¶4: "If a Transfer-Encoding header field is present in a response and
+            // the chunked transfer coding is not the final encoding, the message body
+            // length is determined by reading the connection until it is closed".
+            Framing::UntilClose
+        }
     } else {
         match content_length {
             ContentLength::Valid(n) => Framing::Length(n),
@@ -247,6 +315,7 @@ fn interpret(
         minor_version,
         headers,
         framing,
+        codings: te.others,
         keep_alive,
     })
 }
@@ -275,14 +344,16 @@ fn add_transfer_codings(te: &mut TransferCodings, line: &[u8]) {
     te.present = true;
     for member in list_members(line) {
         let name = trim_ows(member.split(|&b| b == b';').next().unwrap_or(member));
-        if name.eq_ignore_ascii_case(b"chunked") && name.len() == member.len() {
+        if name.eq_ignore_ascii_case(b"chunked") {
             te.chunked += 1;
             te.last_is_chunked = true;
+            // `chunked;param`: chunked has no parameters (RFC 9112 §7.1).
+            te.invalid |= name.len() != member.len();
         } else {
-            // `chunked;param` has no defined parameters (RFC 9112 §7.1), and a
-            // non-token name is garbage: both leave the last coding "not chunked".
+            // A non-token name is garbage, not a coding.
             te.last_is_chunked = false;
             te.invalid |= !is_token(name);
+            te.others.push(member.to_vec());
         }
     }
 }
@@ -618,6 +689,44 @@ mod tests {
     }
 
     #[test]
+    fn other_codings_are_listed() {
+        let (head, _) = complete(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        assert_eq!(head.codings, vec![b"gzip".to_vec()]);
+        assert!(head.keep_alive);
+        let (head, _) = complete(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-custom;q=1\r\n\r\n");
+        assert_eq!(head.codings, vec![b"x-custom;q=1".to_vec()]);
+        assert_eq!(head.framing, Framing::UntilClose);
+        assert!(!head.keep_alive);
+        let (head, _) = complete(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert!(head.codings.is_empty());
+    }
+
+    #[test]
+    fn interim_heads_one_at_a_time() {
+        let raw = b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+        let Some(Head::Interim {
+            status,
+            fields,
+            len,
+        }) = parse_head(raw, false).unwrap()
+        else {
+            panic!("interim first");
+        };
+        assert_eq!((status, len), (103, 40));
+        assert_eq!(fields, vec![(b"Link".to_vec(), b"</a>".to_vec())]);
+        let Some(Head::Final { head, len: rest }) = parse_head(&raw[len..], false).unwrap() else {
+            panic!("then the final head");
+        };
+        assert_eq!((head.status, len + rest), (200, raw.len()));
+        // An endless stream of 1xx heads is refused.
+        let flood = b"HTTP/1.1 102 Processing\r\n\r\n".repeat(MAX_INTERIM_RESPONSES + 1);
+        assert_eq!(
+            parse_response_head(&flood, false).err(),
+            Some(ResponseError::TooLarge)
+        );
+    }
+
+    #[test]
     fn interim_responses_are_skipped() {
         let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n\
 HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
@@ -663,6 +772,11 @@ HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
             f("Transfer-Encoding: gzip, chunked\r\n"),
             Ok(Some(Framing::Chunked))
         );
+        // RFC 9112 §6.3 ¶4: without chunked last, the body runs until close.
+        assert_eq!(
+            f("Transfer-Encoding: gzip\r\n"),
+            Ok(Some(Framing::UntilClose))
+        );
         assert_eq!(
             f("Transfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n"),
             Ok(Some(Framing::Chunked))
@@ -674,7 +788,6 @@ HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
         );
         assert_eq!(f("Content-Length: 0\r\n"), Ok(Some(Framing::Length(0))));
         for bad_te in [
-            "Transfer-Encoding: gzip\r\n",
             "Transfer-Encoding: chunked, gzip\r\n",
             "Transfer-Encoding: chunked, chunked\r\n",
             "Transfer-Encoding: chunked;x=1\r\n",

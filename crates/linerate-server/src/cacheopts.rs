@@ -26,8 +26,13 @@ pub const DEFAULT_DOWN_FOR: Duration = Duration::from_secs(10);
 /// Default slice size for large objects (nginx's slice module is usually run at 1 MiB;
 /// 4 MiB keeps a typical 2-6 s HLS/DASH segment in one slice and one origin request).
 pub const DEFAULT_SLICE_BYTES: u64 = 4 * 1024 * 1024;
-/// Default time to live of a response without freshness information.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+/// The video profile's freshness for a response without freshness information whose
+/// extension is not in its table.
+pub const VIDEO_DEFAULT_TTL: Duration = Duration::from_secs(60);
+
+/// The targeted cache-control fields obeyed by default (RFC 9213 §3: `CDN-Cache-Control`
+/// is "targeted at all CDN caches", which an edge cache is).
+pub const DEFAULT_TARGETED_FIELDS: [&str; 1] = ["CDN-Cache-Control"];
 /// Default request body forwarded to the origin for unsafe methods (buffered).
 pub const DEFAULT_MAX_FORWARDED_BODY: u64 = 1024 * 1024;
 
@@ -53,6 +58,10 @@ pub struct CacheOptions {
     pub max_forwarded_body: u64,
     /// Name in `Via` and `Cache-Status` (RFC 9211 §2). Default `linerate`.
     pub cache_name: String,
+    /// Targeted cache-control fields this cache obeys, in order (RFC 9213 §2.2): the
+    /// first one present with a valid value replaces `Cache-Control` and `Expires` for
+    /// this cache's decisions. Default `["CDN-Cache-Control"]`; empty: none.
+    pub targeted_fields: Vec<String>,
 }
 
 /// One origin group: one or more servers that hold the same content.
@@ -193,6 +202,28 @@ pub enum QueryKey {
     Ignore,
 }
 
+/// How a route treats responses that carry no freshness information.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// A standards-following shared cache (the default): only RFC 9111's heuristic
+    /// freshness (a share of the time since `Last-Modified`), nothing without it.
+    Standard,
+    /// Video delivery: live manifests 2 s, segments and media files a day, anything else
+    /// 60 s ([`video_ttl_by_extension`], [`VIDEO_DEFAULT_TTL`]), in place of the
+    /// heuristic. Responses that carry freshness keep it.
+    Video,
+}
+
+impl Profile {
+    /// The name in the configuration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Standard => "standard",
+            Profile::Video => "video",
+        }
+    }
+}
+
 /// One route: requests whose host and path prefix match go to `origin`.
 #[derive(Debug, Clone)]
 pub struct RouteOptions {
@@ -203,9 +234,13 @@ pub struct RouteOptions {
     pub path_prefix: String,
     /// Name of the origin.
     pub origin: String,
-    /// Freshness of a response that carries none (no max-age, Expires, Last-Modified).
-    pub default_ttl: Duration,
-    /// The same, per lower-case extension (`m3u8` → 2 s, `m4s` → 1 day).
+    /// The profile the two fields below came from.
+    pub profile: Profile,
+    /// Freshness of a response that carries none (no max-age, s-maxage or Expires), in
+    /// place of the heuristic; `None`: RFC 9111's heuristic only.
+    pub default_ttl: Option<Duration>,
+    /// The same, per lower-case extension (`m3u8` → 2 s, `m4s` → 1 day); wins over
+    /// `default_ttl`.
     pub ttl_by_extension: Vec<(String, Duration)>,
     /// Query string in the key.
     pub query: QueryKey,
@@ -221,14 +256,15 @@ pub struct RouteOptions {
 }
 
 impl RouteOptions {
-    /// A catch-all route to `origin` with every default.
+    /// A catch-all route to `origin` with every default (the standard profile).
     pub fn new(origin: &str) -> RouteOptions {
         RouteOptions {
             host: None,
             path_prefix: "/".to_owned(),
             origin: origin.to_owned(),
-            default_ttl: DEFAULT_TTL,
-            ttl_by_extension: default_ttl_by_extension(),
+            profile: Profile::Standard,
+            default_ttl: None,
+            ttl_by_extension: Vec::new(),
             query: QueryKey::Include,
             slice_bytes: DEFAULT_SLICE_BYTES,
             stale_while_revalidate: Duration::ZERO,
@@ -237,9 +273,9 @@ impl RouteOptions {
     }
 }
 
-/// Default TTLs for responses without freshness information: live manifests change
-/// every target duration, segments never change once published.
-pub fn default_ttl_by_extension() -> Vec<(String, Duration)> {
+/// The video profile's TTLs for responses without freshness information: live manifests
+/// change every target duration, segments never change once published.
+pub fn video_ttl_by_extension() -> Vec<(String, Duration)> {
     let manifest = Duration::from_secs(2);
     let segment = Duration::from_secs(86_400);
     [
@@ -276,45 +312,11 @@ impl CacheOptions {
             heuristic_max: Duration::from_secs(86_400),
             max_forwarded_body: DEFAULT_MAX_FORWARDED_BODY,
             cache_name: "linerate".to_owned(),
+            targeted_fields: DEFAULT_TARGETED_FIELDS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
         }
-    }
-
-    /// Check cross-references: every route names a defined origin, names are unique,
-    /// every origin has a server.
-    pub fn validate(&self) -> Result<(), String> {
-        let mut names = std::collections::HashSet::new();
-        for o in &self.origins {
-            if !names.insert(o.name.as_str()) {
-                return Err(format!("origin {:?} defined twice", o.name));
-            }
-            if o.servers.is_empty() {
-                return Err(format!("origin {:?} has no servers", o.name));
-            }
-            if o.max_connections == 0 {
-                return Err(format!("origin {:?}: max_connections must be > 0", o.name));
-            }
-        }
-        if self.routes.is_empty() {
-            return Err("cache mode needs at least one route".to_owned());
-        }
-        for r in &self.routes {
-            if !names.contains(r.origin.as_str()) {
-                return Err(format!(
-                    "route {:?}: origin {:?} is not defined",
-                    r.path_prefix, r.origin
-                ));
-            }
-            if !r.path_prefix.starts_with('/') {
-                return Err(format!(
-                    "route {:?}: path_prefix must start with /",
-                    r.path_prefix
-                ));
-            }
-        }
-        if !(0.0..=1.0).contains(&self.heuristic_fraction) {
-            return Err("heuristic_fraction must be within 0..=1".to_owned());
-        }
-        self.store.validate().map_err(|e| e.to_string())
     }
 }
 

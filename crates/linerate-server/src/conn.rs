@@ -240,6 +240,17 @@ impl Conn<'_> {
                             Err((Some(StatusCode::ContentTooLarge), Ending::BadRequest))
                         }
                         (BodyFraming::Length(n), Some(_)) => {
+                            // RFC 9110 §10.1.1: a client that sent `Expect: 100-continue`
+                            // waits for a 100 before its body (a server MAY omit it once
+                            // body bytes have arrived).
+                            let waiting = head.expect_continue
+                                && head.version == linerate_http::Version::Http11
+                                && (buffered.len() as u64) < n;
+                            if waiting {
+                                let go = response::interim_continue();
+                                let mut sent = 0;
+                                let _ = self.io.send(self.worker, go, &mut sent).await;
+                            }
                             let to = BodySink::Keep(&mut body);
                             read_body(&mut self.io, buffered, n, deadline, to, &mut excess).await
                         }
@@ -265,11 +276,14 @@ impl Conn<'_> {
                             return Some(ending);
                         }
                     };
+                    let secure = !matches!(self.io, crate::transport::Transport::Plain(_));
+                    let http11 = head.version == linerate_http::Version::Http11;
                     let request = crate::response::Request {
                         head: &head,
                         body,
                         peer: self.peer_ip,
-                        secure: !matches!(self.io, crate::transport::Transport::Plain(_)),
+                        secure,
+                        interim: crate::response::Interim::new(&mut self.io, self.worker, http11),
                     };
                     let response = self.mode.respond(self.worker, request).await;
                     break (response, head_len + taken, excess, pending);

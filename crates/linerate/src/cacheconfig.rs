@@ -6,6 +6,12 @@
 //! `linerate_cache::StoreConfig`. Times are integers with the unit in the key's name:
 //! `_ms` for timeouts (as in `[timeouts]`), `_s` for freshness lifetimes (HTTP's
 //! `max-age` is in seconds).
+//!
+//! Checking happens in two places only: each value as it is read (the `deserialize_with`
+//! functions below), and what no single key can see (names defined twice, a route's
+//! origin, watermarks, slices the store can hold) in the one conversion
+//! `TryFrom<CacheSections> for CacheOptions`, which the file's parser runs once. The
+//! server takes the result as it is.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -14,7 +20,7 @@ use std::time::Duration;
 
 use linerate_cache::{DiskConfig, Durability, StoreConfig};
 use linerate_server::cacheopts::{
-    self, CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOptions,
+    self, CacheOptions, OriginOptions, OriginServer, Profile, QueryKey, RouteOptions,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use toml::Spanned;
@@ -62,6 +68,10 @@ pub struct CacheSection {
     /// Name in `Via` and `Cache-Status`. Default `linerate`.
     #[serde(deserialize_with = "cache_name")]
     pub cache_name: String,
+    /// Targeted cache-control fields obeyed, in order (RFC 9213). Default
+    /// `["CDN-Cache-Control"]`.
+    #[serde(deserialize_with = "field_names")]
+    pub targeted_cache_control: Vec<String>,
     /// `sync_before_publish` or `no_sync`. Default `sync_before_publish`.
     pub durability: DurabilityName,
     /// Start evicting above this percentage of a disk's capacity. Default 95.
@@ -86,6 +96,7 @@ impl Default for CacheSection {
             heuristic_max_s: o.heuristic_max.as_secs(),
             max_forwarded_body: o.max_forwarded_body,
             cache_name: o.cache_name,
+            targeted_cache_control: o.targeted_fields,
             durability: DurabilityName::from(store.durability),
             high_watermark_percent: store.high_watermark_percent,
             low_watermark_percent: store.low_watermark_percent,
@@ -224,9 +235,18 @@ pub struct RouteSection {
     pub path_prefix: String,
     /// Name of an `[[origin]]`. Required.
     pub origin: Spanned<String>,
-    /// Freshness of a response that carries none, s. Default 60.
-    #[serde(default = "default_ttl_s", deserialize_with = "lifetime_s")]
-    pub default_ttl_s: u64,
+    /// `standard` (RFC 9111 heuristics only) or `video` (a TTL table for responses
+    /// without freshness). Default `standard`.
+    #[serde(default = "default_profile")]
+    pub profile: ProfileName,
+    /// Freshness of a response that carries none, s. Default: none (`standard`), 60
+    /// (`video`).
+    #[serde(
+        default,
+        deserialize_with = "optional_lifetime_s",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub default_ttl_s: Option<u64>,
     /// `include` or `ignore` the query string in the cache key. Default `include`.
     #[serde(default = "default_query")]
     pub query: QueryName,
@@ -240,9 +260,24 @@ pub struct RouteSection {
     #[serde(default, deserialize_with = "lifetime_s")]
     pub stale_if_error_s: u64,
     /// `[route.ttl_s]`: extension → freshness, s, for responses that carry none. When
-    /// given it replaces the built-in table entirely. Default: the built-in table.
-    #[serde(default = "default_ttl_table", deserialize_with = "ttl_table")]
-    pub ttl_s: BTreeMap<String, u64>,
+    /// given it replaces the profile's table entirely. Default: the profile's table
+    /// (none for `standard`).
+    #[serde(
+        default,
+        deserialize_with = "ttl_table",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ttl_s: Option<BTreeMap<String, u64>>,
+}
+
+/// Profile names as written in the file.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileName {
+    /// RFC 9111 only.
+    Standard,
+    /// The video TTL table.
+    Video,
 }
 
 /// Query-key names as written in the file.
@@ -291,8 +326,8 @@ fn default_path_prefix() -> String {
     "/".to_owned()
 }
 
-fn default_ttl_s() -> u64 {
-    cacheopts::DEFAULT_TTL.as_secs()
+fn default_profile() -> ProfileName {
+    ProfileName::Standard
 }
 
 fn default_query() -> QueryName {
@@ -301,13 +336,6 @@ fn default_query() -> QueryName {
 
 fn default_slice_bytes() -> u64 {
     cacheopts::DEFAULT_SLICE_BYTES
-}
-
-fn default_ttl_table() -> BTreeMap<String, u64> {
-    cacheopts::default_ttl_by_extension()
-        .into_iter()
-        .map(|(e, d)| (e, d.as_secs()))
-        .collect()
 }
 
 impl OriginSection {
@@ -353,12 +381,13 @@ impl RouteSection {
             host: None,
             path_prefix: default_path_prefix(),
             origin: Spanned::new(0..0, origin.to_owned()),
-            default_ttl_s: default_ttl_s(),
+            profile: default_profile(),
+            default_ttl_s: None,
             query: default_query(),
             slice_bytes: default_slice_bytes(),
             stale_while_revalidate_s: 0,
             stale_if_error_s: 0,
-            ttl_s: default_ttl_table(),
+            ttl_s: None,
         }
     }
 
@@ -366,12 +395,24 @@ impl RouteSection {
         let mut r = RouteOptions::new(self.origin.get_ref());
         r.host = self.host.clone();
         r.path_prefix = self.path_prefix.clone();
-        r.default_ttl = Duration::from_secs(self.default_ttl_s);
-        r.ttl_by_extension = self
-            .ttl_s
-            .iter()
-            .map(|(e, s)| (e.clone(), Duration::from_secs(*s)))
-            .collect();
+        // The profile gives the defaults; keys given in the file replace them.
+        let (profile, default_ttl, table) = match self.profile {
+            ProfileName::Standard => (Profile::Standard, None, Vec::new()),
+            ProfileName::Video => (
+                Profile::Video,
+                Some(cacheopts::VIDEO_DEFAULT_TTL),
+                cacheopts::video_ttl_by_extension(),
+            ),
+        };
+        r.profile = profile;
+        r.default_ttl = self.default_ttl_s.map(Duration::from_secs).or(default_ttl);
+        r.ttl_by_extension = match &self.ttl_s {
+            Some(t) => t
+                .iter()
+                .map(|(e, s)| (e.clone(), Duration::from_secs(*s)))
+                .collect(),
+            None => table,
+        };
         r.query = match self.query {
             QueryName::Include => QueryKey::Include,
             QueryName::Ignore => QueryKey::Ignore,
@@ -424,13 +465,18 @@ impl CacheSections<'_> {
     pub fn is_on(&self) -> bool {
         self.cache.is_some() || !self.origins.is_empty() || !self.routes.is_empty()
     }
+}
 
-    /// Check what single keys cannot: unique names, routes naming defined origins, at
-    /// least one disk and route, slices the store can hold; then
-    /// [`CacheOptions::validate`] on the result. Only called when cache mode is on.
-    pub fn validate(&self) -> Result<(), CrossKeyError> {
+impl TryFrom<CacheSections<'_>> for CacheOptions {
+    type Error = CrossKeyError;
+
+    /// Check what single keys cannot (unique names, routes naming defined origins, at
+    /// least one disk, origin and route, slices the store can hold, the store's own
+    /// rules such as watermarks) and build the typed options. Run once, when the file
+    /// is parsed, and only when cache mode is on.
+    fn try_from(sections: CacheSections<'_>) -> Result<CacheOptions, CrossKeyError> {
         let default = CacheSection::default();
-        let cache = self.cache.unwrap_or(&default);
+        let cache = sections.cache.unwrap_or(&default);
         if cache.disk.is_empty() {
             return Err(CrossKeyError::whole(
                 "cache mode needs at least one [[cache.disk]] (or `serve --cache-dir DIR`)"
@@ -448,13 +494,13 @@ impl CacheSections<'_> {
                 ));
             }
         }
-        if self.origins.is_empty() {
+        if sections.origins.is_empty() {
             return Err(CrossKeyError::whole(
                 "cache mode needs at least one [[origin]] (or `serve --origin URL`)".to_owned(),
             ));
         }
-        for (i, o) in self.origins.iter().enumerate() {
-            if self.origins[..i]
+        for (i, o) in sections.origins.iter().enumerate() {
+            if sections.origins[..i]
                 .iter()
                 .any(|p| p.name.get_ref() == o.name.get_ref())
             {
@@ -464,19 +510,19 @@ impl CacheSections<'_> {
                 ));
             }
         }
-        if self.routes.is_empty() {
+        if sections.routes.is_empty() {
             return Err(CrossKeyError::whole(
                 "cache mode needs at least one [[route]] (path_prefix = \"/\" matches everything)"
                     .to_owned(),
             ));
         }
-        for r in self.routes {
-            if !self
+        for r in sections.routes {
+            if !sections
                 .origins
                 .iter()
                 .any(|o| o.name.get_ref() == r.origin.get_ref())
             {
-                let known: Vec<&str> = self
+                let known: Vec<&str> = sections
                     .origins
                     .iter()
                     .map(|o| o.name.get_ref().as_str())
@@ -498,15 +544,6 @@ impl CacheSections<'_> {
                 )));
             }
         }
-        self.to_options()
-            .validate()
-            .map_err(|e| CrossKeyError::whole(format!("cache mode: {e}")))
-    }
-
-    /// Typed options (after [`CacheSections::validate`]).
-    pub fn to_options(&self) -> CacheOptions {
-        let default = CacheSection::default();
-        let cache = self.cache.unwrap_or(&default);
         let mut store = StoreConfig::new(
             cache
                 .disk
@@ -525,17 +562,29 @@ impl CacheSections<'_> {
         store.high_watermark_percent = cache.high_watermark_percent;
         store.low_watermark_percent = cache.low_watermark_percent;
         store.max_object_bytes = cache.max_object_bytes;
+        store
+            .validate()
+            .map_err(|e| CrossKeyError::whole(format!("cache mode: {e}")))?;
         let mut o = CacheOptions::new(
             store,
-            self.origins.iter().map(OriginSection::to_options).collect(),
-            self.routes.iter().map(RouteSection::to_options).collect(),
+            sections
+                .origins
+                .iter()
+                .map(OriginSection::to_options)
+                .collect(),
+            sections
+                .routes
+                .iter()
+                .map(RouteSection::to_options)
+                .collect(),
         );
         o.honour_request_cache_control = cache.honour_request_cache_control;
         o.heuristic_fraction = cache.heuristic_fraction;
         o.heuristic_max = Duration::from_secs(cache.heuristic_max_s);
         o.max_forwarded_body = cache.max_forwarded_body;
         o.cache_name = cache.cache_name.clone();
-        o
+        o.targeted_fields = cache.targeted_cache_control.clone();
+        Ok(o)
     }
 }
 
@@ -850,9 +899,33 @@ impl<'de> Deserialize<'de> for Lifetime {
     }
 }
 
-fn ttl_table<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, u64>, D::Error> {
+fn ttl_table<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, u64>>, D::Error> {
     let m = BTreeMap::<Extension, Lifetime>::deserialize(d)?;
-    Ok(m.into_iter().map(|(k, v)| (k.0, v.0)).collect())
+    Ok(Some(m.into_iter().map(|(k, v)| (k.0, v.0)).collect()))
+}
+
+fn optional_lifetime_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    lifetime_s(d).map(Some)
+}
+
+/// Field names for `targeted_cache_control`: tokens (RFC 9110 §5.1), at most 64 bytes,
+/// and never `Cache-Control` itself (RFC 9213 §2.4: a targeted field is a separate
+/// field).
+fn field_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    for n in &names {
+        if n.is_empty() || n.len() > 64 || !n.bytes().all(is_tchar) {
+            return Err(serde::de::Error::custom(format!(
+                "field name {n:?}: 1-64 token characters"
+            )));
+        }
+        if n.eq_ignore_ascii_case("cache-control") {
+            return Err(serde::de::Error::custom(
+                "Cache-Control is always obeyed when no targeted field applies; list only targeted fields such as CDN-Cache-Control",
+            ));
+        }
+    }
+    Ok(names)
 }
 
 #[cfg(test)]
@@ -872,6 +945,7 @@ durability = "no_sync"
 high_watermark_percent = 90
 low_watermark_percent = 80
 max_object_bytes = "1G"
+targeted_cache_control = ["Edge-Cache-Control", "CDN-Cache-Control"]
 
 [[cache.disk]]
 name = "nvme0"
@@ -915,6 +989,7 @@ m4s = 86400
 
 [[route]]
 origin = "live"
+profile = "video"
 "#;
 
     fn err(text: &str) -> String {
@@ -976,7 +1051,8 @@ origin = "live"
             (r.path_prefix.as_str(), r.origin.as_str()),
             ("/vod/", "vod")
         );
-        assert_eq!(r.default_ttl, Duration::from_secs(300));
+        assert_eq!(r.default_ttl, Some(Duration::from_secs(300)));
+        assert_eq!(r.profile, Profile::Standard);
         assert_eq!(r.query, QueryKey::Ignore);
         assert_eq!(r.slice_bytes, 1 << 20);
         assert_eq!(r.stale_while_revalidate, Duration::from_secs(10));
@@ -992,11 +1068,17 @@ origin = "live"
         let d = &o.routes[1];
         assert_eq!((d.host.as_deref(), d.path_prefix.as_str()), (None, "/"));
         assert_eq!(d.slice_bytes, cacheopts::DEFAULT_SLICE_BYTES);
+        // The video profile's table and default, unless the route gives its own.
+        assert_eq!(d.profile, Profile::Video);
+        assert_eq!(d.ttl_by_extension, cacheopts::video_ttl_by_extension());
+        assert_eq!(d.default_ttl, Some(cacheopts::VIDEO_DEFAULT_TTL));
         assert_eq!(
-            d.ttl_by_extension.len(),
-            cacheopts::default_ttl_by_extension().len()
+            o.targeted_fields,
+            vec![
+                "Edge-Cache-Control".to_owned(),
+                "CDN-Cache-Control".to_owned()
+            ]
         );
-        assert!(o.validate().is_ok());
 
         // Printed back, it parses to the same thing.
         let printed = c.to_toml();
@@ -1016,19 +1098,24 @@ origin = "live"
         assert!(o.honour_request_cache_control);
         assert_eq!(o.cache_name, "linerate");
         assert_eq!(o.heuristic_max, Duration::from_secs(86_400));
-        assert_eq!(o.routes[0].default_ttl, cacheopts::DEFAULT_TTL);
+        // The default profile follows RFC 9111 alone: no operator TTLs at all.
+        assert_eq!(o.routes[0].profile, Profile::Standard);
+        assert_eq!(o.routes[0].default_ttl, None);
+        assert!(o.routes[0].ttl_by_extension.is_empty());
         assert_eq!(o.routes[0].query, QueryKey::Include);
+        assert_eq!(o.targeted_fields, vec!["CDN-Cache-Control".to_owned()]);
         let printed = c.to_toml();
         assert!(
-            printed.contains("[cache]") && printed.contains("m3u8 = 2"),
+            printed.contains("[cache]") && printed.contains("profile = \"standard\""),
             "{printed}"
         );
         assert_eq!(Config::parse(&printed).unwrap().to_toml(), printed);
-        // An empty ttl table means no per-extension TTLs, and survives printing.
-        let c = Config::parse(&format!("{MINIMAL}[route.ttl_s]\n")).unwrap();
-        assert!(c.to_options().cache.unwrap().routes[0]
-            .ttl_by_extension
-            .is_empty());
+        // An empty ttl table under the video profile means no per-extension TTLs, and
+        // survives printing.
+        let c = Config::parse(&format!("{MINIMAL}profile = \"video\"\n[route.ttl_s]\n")).unwrap();
+        let r = &c.to_options().cache.unwrap().routes[0];
+        assert!(r.ttl_by_extension.is_empty());
+        assert_eq!(r.default_ttl, Some(cacheopts::VIDEO_DEFAULT_TTL));
         let again = Config::parse(&c.to_toml()).unwrap();
         assert!(again.to_options().cache.unwrap().routes[0]
             .ttl_by_extension
@@ -1124,6 +1211,9 @@ origin = "live"
             ("[[route]]\norigin = \"o\"\n[route.ttl_s]\nts = -1\n", "line 4", ""),
             ("[cache]\nheuristic_fraction = 2.0\n", "line 2", "between 0.0"),
             ("[cache]\ncache_name = \"a b\"\n", "line 2", "token"),
+            ("[cache]\ntargeted_cache_control = [\"a b\"]\n", "line 2", "token"),
+            ("[cache]\ntargeted_cache_control = [\"cache-control\"]\n", "line 2", "targeted"),
+            ("[[route]]\norigin = \"o\"\nprofile = \"vod\"\n", "line 3", "standard"),
             ("[cache]\ndurability = \"fast\"\n", "line 2", "no_sync"),
             ("[cache]\nhigh_watermark_percent = 300\n", "line 2", ""),
             (
@@ -1188,7 +1278,7 @@ origin = "live"
             .cache
             .unwrap();
         assert_eq!(o.store.disks[0].max_bytes, 1 << 20);
-        assert!(o.validate().is_ok());
+        assert_eq!(o.routes[0].profile, Profile::Standard);
         assert!(QuickStart::resolve(&["h".to_owned()], &cache_dir, None).is_err());
     }
 }

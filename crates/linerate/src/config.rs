@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cacheconfig::{CacheSections, QuickStart};
+use linerate_server::cacheopts::CacheOptions;
 use linerate_server::options::{self as defaults, Pinning, ServerOptions, Timeouts};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -49,6 +50,10 @@ pub struct Config {
     /// `[[route]]` (cache mode).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub route: Vec<crate::cacheconfig::RouteSection>,
+    /// Cache mode's options, converted (and so checked) once when the file was parsed;
+    /// `None` when cache mode is off.
+    #[serde(skip)]
+    cache_options: Option<CacheOptions>,
 }
 
 /// `[server]`: listeners and workers.
@@ -206,10 +211,11 @@ impl Config {
         }
         let cache = config.cache_sections();
         if cache.is_on() {
-            cache.validate().map_err(|e| match e.span {
+            let options = CacheOptions::try_from(cache).map_err(|e| match e.span {
                 Some(span) => error_at(text, span, &e.message),
                 None => <toml::de::Error as serde::de::Error>::custom(e.message),
             })?;
+            config.cache_options = Some(options);
         }
         Ok(config)
     }
@@ -300,8 +306,7 @@ impl Config {
         o.access_log = self.access_log.to_options();
         o.tcp = self.tcp.to_options();
         o.tls = self.tls.to_options();
-        let cache = self.cache_sections();
-        o.cache = cache.is_on().then(|| cache.to_options());
+        o.cache = self.cache_options.clone();
         o
     }
 }

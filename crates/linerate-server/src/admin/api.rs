@@ -362,13 +362,22 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
             _ => {}
         }
     }
+    let bad = || {
+        Reply::text(
+            400,
+            "give exactly one of url= or prefix= (a percent-encoded http:// or https:// URL)",
+        )
+    };
     let (kind, removed) = match (url, prefix) {
-        (Some(Some(u)), None) => ("url", cache.purge_url(&crate::proxy::key_of_url(&u))),
-        (None, Some(Some(p))) => (
-            "prefix",
-            cache.store.purge_prefix(&crate::proxy::key_of_url(&p)),
-        ),
-        _ => return Reply::text(400, "give exactly one of url= or prefix= (percent-encoded)"),
+        (Some(Some(u)), None) => match cache.key_for_url(&u) {
+            Some(key) => ("url", cache.purge_url(&key)),
+            None => return bad(),
+        },
+        (None, Some(Some(p))) => match cache.key_for_url(&p) {
+            Some(key) => ("prefix", cache.store.purge_prefix(&key)),
+            None => return bad(),
+        },
+        _ => return bad(),
     };
     tracing::info!(kind, removed, "purge through the admin API");
     Reply::new(

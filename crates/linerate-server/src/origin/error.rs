@@ -15,8 +15,9 @@ pub(crate) enum OriginError {
     /// connection this worker may hold to the server stayed busy that long.
     #[error("connect timed out")]
     ConnectTimeout,
-    /// Every server of the origin is marked down.
-    #[error("every origin server is marked down")]
+    /// The origin has no server to try (kept for the metric label; an origin always has
+    /// at least one server, and a down one is still tried when no other is up).
+    #[error("no origin server to try")]
     AllDown,
     /// The TLS handshake failed (certificate not trusted, name mismatch, protocol).
     #[error("tls: {0}")]
@@ -123,6 +124,21 @@ impl OriginError {
                 | OriginError::Reset
                 | OriginError::Closed
                 | OriginError::FirstByteTimeout
+        )
+    }
+
+    /// Whether the failure says the server could not be reached or did not answer at
+    /// all (what down-marking counts): a refused or timed-out connect, a failed TLS
+    /// handshake, no first byte or a stalled head. A connection the origin closed or
+    /// reset, a bad head or a bad body came from a server that is up.
+    pub(crate) fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            OriginError::Connect(_)
+                | OriginError::ConnectTimeout
+                | OriginError::Tls(_)
+                | OriginError::FirstByteTimeout
+                | OriginError::IdleTimeout
         )
     }
 

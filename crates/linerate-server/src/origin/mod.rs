@@ -17,10 +17,15 @@
 //! - an idempotent request that fails before any response byte moves on to the next
 //!   server, at most once per server.
 //!
-//! Health: each failure before or while reading a head counts against the server;
-//! `down_after` in a row mark it down for `down_for`; a head resets the count. Down
-//! servers are skipped; when all are, [`OriginError::AllDown`] comes back at once so
-//! the caller can serve stale content or 502 without waiting.
+//! Health: a failure to reach a server (connect refused or timed out, TLS, no first byte
+//! in time, a head that stalls) counts against it; `down_after` in a row mark it down
+//! for `down_for`; a head resets the count. An origin that answers by closing or
+//! resetting the connection is reachable, not dead, and is not counted: it may do so on
+//! purpose, for one URL. Down servers are skipped while another server is up; an origin
+//! whose servers are all down is still tried (the one due back soonest first), and an
+//! origin with one server is never marked down at all (as in nginx: "If there is only a
+//! single server in a group, max_fails ... are ignored"): skipping the only server
+//! would turn a few failed requests into every request failing for `down_for`.
 //!
 //! Not here: what to ask (the proxy builds the request), caching decisions, and the
 //! wire format of heads and chunks (`linerate_http::upstream`).
@@ -45,7 +50,7 @@ use conn::{Conn, ServerPool};
 #[allow(unused_imports)]
 pub(crate) use error::{OriginError, ERROR_KINDS};
 pub(crate) use request::OriginRequest;
-pub(crate) use response::OriginResponse;
+pub(crate) use response::{InterimSink, OriginResponse};
 #[allow(unused_imports)]
 pub(crate) use shared::{OriginShared, OriginSnapshot, ServerSnapshot, ServerState};
 
@@ -128,12 +133,17 @@ impl Origin {
         }
         let start = self.cursor.get() % n;
         self.cursor.set((start + 1) % n);
+        let mut order: Vec<usize> = (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|&s| !self.shared.is_down(s))
+            .collect();
+        if order.is_empty() {
+            // Every server is down: try the one due back first rather than fail without
+            // trying (a cache can still serve stale content if this fails too).
+            order.push(self.shared.soonest_up());
+        }
         let mut last = None;
-        for i in 0..n {
-            let server = (start + i) % n;
-            if self.shared.is_down(server) {
-                continue;
-            }
+        for server in order {
             match self.attempt(server, req).await {
                 Ok(response) => return Ok(response),
                 Err(e) => {
@@ -170,11 +180,13 @@ impl Origin {
         let result = match acquired {
             Err(f) => Err(f),
             Ok(Acquired::Fresh(conn)) => {
-                response::exchange(shared, server, conn, &wire, req.is_head()).await
+                response::exchange(shared, server, conn, &wire, req.is_head(), req.interim).await
             }
             Ok(Acquired::Pooled(conn)) => {
                 shared.count_reused(server);
-                match response::exchange(shared, server, conn, &wire, req.is_head()).await {
+                match response::exchange(shared, server, conn, &wire, req.is_head(), req.interim)
+                    .await
+                {
                     Err(f)
                         if f.error.nothing_received()
                             && (req.idempotent || f.phase == Phase::Write) =>
@@ -187,7 +199,15 @@ impl Origin {
                         );
                         match self.acquire(server, Reuse::FreshOnly).await {
                             Ok(Acquired::Fresh(conn) | Acquired::Pooled(conn)) => {
-                                response::exchange(shared, server, conn, &wire, req.is_head()).await
+                                response::exchange(
+                                    shared,
+                                    server,
+                                    conn,
+                                    &wire,
+                                    req.is_head(),
+                                    req.interim,
+                                )
+                                .await
                             }
                             Err(f) => Err(f),
                         }
@@ -203,7 +223,7 @@ impl Origin {
             }
             Err(f) => {
                 shared.count_error(server, &f.error);
-                if f.phase != Phase::Slot {
+                if f.phase != Phase::Slot && f.error.is_unreachable() {
                     shared.record_failure(server, &f.error);
                 }
                 Err(f.error)

@@ -16,6 +16,9 @@ pub(crate) struct OriginRequest<'a> {
     /// Whether sending the request twice is harmless (RFC 9110 §9.2.2), which allows a
     /// retry on another server, or after it was written to a pooled connection.
     pub(crate) idempotent: bool,
+    /// Where interim (1xx) responses go as they arrive (to be forwarded to the client);
+    /// `None`: dropped.
+    pub(crate) interim: Option<&'a super::InterimSink>,
 }
 
 impl OriginRequest<'_> {
@@ -124,6 +127,7 @@ mod tests {
             ],
             body: b"",
             idempotent: true,
+            interim: None,
         };
         assert_eq!(
             req.encode("/base", "origin:8080"),
@@ -136,6 +140,7 @@ X-Bad: a  Injected: 1\r\n\r\n"
             headers: &[(b"content-length", b"99")],
             body: b"",
             idempotent: false,
+            interim: None,
         };
         assert_eq!(
             post.encode("", "o"),
@@ -147,6 +152,7 @@ X-Bad: a  Injected: 1\r\n\r\n"
             headers: &[],
             body: b"xyz",
             idempotent: true,
+            interim: None,
         };
         assert_eq!(
             put.encode("", "o"),

@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use linerate_http::upstream::{parse_response_head, ChunkedDecoder, Framing, ResponseHead};
+use linerate_http::upstream::{
+    parse_head, ChunkedDecoder, Framing, Head, ResponseError, ResponseHead, MAX_INTERIM_RESPONSES,
+};
 use tokio::time::Instant;
 
 use super::conn::{Conn, Peek};
@@ -25,15 +27,21 @@ const HEAD_READ_CHUNK: usize = 16 * 1024;
 /// busy connection (a TCP receive of 64 KiB, a few 16 KiB TLS records).
 const BODY_READ_CHUNK: usize = 64 * 1024;
 
+/// Where interim (1xx) response heads go as they arrive, ready to send to a client.
+pub(crate) type InterimSink = tokio::sync::mpsc::UnboundedSender<Vec<u8>>;
+
 /// Send `wire` on `conn` and read the response head. `first_byte_timeout` bounds the
 /// write and the wait for the first byte (a request the origin will not read is as
-/// stuck as one it will not answer); `idle_timeout` each wait after that.
+/// stuck as one it will not answer); `idle_timeout` each wait after that. Interim
+/// responses before the final head go to `interim` (all but `100 Continue`), as they
+/// arrive.
 pub(super) async fn exchange(
     shared: &Arc<OriginShared>,
     server: usize,
     mut conn: Conn,
     wire: &[u8],
     is_head: bool,
+    interim: Option<&InterimSink>,
 ) -> Result<OriginResponse, Failure> {
     let opts = &shared.opts;
     let request_time_ms = unix_ms();
@@ -44,8 +52,10 @@ pub(super) async fn exchange(
         Ok(Ok(())) => {}
     }
     let mut buf = Vec::with_capacity(HEAD_READ_CHUNK);
+    let mut received = false;
+    let mut interims = 0usize;
     loop {
-        let nothing_yet = buf.is_empty();
+        let nothing_yet = !received;
         let deadline = if nothing_yet {
             first_byte_deadline
         } else {
@@ -66,43 +76,69 @@ pub(super) async fn exchange(
         if let Some(error) = error {
             return Err(Failure::new(error, Phase::Head));
         }
-        match parse_response_head(&buf, is_head) {
-            Err(e) => return Err(Failure::new(OriginError::BadHead(e), Phase::Head)),
-            Ok(None) => continue,
-            Ok(Some((head, head_len))) => {
-                let response_time_ms = unix_ms();
-                let mut body = Body {
-                    conn: Some(conn),
-                    pending: buf,
-                    pos: head_len,
-                    state: match head.framing {
-                        Framing::Length(n) => BodyState::Length {
-                            expected: n,
-                            remaining: n,
-                        },
-                        Framing::Chunked => BodyState::Chunked,
-                        Framing::UntilClose => BodyState::UntilClose,
-                        Framing::Empty => BodyState::Empty,
-                    },
-                    decoder: ChunkedDecoder::new(),
-                    keep_alive: head.keep_alive,
-                    idle_timeout: opts.idle_timeout,
-                };
-                // A body that is already over goes back to the pool now, so a caller
-                // that never reads an empty body does not cost a connection.
-                match body.state {
-                    BodyState::Empty => body.finish(End::Lenient).await,
-                    BodyState::Length { remaining: 0, .. } => body.finish(End::Strict).await,
-                    _ => {}
+        received = true;
+        // Every head the buffer holds: interim ones are passed on and dropped, the final
+        // one starts the body.
+        loop {
+            match parse_head(&buf, is_head) {
+                Err(e) => return Err(Failure::new(OriginError::BadHead(e), Phase::Head)),
+                Ok(None) => break,
+                Ok(Some(Head::Interim {
+                    status,
+                    fields,
+                    len,
+                })) => {
+                    interims += 1;
+                    if interims > MAX_INTERIM_RESPONSES {
+                        let e = OriginError::BadHead(ResponseError::TooLarge);
+                        return Err(Failure::new(e, Phase::Head));
+                    }
+                    // RFC 9110 §15.2: forward 1xx "unless the proxy itself requested" it;
+                    // we never send `Expect`, so a 100 Continue is not the client's either
+                    // (a client that asked got ours before its body was read).
+                    if let (Some(tx), true) = (interim, status != 100) {
+                        let _ = tx.send(linerate_http::forward::interim_head(status, &fields));
+                    }
+                    buf.drain(..len);
                 }
-                return Ok(OriginResponse {
+                Ok(Some(Head::Final {
                     head,
-                    request_time_ms,
-                    response_time_ms,
-                    server,
-                    shared: shared.clone(),
-                    body,
-                });
+                    len: head_len,
+                })) => {
+                    let response_time_ms = unix_ms();
+                    let mut body = Body {
+                        conn: Some(conn),
+                        pending: buf,
+                        pos: head_len,
+                        state: match head.framing {
+                            Framing::Length(n) => BodyState::Length {
+                                expected: n,
+                                remaining: n,
+                            },
+                            Framing::Chunked => BodyState::Chunked,
+                            Framing::UntilClose => BodyState::UntilClose,
+                            Framing::Empty => BodyState::Empty,
+                        },
+                        decoder: ChunkedDecoder::new(),
+                        keep_alive: head.keep_alive,
+                        idle_timeout: opts.idle_timeout,
+                    };
+                    // A body that is already over goes back to the pool now, so a caller
+                    // that never reads an empty body does not cost a connection.
+                    match body.state {
+                        BodyState::Empty => body.finish(End::Lenient).await,
+                        BodyState::Length { remaining: 0, .. } => body.finish(End::Strict).await,
+                        _ => {}
+                    }
+                    return Ok(OriginResponse {
+                        head,
+                        request_time_ms,
+                        response_time_ms,
+                        server,
+                        shared: shared.clone(),
+                        body,
+                    });
+                }
             }
         }
     }

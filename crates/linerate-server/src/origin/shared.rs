@@ -208,6 +208,15 @@ impl OriginShared {
         self.now_ms() < self.servers[server].down_until_ms.load(Ordering::Relaxed)
     }
 
+    /// The server whose down period ends first (all are down).
+    pub(super) fn soonest_up(&self) -> usize {
+        self.servers
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, s)| s.down_until_ms.load(Ordering::Relaxed))
+            .map_or(0, |(i, _)| i)
+    }
+
     /// A response head arrived from `server`: it is healthy.
     pub(super) fn record_success(&self, server: usize) {
         let s = &self.servers[server];
@@ -223,8 +232,9 @@ impl OriginShared {
         }
     }
 
-    /// `server` failed before or while sending a response head. `down_after` failures in
-    /// a row mark it down for `down_for` (`down_after` 0: never).
+    /// `server` could not be reached (see `OriginError::is_unreachable`). `down_after`
+    /// failures in a row mark it down for `down_for` (`down_after` 0: never), unless it
+    /// is the origin's only server.
     pub(super) fn record_failure(&self, server: usize, error: &OriginError) {
         let s = &self.servers[server];
         let failures = s
@@ -235,7 +245,7 @@ impl OriginShared {
             .unwrap_or(u32::MAX)
             .saturating_add(1);
         let threshold = self.opts.down_after;
-        if threshold == 0 || failures < threshold {
+        if threshold == 0 || failures < threshold || self.servers.len() == 1 {
             return;
         }
         let now = self.now_ms();

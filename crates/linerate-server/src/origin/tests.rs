@@ -134,6 +134,7 @@ fn get(target: &'static [u8]) -> OriginRequest<'static> {
         headers: &[],
         body: b"",
         idempotent: true,
+        interim: None,
     }
 }
 
@@ -175,6 +176,7 @@ async fn simple_response_with_length() {
             headers: &[(b"Accept", b"*/*")],
             body: b"",
             idempotent: true,
+            interim: None,
         })
         .await
         .unwrap();
@@ -381,7 +383,9 @@ async fn oversized_head() {
         "{e:?}"
     );
     assert_eq!(e.status(), StatusCode::BadGateway);
-    assert_eq!(c.shared.snapshot().servers[0].consecutive_failures, 1);
+    // A server that answers, however badly, is up: only unreachability counts.
+    assert_eq!(c.shared.snapshot().servers[0].consecutive_failures, 0);
+    assert_eq!(failures(&c.shared, 0, "bad_head"), 1);
 }
 
 #[tokio::test]
@@ -496,41 +500,142 @@ async fn idempotent_requests_move_to_the_next_server() {
 
 #[tokio::test]
 async fn servers_go_down_and_come_back() {
+    // Two servers: one refuses connections, one answers.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
+    let dead = listener.local_addr().unwrap();
     drop(listener);
-    let mut opts = options(&[addr]);
+    let live = serve(|mut s, _| {
+        while read_request(&mut s).is_some() {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let mut opts = options(&[dead, live.addr]);
     opts.down_after = 2;
     opts.down_for = Duration::from_millis(300);
     let c = client(opts);
+    // Each request starts at the next server; one that fails before any byte moves on.
+    for _ in 0..4 {
+        assert_eq!(c.send(&get(b"/")).await.unwrap().head.status, 200);
+    }
+    let snap = c.shared.snapshot();
+    assert_eq!(snap.servers[0].state, ServerState::Down);
+    assert_eq!(snap.servers[0].consecutive_failures, 2);
+    assert_eq!(snap.servers[1].state, ServerState::Up);
+    // While down it is skipped: no more attempts on it.
+    for _ in 0..3 {
+        assert_eq!(c.send(&get(b"/")).await.unwrap().head.status, 200);
+    }
+    assert_eq!(c.shared.snapshot().servers[0].requests, 2);
+
+    // Half-open after the period: tried again, and a success brings it back.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let back = serve_on(TcpListener::bind(dead).unwrap(), |mut s, _| {
+        while read_request(&mut s).is_some() {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
     for _ in 0..2 {
+        assert_eq!(c.send(&get(b"/")).await.unwrap().head.status, 200);
+    }
+    let snap = c.shared.snapshot();
+    assert_eq!(snap.servers[0].state, ServerState::Up);
+    assert_eq!(snap.servers[0].consecutive_failures, 0);
+    assert_eq!(back.accepts(), 1);
+}
+
+#[tokio::test]
+async fn when_every_server_is_down_the_one_due_back_first_is_still_tried() {
+    let a = refused_addr();
+    let b = refused_addr();
+    let mut opts = options(&[a, b]);
+    opts.down_after = 1;
+    opts.down_for = Duration::from_secs(60);
+    let c = client(opts);
+    assert!(matches!(
+        c.send(&get(b"/")).await,
+        Err(OriginError::Connect(_))
+    ));
+    let snap = c.shared.snapshot();
+    assert!(snap.servers.iter().all(|s| s.state == ServerState::Down));
+    let before: u64 = snap.servers.iter().map(|s| s.requests).sum();
+    // Not an instant AllDown: a real attempt (a cache may still serve stale if it fails).
+    let e = c.send(&get(b"/")).await.unwrap_err();
+    assert!(matches!(e, OriginError::Connect(_)), "{e:?}");
+    let after: u64 = c.shared.snapshot().servers.iter().map(|s| s.requests).sum();
+    assert_eq!(after, before + 1);
+}
+
+#[tokio::test]
+async fn a_single_server_is_never_marked_down() {
+    let mut opts = options(&[refused_addr()]);
+    opts.down_after = 1;
+    let c = client(opts);
+    for _ in 0..3 {
         assert!(matches!(
             c.send(&get(b"/")).await,
             Err(OriginError::Connect(_))
         ));
     }
     let snap = c.shared.snapshot();
-    assert_eq!(snap.servers[0].state, ServerState::Down);
-    assert_eq!(snap.servers[0].consecutive_failures, 2);
-    let e = c.send(&get(b"/")).await.unwrap_err();
-    assert!(matches!(e, OriginError::AllDown), "{e:?}");
-    assert_eq!(e.status(), StatusCode::BadGateway);
-    // AllDown comes before any connection attempt.
-    assert_eq!(c.shared.snapshot().servers[0].requests, 2);
+    assert_eq!(snap.servers[0].state, ServerState::Up);
+    assert_eq!(
+        snap.servers[0].requests, 3,
+        "every request tried the server"
+    );
+}
 
-    // Half-open after the period: tried again, and a success brings it back.
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    let origin = serve_on(TcpListener::bind(addr).unwrap(), |mut s, _| {
+#[tokio::test]
+async fn an_origin_that_closes_on_purpose_is_not_counted_as_down() {
+    // Closes every connection without answering; a second server answers.
+    let closer = serve(|mut s, _| {
+        let _ = read_request(&mut s);
+    });
+    let live = serve(|mut s, _| {
         while read_request(&mut s).is_some() {
             let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
         }
     });
-    let r = c.send(&get(b"/")).await.unwrap();
-    assert_eq!(r.head.status, 200);
+    let mut opts = options(&[closer.addr, live.addr]);
+    opts.down_after = 1;
+    let c = client(opts);
+    for _ in 0..4 {
+        let _ = c.send(&get(b"/")).await;
+    }
     let snap = c.shared.snapshot();
     assert_eq!(snap.servers[0].state, ServerState::Up);
-    assert_eq!(snap.servers[0].consecutive_failures, 0);
-    assert_eq!(origin.accepts(), 1);
+    assert!(failures(&c.shared, 0, "closed") >= 1);
+}
+
+#[tokio::test]
+async fn interim_responses_reach_the_sink_as_they_arrive() {
+    let origin = serve(|mut s, _| {
+        if read_request(&mut s).is_some() {
+            let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nConnection: x\r\nX: 1\r\n\r\n");
+            thread::sleep(Duration::from_millis(200));
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        }
+    });
+    let c = client(options(&[origin.addr]));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let req = OriginRequest {
+        interim: Some(&tx),
+        ..get(b"/")
+    };
+    let send = c.send(&req);
+    tokio::pin!(send);
+    // The 103 arrives while the final head is still 200 ms away; the 100 (which we never
+    // asked for) and the Connection-listed field are not passed on.
+    let early = tokio::select! {
+        h = rx.recv() => h.unwrap(),
+        _ = &mut send => panic!("the final response came first"),
+    };
+    assert_eq!(
+        early,
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+    );
+    let mut r = send.await.unwrap();
+    assert_eq!(body_of(&mut r).await.unwrap(), b"ok");
+    assert!(rx.try_recv().is_err());
 }
 
 #[tokio::test]

@@ -71,7 +71,7 @@ pub(crate) enum ProxyBody {
     /// From the origin, uncached.
     Relay(Relay),
     /// Slices of a large object (see `slices`).
-    Sliced(crate::proxy::slices::SlicedBody),
+    Sliced(super::slices::SlicedBody),
 }
 
 impl Pieces for ProxyBody {
@@ -265,11 +265,13 @@ impl Relay {
             self.buf.extend_from_slice(&[0u8; 18]);
         }
         let offset = self.buf.len();
-        let n = self
-            .response
-            .read(&mut self.buf, RELAY_CHUNK)
-            .await
-            .map_err(|e| TransferError::Upstream(e.as_str()))?;
+        let n = match self.response.read(&mut self.buf, RELAY_CHUNK).await {
+            Ok(n) => n,
+            // Every declared byte was relayed, then the origin sent more: the client has
+            // the body as declared, complete (nginx and Varnish deliver the same).
+            Err(crate::origin::OriginError::BodyLong) => 0,
+            Err(e) => return Err(TransferError::Upstream(e.as_str())),
+        };
         if n == 0 {
             self.done = true;
             if self.chunked {

@@ -1,50 +1,70 @@
-//! One fill: fetch a key from the origin and write it to the store while clients
-//! follow it. The fill runs as its own task on the leader's worker, so a client that
-//! disconnects never cancels it for the others; it publishes its progress through the
-//! claim (`fills`) and the store's writer.
+//! One fill: fetch a key from the origin and write it to the store while clients follow
+//! it. The fill runs as its own task on the leader's worker, so a client that
+//! disconnects never cancels it for the others; it publishes its progress through its
+//! claim (`fills::Phase`) and the store's writer.
 //!
-//! Nothing partial is ever published: any origin failure after the head (short or long
-//! body, broken chunking, stall) aborts the writer, which fails every follower's body
-//! (their connections close short) and leaves nothing in the index.
+//! This module does the I/O. Every decision about the response is made by
+//! `linerate_http::cache`: what it is ([`classify`]: the whole object, the slice asked
+//! for, the whole object in one slice, or not what was asked), whether it may be stored
+//! ([`admit`]), what is stored with it ([`to_store`]) and how a 304 freshens a stored
+//! copy ([`freshen`]).
+//!
+//! Nothing partial is ever published: any origin failure after the head (short body,
+//! broken chunking, stall, fill timeout) aborts the writer, which fails every follower's
+//! body (their connections close short) and leaves nothing in the index. A body longer
+//! than its `Content-Length` is delivered as the `Content-Length` bytes the origin
+//! declared (what nginx and Varnish deliver), but not stored: a response whose framing
+//! lied cannot be trusted enough to keep.
 
 use std::rc::Rc;
 use std::sync::Arc;
 
-use linerate_cache::{ObjectMeta, WriteFailure};
-use linerate_http::cache::{self, ResponseCacheControl, Vary};
+use linerate_cache::{Lookup, ObjectMeta, WriteFailure};
+use linerate_http::cache::key;
+use linerate_http::cache::policy::Response as PolicyResponse;
+use linerate_http::cache::{admit, classify, freshen, to_store, vary_key, Answer, Asked, Vary};
 use linerate_http::StatusCode;
 use tokio::sync::oneshot;
 
-use super::fills::{Claim, FillGuard, Outcome};
-use super::{now_ms, ProxyShared, ProxyWorker, Req, VARY_STUB};
-use crate::origin::{OriginRequest, OriginResponse};
+use super::fills::{Claim, Failure, FillGuard, Phase};
+use super::flow::bad_gateway;
+use super::head::Shape;
+use super::request::{CacheRequest, Fetch};
+use super::{now_ms, ProxyShared, ProxyWorker, VARY_STUB};
+use crate::origin::{InterimSink, OriginError, OriginRequest, OriginResponse};
 
 /// Body bytes read from the origin per store append.
 const FILL_CHUNK: usize = 256 * 1024;
 
-/// What to fetch.
+/// What to fetch, and for whom.
 pub(crate) struct Job {
     pub(crate) px: Arc<ProxyShared>,
+    /// The claim this fill holds.
     pub(crate) guard: FillGuard,
-    pub(crate) origin: usize,
-    /// Primary key of the URL (the claim may be on a variant or slice key).
-    pub(crate) primary: Vec<u8>,
-    pub(crate) target: Vec<u8>,
-    /// Request fields forwarded (end-to-end, minus the cache's own).
-    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Every request field, as lookups see them: the variant key is computed from
-    /// these, so a fill stores a variant where the next lookup will look for it.
-    pub(crate) request_fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The request as the fill sends it.
+    pub(crate) fetch: Rc<Fetch>,
+    /// The key the request resolved to: the primary key, or the variant the request
+    /// selected through a `Vary` stub (slices of it are keyed under it).
+    pub(crate) base: Vec<u8>,
     /// The stale copy being revalidated.
     pub(crate) stale: Option<ObjectMeta>,
-    /// A slice: (first byte, length, the validators it must match).
+    /// A slice to fetch with `Range`.
     pub(crate) slice: Option<SliceJob>,
+    /// Where a response that may not be stored goes, when it answers the leader's
+    /// request as it stands.
+    pub(crate) handoff: Option<oneshot::Sender<Handoff>>,
+    /// Where interim responses go (the leader's client).
+    pub(crate) interim: Option<InterimSink>,
 }
 
 /// A slice to fetch with a Range request.
 #[derive(Debug, Clone)]
 pub(crate) struct SliceJob {
+    /// Its number.
+    pub(crate) index: u64,
+    /// First byte.
     pub(crate) start: u64,
+    /// Bytes (the last slice may be shorter).
     pub(crate) len: u64,
     /// `If-Match` value: the version the other slices have (strong ETag).
     pub(crate) if_match: Option<Vec<u8>>,
@@ -52,114 +72,106 @@ pub(crate) struct SliceJob {
     pub(crate) total: Option<u64>,
 }
 
-impl Job {
-    pub(crate) fn new(
-        px: &Arc<ProxyShared>,
-        req: &Req<'_>,
-        guard: FillGuard,
-        stale: Option<ObjectMeta>,
-        slice: Option<SliceJob>,
-    ) -> Job {
-        Job {
-            px: Arc::clone(px),
-            guard,
-            origin: px.routes[req.route].origin,
-            primary: req.key.clone(),
-            target: req.target.to_vec(),
-            fields: req.forwarded(false),
-            request_fields: req
-                .fields
-                .iter()
-                .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                .collect(),
-            stale,
-            slice,
-        }
-    }
-
-    fn values<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.request_fields
-            .iter()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
-    }
+/// What the fill hands the leader's client directly, so it never needs a second origin
+/// request nor has to catch the store's in-flight object in time.
+pub(crate) enum Handoff {
+    /// A response the fill could not store, its body unread.
+    Relay {
+        /// The response.
+        response: Box<OriginResponse>,
+        /// How to present it (a 206 covering the whole object goes out as the 200 it is).
+        shape: Shape,
+    },
+    /// The object being written: delivered to the clients following it even when it
+    /// is not kept in the end (a body longer than its `Content-Length`).
+    Writing(linerate_cache::ObjectHandle),
 }
 
 /// Start a background revalidation of `key` unless one is running (stale-while-
 /// revalidate): the client is served the stale copy without waiting.
 pub(crate) fn revalidate_in_background(
     pw: &Rc<ProxyWorker>,
-    req: &Req<'_>,
+    req: &CacheRequest<'_>,
     key: &[u8],
     stale: &ObjectMeta,
 ) {
-    if let Claim::Leader(guard) = pw.shared.fills.claim(key) {
-        let job = Job::new(&pw.shared, req, guard, Some(stale.clone()), None);
-        tokio::task::spawn_local(run(pw.clone(), job, None));
-    }
+    let pw = pw.clone();
+    let fetch = Rc::new(req.fetch());
+    let key = key.to_vec();
+    let stale = stale.clone();
+    tokio::task::spawn_local(async move {
+        let Some(guard) = pw.shared.fills.claim_after_answered(&key).await else {
+            return;
+        };
+        let job = Job {
+            px: Arc::clone(&pw.shared),
+            guard,
+            fetch,
+            base: key,
+            stale: Some(stale),
+            slice: None,
+            handoff: None,
+            interim: None,
+        };
+        run(pw, job).await;
+    });
 }
 
-/// Run one fill to its end. `handoff`: where an uncacheable response goes (the
-/// leader's client relays it instead of asking the origin again).
-pub(crate) async fn run(
-    pw: Rc<ProxyWorker>,
-    job: Job,
-    handoff: Option<oneshot::Sender<OriginResponse>>,
-) {
-    let outcome = fetch(&pw, &job, handoff).await;
-    job.guard.finish(outcome);
+/// Run one fill to its end and publish how it ended.
+pub(crate) async fn run(pw: Rc<ProxyWorker>, mut job: Job) {
+    let end = fetch(&pw, &mut job).await;
+    tracing::trace!(phase = end.as_str(), "fill over");
+    job.guard.finish(end);
 }
 
-fn failed(e: &crate::origin::OriginError, stale_ok: bool) -> Outcome {
-    Outcome::Failed {
+fn failed(e: &OriginError, stale_ok: bool) -> Phase {
+    Phase::Failed(Failure {
         status: e.status(),
         detail: e.as_str(),
         stale_ok,
-    }
+    })
 }
 
-async fn fetch(
-    pw: &ProxyWorker,
-    job: &Job,
-    handoff: Option<oneshot::Sender<OriginResponse>>,
-) -> Outcome {
-    let px = &job.px;
-    let origin = &pw.origins[job.origin];
-    let mut headers: Vec<(&[u8], &[u8])> = job
+/// The fill itself; returns its final phase.
+async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
+    let px = Arc::clone(&job.px);
+    let fetch = Rc::clone(&job.fetch);
+    let origin = &pw.origins[fetch.origin];
+    let mut headers: Vec<(&[u8], &[u8])> = fetch
         .fields
         .iter()
         .map(|(n, v)| (n.as_slice(), v.as_slice()))
         .collect();
-    headers.push((b"via", px.via.as_bytes()));
     let range;
     if let Some(s) = &job.slice {
         range = format!("bytes={}-{}", s.start, s.start + s.len - 1);
-        headers.push((b"range", range.as_bytes()));
+        headers.push((b"Range", range.as_bytes()));
         if let Some(tag) = &s.if_match {
-            headers.push((b"if-match", tag));
+            headers.push((b"If-Match", tag));
         }
     }
     let lm;
     if let Some(stale) = &job.stale {
         if let Some(tag) = stale.header(b"etag") {
-            headers.push((b"if-none-match", tag));
+            headers.push((b"If-None-Match", tag));
         }
         if let Some(t) = stale.last_modified_s {
             lm = linerate_http::date::format(t);
-            headers.push((b"if-modified-since", lm.as_bytes()));
+            headers.push((b"If-Modified-Since", lm.as_bytes()));
         }
     }
     // The whole fill is bounded, not just each read (an origin dripping a byte just
     // inside the idle timeout would otherwise hold every follower indefinitely).
-    let deadline = tokio::time::Instant::now() + px.origins[job.origin].opts.fill_timeout;
+    let deadline = tokio::time::Instant::now() + px.origins[fetch.origin].opts.fill_timeout;
     let request = OriginRequest {
         method: "GET",
-        target: &job.target,
+        target: &fetch.target,
         headers: &headers,
         body: &[],
         idempotent: true,
+        interim: job.interim.as_ref(),
     };
-    let mut resp = match origin.send(&request).await {
+    let resp = match origin.send(&request).await {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = e.as_str(), "origin request failed");
@@ -167,231 +179,236 @@ async fn fetch(
         }
     };
     let status = resp.head.status;
-    let key = job.guard.key().to_vec();
 
     // Revalidation confirmed: freshen the stored copy (RFC 9111 §4.3.4).
     if status == 304 {
-        if let Some(stale) = &job.stale {
-            let meta = freshened(stale, &resp);
-            let store_px = Arc::clone(px);
-            let k = key.clone();
-            let updated =
-                tokio::task::spawn_blocking(move || store_px.store.update_meta(&k, meta)).await;
-            if !matches!(updated, Ok(Ok(true))) {
-                tracing::debug!("could not freshen a revalidated object");
-            }
-            return Outcome::Revalidated;
-        }
-    }
-    // A revalidation answered 5xx: the stale copy may stand in (stale-if-error).
-    if job.stale.is_some() && status >= 500 {
-        return Outcome::Failed {
-            status: StatusCode::BadGateway,
-            detail: "origin_error",
-            stale_ok: true,
+        let Some(stale) = &job.stale else {
+            // A 304 to a request without validators answers nothing we asked.
+            return Phase::Failed(bad_gateway("unexpected_304", true));
         };
-    }
-
-    let cc = ResponseCacheControl::parse(resp.head.headers_named(b"cache-control"));
-    let vary = Vary::parse(resp.head.headers_named(b"vary"));
-
-    // Slices: a 206 must be the range asked for, of the version asked for.
-    let mut store_key = key.clone();
-    let mut slice_total = None;
-    let mut whole_from_slice = false;
-    // The body length a 206 slice must have (its Content-Range says so; a different
-    // Content-Length, or fewer/more bytes on a chunked or close-delimited body, is a
-    // lie the writer refuses to publish).
-    let mut slice_len = None;
-    if let Some(s) = &job.slice {
-        match status {
-            206 => {
-                let cr = resp
-                    .head
-                    .header(b"content-range")
-                    .and_then(cache::parse_content_range);
-                let Some(cr) = cr else {
-                    return bad("bad_content_range");
-                };
-                let Some(total) = cr.complete else {
-                    return bad("bad_content_range");
-                };
-                let want_last = (s.start + s.len).min(total).saturating_sub(1);
-                if cr.first != s.start || cr.last != want_last {
-                    return bad("bad_content_range");
-                }
-                let len = want_last - s.start + 1;
-                if resp.content_length().is_some_and(|cl| cl != len) {
-                    return bad("bad_content_length");
-                }
-                slice_len = Some(len);
-                if s.total.is_some_and(|t| t != total) {
-                    super::slices::version_changed(px, &job.primary).await;
-                    return bad("version_changed");
-                }
-                if let Some(tag) = &s.if_match {
-                    if resp.head.header(b"etag") != Some(tag.as_slice()) {
-                        super::slices::version_changed(px, &job.primary).await;
-                        return bad("version_changed");
-                    }
-                }
-                slice_total = Some(total);
-                // The whole object fit in the first slice: it is stored whole, as the
-                // URL's object (only objects larger than a slice are kept in slices,
-                // and a whole object gets revalidation and the stale extensions).
-                if s.start == 0 && total <= s.len && s.if_match.is_none() {
-                    whole_from_slice = true;
-                    store_key = job.primary.clone();
-                }
-            }
-            412 => {
-                super::slices::version_changed(px, &job.primary).await;
-                return bad("version_changed");
-            }
-            // The object is shorter than this slice's start. With a length known from
-            // other slices that means another version; without, the client asked
-            // beyond the end (or the object is empty): its own request is relayed and
-            // the origin answers it.
-            416 if s.total.is_some() => {
-                super::slices::version_changed(px, &job.primary).await;
-                return bad("version_changed");
-            }
-            416 => return Outcome::Uncacheable,
-            // The origin ignored the Range (200) or answered something else: the whole
-            // response is stored as the URL's object, not as a slice.
-            _ => store_key = job.primary.clone(),
+        let meta = ObjectMeta {
+            headers: freshen(&stale.headers, &resp.head.headers, resp.response_time_ms),
+            request_time_ms: resp.request_time_ms,
+            response_time_ms: resp.response_time_ms,
+            etag: resp
+                .head
+                .header(b"etag")
+                .map(<[u8]>::to_vec)
+                .or_else(|| stale.etag.clone()),
+            last_modified_s: resp
+                .head
+                .header(b"last-modified")
+                .and_then(linerate_http::date::parse)
+                .or(stale.last_modified_s),
+            status: stale.status,
+        };
+        let store_px = Arc::clone(&px);
+        let k = job.guard.key().to_vec();
+        let updated =
+            tokio::task::spawn_blocking(move || store_px.store.update_meta(&k, meta)).await;
+        if !matches!(updated, Ok(Ok(true))) {
+            tracing::debug!("could not freshen a revalidated object");
         }
+        return Phase::Revalidated;
+    }
+    // RFC 9111 §4.3.3: a 5xx to a revalidation may be treated as the origin failing to
+    // answer, so a stored copy may stand in (stale-if-error).
+    if job.stale.is_some() && status >= 500 {
+        return Phase::Failed(bad_gateway("origin_error", true));
     }
 
-    let authorization = job.values(b"authorization").next().is_some();
-    let storable = if status == 206 && slice_total.is_some() {
-        // A requested slice: storable like its 200 would be.
-        cache::storable(
-            true,
-            200,
-            &cc,
-            resp.head.header(b"expires").is_some(),
-            false,
-            authorization,
-            &vary,
-        )
-    } else {
-        cache::storable(
-            true,
-            status,
-            &cc,
-            resp.head.header(b"expires").is_some(),
-            false,
-            authorization,
-            &vary,
-        )
+    let asked = match &job.slice {
+        Some(s) => Asked::Part {
+            first: s.start,
+            last: s.start + s.len - 1,
+        },
+        None => Asked::Whole,
     };
-    // Set-Cookie: a response meant for one client, unless the origin explicitly made it
-    // shareable (nginx and Varnish do not cache these either).
-    let storable = storable.and_then(|()| {
-        let cookie = resp.head.header(b"set-cookie").is_some();
-        if cookie && !cc.public && cc.s_maxage.is_none() {
-            Err(cache::NotStorable::Private)
-        } else {
-            Ok(())
+    let answer = classify(
+        asked,
+        status,
+        resp.head.header(b"content-range"),
+        resp.content_length(),
+    );
+    if let Some(s) = job.slice.clone() {
+        match answer {
+            // The object changed at the origin since the other slices were stored.
+            _ if status == 412 => return version_changed(&px, &job.base).await,
+            Answer::Unsatisfiable { .. } if s.total.is_some() => {
+                return version_changed(&px, &job.base).await
+            }
+            Answer::Part { total, .. } => {
+                let other_version = s.total.is_some_and(|t| t != total)
+                    || s.if_match
+                        .as_ref()
+                        .is_some_and(|tag| resp.head.header(b"etag") != Some(tag.as_slice()));
+                if other_version {
+                    return version_changed(&px, &job.base).await;
+                }
+            }
+            _ => {}
         }
-    });
-    if let Err(why) = storable {
+    }
+    match answer {
+        Answer::Mismatch => {
+            // Not what was asked: never stored, never served as something else. The
+            // client's own request goes to the origin and gets its own answer; for a
+            // while the URL is relayed straight away (this origin does not do ranges
+            // the way slices need).
+            tracing::debug!(status, "origin answered another range than asked");
+            px.mark_pass(&fetch.primary);
+            return Phase::Uncacheable;
+        }
+        Answer::Unsatisfiable { .. } => return Phase::Uncacheable,
+        Answer::Whole | Answer::Part { .. } | Answer::WholeAsPart { .. } => {}
+    }
+
+    // Stored as the 200 it is (part of).
+    let stored_status = match answer {
+        Answer::Part { .. } | Answer::WholeAsPart { .. } => 200,
+        _ => status,
+    };
+    let settings = px.settings(fetch.route, &fetch.target);
+    let facts = PolicyResponse {
+        status: stored_status,
+        fields: &resp.head.headers,
+        request_time_ms: resp.request_time_ms,
+        response_time_ms: resp.response_time_ms,
+    };
+    let coded = !resp.head.codings.is_empty();
+    if let Err(why) = admit(&fetch.policy, &facts, coded, &settings, now_ms()) {
         tracing::debug!(reason = why.as_str(), status, "response not stored");
-        // Remembered only for what the origin says about the object itself; a 5xx or
-        // an odd status must not turn off collapsing for the next requests.
-        if why != cache::NotStorable::Status {
-            px.mark_pass(&job.primary);
+        if why.sticks() {
+            px.mark_pass(&fetch.primary);
         }
-        if let Some(tx) = handoff {
-            if job.slice.is_none() && job.stale.is_none() {
-                let _ = tx.send(resp);
-            }
-        }
-        return Outcome::Uncacheable;
+        return hand_off(job, resp, answer);
     }
 
-    // Vary: the object goes under its variant key; a stub at the primary key names
-    // the fields (written first, so followers looking up find their variant).
-    if let Vary::Names(names) = &vary {
-        if slice_total.is_some() && !whole_from_slice {
-            // Slices are keyed by URL alone: variants of a sliced object could mix.
-            // Relayed from now on.
-            tracing::debug!("Vary on a sliced object: not stored");
-            px.mark_pass(&job.primary);
-            return Outcome::Uncacheable;
-        }
-        if job.slice.is_none() || whole_from_slice {
-            let stub = ObjectMeta {
-                status: 200,
-                request_time_ms: resp.request_time_ms,
-                response_time_ms: resp.response_time_ms,
-                etag: None,
-                last_modified_s: None,
-                headers: vec![(VARY_STUB.to_vec(), vary.encode())],
-            };
-            let p = Arc::clone(px);
-            let primary = job.primary.clone();
-            let stub_written = tokio::task::spawn_blocking(move || {
-                let w = p.store.begin_write(&primary, stub, Some(0)).ok()?;
-                w.finish().ok()
-            })
-            .await;
-            if !matches!(stub_written, Ok(Some(_))) {
-                return Outcome::Uncacheable;
+    // Vary: the object goes under the variant's key; a stub at the primary key names
+    // the fields (RFC 9111 §4.1), so a lookup finds the variant it selects.
+    let base = match Vary::parse(resp.head.headers_named(b"vary")) {
+        Vary::Names(names) => {
+            if !write_stub(&px, &fetch.primary, &names).await {
+                return hand_off(job, resp, answer);
             }
-            let get = |n: &[u8]| -> Vec<&[u8]> {
-                job.request_fields
-                    .iter()
-                    .filter(|(k, _)| k.eq_ignore_ascii_case(n))
-                    .map(|(_, v)| v.as_slice())
-                    .collect()
-            };
-            let mut k = job.primary.clone();
-            k.extend_from_slice(super::VARIANT_SEP);
-            k.extend_from_slice(&cache::vary_key(names, get));
-            store_key = k;
+            key::variant(&fetch.primary, &vary_key(&names, |n| fetch.values(n)))
         }
-    }
-
-    // A different key than the claim (variant, or a whole object on a slice route)
+        _ => {
+            if job.base != fetch.primary {
+                // Resolved through a stub the origin has dropped its Vary since: the
+                // object goes back to the primary key, and the stub must not hide it.
+                let p = Arc::clone(&px);
+                let primary = fetch.primary.clone();
+                let _ = tokio::task::spawn_blocking(move || p.store.purge(&primary)).await;
+            }
+            fetch.primary.clone()
+        }
+    };
+    let store_key = match (answer, &job.slice) {
+        (Answer::Part { .. }, Some(s)) => key::slice(&base, s.index),
+        _ => base,
+    };
+    let claimed = job.guard.key().to_vec();
+    // A different key than the claim (a variant, or a whole object on a sliced route)
     // needs its own claim, or two fills could write it.
-    let mut extra_guard = None;
-    if store_key != key {
+    let mut extra = None;
+    let moving = if store_key == claimed {
+        Phase::Writing
+    } else {
         match px.fills.claim(&store_key) {
-            Claim::Leader(g) => extra_guard = Some(g),
-            Claim::Follower(_) => return Outcome::Stored,
+            Claim::Leader(g) => extra = Some(g),
+            // Someone is writing it already: follow that.
+            Claim::Follower(_) => return Phase::Elsewhere,
         }
+        Phase::Elsewhere
+    };
+    let end = store(
+        &px,
+        job,
+        extra.as_ref(),
+        resp,
+        &store_key,
+        (stored_status, answer),
+        deadline,
+        &moving,
+    )
+    .await;
+    let end = match end {
+        Phase::Stored => {
+            if job.slice.is_none() {
+                // Stored now: an earlier "not storable" verdict is out of date.
+                px.clear_pass(&fetch.primary);
+            }
+            moving
+        }
+        other => other,
+    };
+    if let Some(g) = extra {
+        g.finish(match &end {
+            Phase::Elsewhere => Phase::Stored,
+            other => other.clone(),
+        });
     }
+    end
+}
 
-    let mut meta = stored_meta(&resp);
-    if whole_from_slice {
-        // Stored as the 200 it stands for.
-        meta.status = 200;
-        meta.headers
-            .retain(|(n, _)| !n.eq_ignore_ascii_case(b"content-range"));
+/// Write the response under `store_key` while followers read it. Returns `Stored`,
+/// `Uncacheable` (delivered but not kept) or `Failed`.
+#[allow(clippy::too_many_arguments)] // One fill's state, passed down once.
+async fn store(
+    px: &Arc<ProxyShared>,
+    job: &mut Job,
+    extra: Option<&FillGuard>,
+    mut resp: OriginResponse,
+    store_key: &[u8],
+    (stored_status, answer): (u16, Answer),
+    deadline: tokio::time::Instant,
+    moving: &Phase,
+) -> Phase {
+    let mut headers = to_store(&resp.head.headers, resp.response_time_ms);
+    if matches!(answer, Answer::WholeAsPart { .. }) {
+        // Kept as the 200 it stands for.
+        headers.retain(|(n, _)| !n.eq_ignore_ascii_case(b"content-range"));
     }
-    let expected = slice_len.or(resp.content_length());
+    headers.truncate(linerate_cache::meta::MAX_STORED_FIELDS);
+    let meta = ObjectMeta {
+        status: stored_status,
+        request_time_ms: resp.request_time_ms,
+        response_time_ms: resp.response_time_ms,
+        etag: resp.head.header(b"etag").map(<[u8]>::to_vec),
+        last_modified_s: resp
+            .head
+            .header(b"last-modified")
+            .and_then(linerate_http::date::parse),
+        headers,
+    };
+    let expected = match answer {
+        Answer::Part { len, .. } => Some(len),
+        Answer::WholeAsPart { total } => Some(total),
+        _ => resp.content_length(),
+    };
     let writer = {
         let p = Arc::clone(px);
-        let k = store_key.clone();
+        let k = store_key.to_vec();
         match tokio::task::spawn_blocking(move || p.store.begin_write(&k, meta, expected)).await {
             Ok(Ok(w)) => w,
             Ok(Err(refused)) => {
                 tracing::debug!(reason = refused.as_str(), "store refused the object");
-                if let Some(tx) = handoff {
-                    if job.slice.is_none() && job.stale.is_none() {
-                        let _ = tx.send(resp);
-                    }
-                }
-                return Outcome::Uncacheable;
+                return hand_off(job, resp, answer);
             }
-            Err(_) => return Outcome::Uncacheable,
+            Err(_) => return hand_off(job, resp, answer),
         }
     };
-    job.guard.writing();
-    if let Some(g) = &extra_guard {
-        g.writing();
+    // A whole object only: a slice alone answers no request as it stands.
+    let whole = !matches!(answer, Answer::Part { .. });
+    if let Some(tx) = job.handoff.take().filter(|_| whole) {
+        if let Lookup::Filling(h) = px.store.lookup_latest(store_key) {
+            let _ = tx.send(Handoff::Writing(h));
+        }
+    }
+    job.guard.progress(moving.clone());
+    if let Some(g) = extra {
+        g.progress(Phase::Writing);
     }
     let mut writer = writer;
     let mut buf = Vec::with_capacity(FILL_CHUNK);
@@ -401,20 +418,16 @@ async fn fetch(
         else {
             tracing::info!("origin body too slow (fill_timeout); object discarded");
             writer.abort(WriteFailure::Aborted);
-            let outcome = Outcome::Failed {
+            return Phase::Failed(Failure {
                 status: StatusCode::GatewayTimeout,
                 detail: "fill_timeout",
                 stale_ok: false,
-            };
-            if let Some(g) = extra_guard {
-                g.finish(outcome.clone());
-            }
-            return outcome;
+            });
         };
         match read {
             Ok(0) => break,
             Ok(_) => {
-                // A `pwrite` can block on the disk: on the blocking pool, not this
+                // A `pwrite` can block on the disk: on the fill threads, not this
                 // worker's event loop (the writer and buffer travel there and back).
                 let appended = px
                     .writes
@@ -423,11 +436,6 @@ async fn fetch(
                         (writer, buf, r)
                     })
                     .await;
-                let store_failed = Outcome::Failed {
-                    status: StatusCode::BadGateway,
-                    detail: "store_failed",
-                    stale_ok: false,
-                };
                 match appended {
                     Some((w, b, Ok(()))) => {
                         writer = w;
@@ -435,147 +443,83 @@ async fn fetch(
                     }
                     Some((_, _, Err(e))) => {
                         tracing::warn!(failure = e.failure.as_str(), "cache write failed");
-                        if let Some(g) = extra_guard {
-                            g.finish(store_failed.clone());
-                        }
-                        return store_failed;
+                        return Phase::Failed(bad_gateway("store_failed", false));
                     }
                     // The pool job panicked: the writer is gone (and so aborted).
-                    None => {
-                        if let Some(g) = extra_guard {
-                            g.finish(store_failed.clone());
-                        }
-                        return store_failed;
-                    }
+                    None => return Phase::Failed(bad_gateway("store_failed", false)),
                 }
+            }
+            Err(OriginError::BodyLong) => {
+                // Every declared byte arrived, then more: the followers get the body as
+                // declared, complete; nothing is kept.
+                tracing::info!("origin body longer than its Content-Length; delivered, not stored");
+                writer.complete_unstored();
+                return Phase::Uncacheable;
             }
             Err(e) => {
                 tracing::info!(error = e.as_str(), "origin body failed; object discarded");
                 writer.abort(WriteFailure::Aborted);
-                if let Some(g) = extra_guard {
-                    g.finish(failed(&e, false));
-                }
                 return failed(&e, false);
             }
         }
     }
     drop(resp);
-    let published = tokio::task::spawn_blocking(move || writer.finish()).await;
-    let outcome = match published {
-        Ok(Ok(_)) => {
-            if job.slice.is_none() {
-                // Stored now: an earlier "not storable" verdict is out of date.
-                px.clear_pass(&job.primary);
-            }
-            Outcome::Stored
-        }
-        _ => Outcome::Failed {
-            status: StatusCode::BadGateway,
-            detail: "store_failed",
-            stale_ok: false,
-        },
+    match tokio::task::spawn_blocking(move || writer.finish()).await {
+        Ok(Ok(_)) => Phase::Stored,
+        _ => Phase::Failed(bad_gateway("store_failed", false)),
+    }
+}
+
+/// Hand a response that is not stored to the leader's client when it answers that
+/// client's request as it stands: a complete response (an origin that ignored the
+/// slice's `Range` sent the whole object), or a 206 that covers the whole object (sent
+/// as the 200 it is). A slice of a larger object does not: the leader then asks the
+/// origin for its own request.
+fn hand_off(job: &mut Job, response: OriginResponse, answer: Answer) -> Phase {
+    let shape = match answer {
+        Answer::Whole => Some(Shape::AsIs),
+        Answer::WholeAsPart { .. } => Some(Shape::Whole),
+        Answer::Part { .. } | Answer::Unsatisfiable { .. } | Answer::Mismatch => None,
     };
-    if let Some(g) = extra_guard {
-        g.finish(outcome.clone());
+    if let (Some(tx), Some(shape)) = (job.handoff.take(), shape) {
+        let _ = tx.send(Handoff::Relay {
+            response: Box::new(response),
+            shape,
+        });
     }
-    outcome
+    Phase::Uncacheable
 }
 
-fn bad(detail: &'static str) -> Outcome {
-    Outcome::Failed {
-        status: StatusCode::BadGateway,
-        detail,
-        stale_ok: true,
+/// Write (or rewrite) the `Vary` stub at `primary` unless it already names `names`.
+/// `false` if it could not be written.
+async fn write_stub(px: &Arc<ProxyShared>, primary: &[u8], names: &[Vec<u8>]) -> bool {
+    let encoded = Vary::Names(names.to_vec()).encode();
+    if let Lookup::Hit(h) = px.store.lookup(primary) {
+        if h.meta.header(VARY_STUB) == Some(encoded.as_slice()) {
+            return true;
+        }
     }
+    let stub = ObjectMeta {
+        status: 200,
+        request_time_ms: now_ms(),
+        response_time_ms: now_ms(),
+        etag: None,
+        last_modified_s: None,
+        headers: vec![(VARY_STUB.to_vec(), encoded)],
+    };
+    let p = Arc::clone(px);
+    let primary = primary.to_vec();
+    let written = tokio::task::spawn_blocking(move || {
+        let w = p.store.begin_write(&primary, stub, Some(0)).ok()?;
+        w.finish().ok()
+    })
+    .await;
+    matches!(written, Ok(Some(_)))
 }
 
-/// The metadata stored with a response: status, times, validators, and the fields a
-/// hit replays (hop-by-hop ones removed, RFC 9110 §7.6.1).
-fn stored_meta(resp: &OriginResponse) -> ObjectMeta {
-    let tokens = cache::connection_tokens(resp.head.headers_named(b"connection"));
-    let headers: Vec<(Vec<u8>, Vec<u8>)> = resp
-        .head
-        .headers
-        .iter()
-        .filter(|(n, _)| {
-            let lower = n.to_ascii_lowercase();
-            !cache::is_hop_by_hop(&lower, &tokens)
-        })
-        .take(linerate_cache::meta::MAX_STORED_FIELDS)
-        .cloned()
-        .collect();
-    let mut headers = headers;
-    // RFC 9110 §6.6.1: an origin without a clock sends no Date; a cache adds one
-    // (otherwise Age could not be computed the same way later).
-    if resp.head.header(b"date").is_none() {
-        headers.push((
-            b"Date".to_vec(),
-            linerate_http::date::format(resp.response_time_ms / 1000).into_bytes(),
-        ));
-    }
-    ObjectMeta {
-        status: resp.head.status,
-        request_time_ms: resp.request_time_ms,
-        response_time_ms: resp.response_time_ms,
-        etag: resp.head.header(b"etag").map(<[u8]>::to_vec),
-        last_modified_s: resp
-            .head
-            .header(b"last-modified")
-            .and_then(linerate_http::date::parse),
-        headers,
-    }
-}
-
-/// The stored metadata updated with a 304's fields (RFC 9111 §3.2: every field in the
-/// 304 replaces the stored ones of that name, except framing fields).
-fn freshened(stale: &ObjectMeta, resp: &OriginResponse) -> ObjectMeta {
-    let tokens = cache::connection_tokens(resp.head.headers_named(b"connection"));
-    let fresh: Vec<&(Vec<u8>, Vec<u8>)> = resp
-        .head
-        .headers
-        .iter()
-        .filter(|(n, _)| {
-            let lower = n.to_ascii_lowercase();
-            !cache::is_hop_by_hop(&lower, &tokens)
-                && !matches!(lower.as_slice(), b"content-length" | b"content-range")
-        })
-        .collect();
-    let mut headers: Vec<(Vec<u8>, Vec<u8>)> = stale
-        .headers
-        .iter()
-        .filter(|(n, _)| !fresh.iter().any(|(f, _)| f.eq_ignore_ascii_case(n)))
-        .cloned()
-        .collect();
-    headers.extend(fresh.into_iter().cloned());
-    // The stored Age described the old response; the 304 carries its own (or none).
-    if resp.head.header(b"age").is_none() {
-        headers.retain(|(n, _)| !n.eq_ignore_ascii_case(b"age"));
-    }
-    // Likewise Date: the old one would make the freshened copy look old at once.
-    if resp.head.header(b"date").is_none() {
-        headers.retain(|(n, _)| !n.eq_ignore_ascii_case(b"date"));
-        headers.push((
-            b"Date".to_vec(),
-            linerate_http::date::format(resp.response_time_ms / 1000).into_bytes(),
-        ));
-    }
-    headers.truncate(linerate_cache::meta::MAX_STORED_FIELDS);
-    ObjectMeta {
-        status: stale.status,
-        request_time_ms: resp.request_time_ms,
-        response_time_ms: resp
-            .response_time_ms
-            .max(now_ms().min(resp.response_time_ms)),
-        etag: resp
-            .head
-            .header(b"etag")
-            .map(<[u8]>::to_vec)
-            .or_else(|| stale.etag.clone()),
-        last_modified_s: resp
-            .head
-            .header(b"last-modified")
-            .and_then(linerate_http::date::parse)
-            .or(stale.last_modified_s),
-        headers,
-    }
+/// The object changed at the origin while it was being read in slices: drop every slice
+/// of it, and fail this one (the response in progress is cut short, never spliced).
+async fn version_changed(px: &Arc<ProxyShared>, base: &[u8]) -> Phase {
+    super::slices::drop_slices(px, base).await;
+    Phase::Failed(bad_gateway("version_changed", true))
 }

@@ -13,41 +13,64 @@ use std::sync::{Arc, Mutex, PoisonError};
 use linerate_http::StatusCode;
 use tokio::sync::watch;
 
-/// What a fill has reached.
+/// Where a fill is: the one state every request following it reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum FillState {
+pub(crate) enum Phase {
     /// The origin has not answered yet.
     Pending,
-    /// The object is being written to the store: look it up and follow it.
+    /// The object is being written under the claimed key: look it up and follow it.
     Writing,
-    /// The fill is over.
-    Done(Outcome),
+    /// The response is being (or was) stored under another key than the claimed one: a
+    /// variant (the response has `Vary`), or the whole object on a sliced route (the
+    /// origin ignored `Range`, or the object fits one slice). Resolve the URL again.
+    Elsewhere,
+    /// Stored under the claimed key: look it up.
+    Stored,
+    /// The stored copy was confirmed by a 304 and freshened: serve it.
+    Revalidated,
+    /// The response may not be stored: the leader's client got it (when it answers that
+    /// client's request as it stands); every other client goes to the origin itself.
+    Uncacheable,
+    /// The origin failed.
+    Failed(Failure),
 }
 
-/// How a fill ended.
+impl Phase {
+    /// Short stable name for logs.
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            Phase::Pending => "pending",
+            Phase::Writing => "writing",
+            Phase::Elsewhere => "elsewhere",
+            Phase::Stored => "stored",
+            Phase::Revalidated => "revalidated",
+            Phase::Uncacheable => "uncacheable",
+            Phase::Failed(_) => "failed",
+        }
+    }
+
+    /// Whether the fill is over.
+    fn is_final(&self) -> bool {
+        !matches!(self, Phase::Pending | Phase::Writing | Phase::Elsewhere)
+    }
+}
+
+/// How a fill failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Stored (or already being stored by another fill): look it up.
-    Stored,
-    /// The stored object was confirmed by a 304 and freshened: serve it.
-    Revalidated,
-    /// The response may not be stored: each client fetches for itself.
-    Uncacheable,
-    /// The origin failed; `stale_ok`: stale content may stand in (stale-if-error).
-    Failed {
-        /// The status a client gets (502/504).
-        status: StatusCode,
-        /// Why, for `Cache-Status: detail` and the logs.
-        detail: &'static str,
-        /// Whether the failure happened before any byte was stored.
-        stale_ok: bool,
-    },
+pub(crate) struct Failure {
+    /// The status a client gets (502/504).
+    pub(crate) status: StatusCode,
+    /// Why, for `Cache-Status: detail` and the logs.
+    pub(crate) detail: &'static str,
+    /// Whether nothing of a response was stored or served, so a stored copy may stand
+    /// in (stale-if-error).
+    pub(crate) stale_ok: bool,
 }
 
 /// The claims in progress.
 #[derive(Default)]
 pub(crate) struct Fills {
-    map: Mutex<HashMap<Box<[u8]>, watch::Sender<FillState>>>,
+    map: Mutex<HashMap<Box<[u8]>, watch::Sender<Phase>>>,
 }
 
 /// What `claim` gave.
@@ -55,7 +78,7 @@ pub(crate) enum Claim {
     /// This request fetches; the guard publishes the outcome.
     Leader(FillGuard),
     /// Another request is fetching; follow its state.
-    Follower(watch::Receiver<FillState>),
+    Follower(watch::Receiver<Phase>),
 }
 
 impl Fills {
@@ -65,7 +88,7 @@ impl Fills {
         if let Some(tx) = map.get(key) {
             return Claim::Follower(tx.subscribe());
         }
-        let (tx, _) = watch::channel(FillState::Pending);
+        let (tx, _) = watch::channel(Phase::Pending);
         let rx = tx.subscribe();
         map.insert(key.into(), tx);
         Claim::Leader(FillGuard {
@@ -74,6 +97,26 @@ impl Fills {
             rx,
             done: false,
         })
+    }
+
+    /// Claim `key` for a fill that must start after now (a background revalidation):
+    /// a fill whose response already arrived is waited out first, since its answer
+    /// predates the need. `None` when a fill not yet answered is in flight: its answer
+    /// will be as new as this one's.
+    pub(crate) async fn claim_after_answered(self: &Arc<Self>, key: &[u8]) -> Option<FillGuard> {
+        loop {
+            match self.claim(key) {
+                Claim::Leader(guard) => return Some(guard),
+                Claim::Follower(rx) if *rx.borrow() == Phase::Pending => return None,
+                Claim::Follower(mut rx) => finished(&mut rx).await,
+            }
+        }
+    }
+
+    /// Follow the claim on `key` if there is one (without claiming it).
+    pub(crate) fn watch(&self, key: &[u8]) -> Option<watch::Receiver<Phase>> {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(key).map(watch::Sender::subscribe)
     }
 
     /// Keys being fetched now.
@@ -85,7 +128,7 @@ impl Fills {
             .len()
     }
 
-    fn publish(&self, key: &[u8], state: FillState, remove: bool) {
+    fn publish(&self, key: &[u8], state: Phase, remove: bool) {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(tx) = map.get(key) {
             tx.send_replace(state);
@@ -102,7 +145,7 @@ pub(crate) struct FillGuard {
     fills: Arc<Fills>,
     key: Box<[u8]>,
     /// The leader's own view of the state (what its client follows).
-    rx: watch::Receiver<FillState>,
+    rx: watch::Receiver<Phase>,
     done: bool,
 }
 
@@ -113,20 +156,20 @@ impl FillGuard {
     }
 
     /// A receiver of this fill's state, for the leader's own client.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<FillState> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Phase> {
         self.rx.clone()
     }
 
-    /// The store has the object in flight: followers may look it up now.
-    pub(crate) fn writing(&self) {
-        self.fills.publish(&self.key, FillState::Writing, false);
+    /// The store has the object in flight (`Writing`, or `Elsewhere`): followers may
+    /// look it up now.
+    pub(crate) fn progress(&self, phase: Phase) {
+        self.fills.publish(&self.key, phase, false);
     }
 
-    /// Publish the outcome and release the key.
-    pub(crate) fn finish(mut self, outcome: Outcome) {
+    /// Publish how the fill ended and release the key.
+    pub(crate) fn finish(mut self, end: Phase) {
         self.done = true;
-        self.fills
-            .publish(&self.key, FillState::Done(outcome), true);
+        self.fills.publish(&self.key, end, true);
     }
 }
 
@@ -135,7 +178,7 @@ impl Drop for FillGuard {
         if !self.done {
             self.fills.publish(
                 &self.key,
-                FillState::Done(Outcome::Failed {
+                Phase::Failed(Failure {
                     status: StatusCode::BadGateway,
                     detail: "fill_abandoned",
                     stale_ok: true,
@@ -150,13 +193,13 @@ impl Drop for FillGuard {
 /// being written and then found nothing to follow: the writer ended without publishing,
 /// and its claim is released only once the fill task has finished; re-claiming before
 /// that would join the dead fill again.
-pub(crate) async fn finished(rx: &mut watch::Receiver<FillState>) {
-    let _ = rx.wait_for(|s| matches!(s, FillState::Done(_))).await;
+pub(crate) async fn finished(rx: &mut watch::Receiver<Phase>) {
+    let _ = rx.wait_for(Phase::is_final).await;
 }
 
 /// Wait until the fill followed by `rx` has news (anything but `Pending`).
-pub(crate) async fn settled(rx: &mut watch::Receiver<FillState>) -> FillState {
-    if let Ok(s) = rx.wait_for(|s| *s != FillState::Pending).await {
+pub(crate) async fn settled(rx: &mut watch::Receiver<Phase>) -> Phase {
+    if let Ok(s) = rx.wait_for(|s| *s != Phase::Pending).await {
         return s.clone();
     }
     // The sender is dropped only after a terminal state was sent.
@@ -179,11 +222,8 @@ mod tests {
         };
         assert_eq!(fills.in_progress(), 1);
         let waiter = tokio::spawn(async move { settled(&mut rx).await });
-        guard.finish(Outcome::Stored);
-        assert_eq!(
-            waiter.await.expect("joined"),
-            FillState::Done(Outcome::Stored)
-        );
+        guard.finish(Phase::Stored);
+        assert_eq!(waiter.await.expect("joined"), Phase::Stored);
         assert_eq!(fills.in_progress(), 0);
         assert!(matches!(fills.claim(b"k"), Claim::Leader(_)));
     }
@@ -198,9 +238,6 @@ mod tests {
             panic!("second claim follows");
         };
         drop(guard);
-        assert!(matches!(
-            settled(&mut rx).await,
-            FillState::Done(Outcome::Failed { .. })
-        ));
+        assert!(matches!(settled(&mut rx).await, Phase::Failed(_)));
     }
 }

@@ -1,114 +1,38 @@
-//! Response heads in cache mode: freshness of a stored response (RFC 9111 §4.2), and
-//! the head a client gets for a stored object, a relayed origin response, or an error,
-//! each with `Age`, `Via` and an RFC 9211 `Cache-Status`.
+//! Response heads in cache mode: the head a client gets for a stored object, a relayed
+//! origin response, or an error we answer, each with `Age` (stored responses, RFC 9111
+//! §5.1), `Via` (RFC 9110 §7.6.3) and an RFC 9211 `Cache-Status`.
+//!
+//! Not here: whether to serve (`flow`, `linerate_http::cache::decide`) or the bodies
+//! (`body`).
 
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use linerate_cache::{Body as StoreBody, ObjectHandle, ObjectMeta};
-use linerate_http::cache::{
-    self, CacheStatus as CacheStatusField, Heuristic, RequestCacheControl, ResponseCacheControl,
-};
+use linerate_http::cache::{CacheStatus as CacheStatusField, Freshness};
 use linerate_http::conditional::{self, IfRange, Precondition, Validators};
+use linerate_http::forward::{connection_tokens, is_hop_by_hop};
 use linerate_http::range::{self, RangeOutcome};
 use linerate_http::upstream::Framing;
 use linerate_http::{multipart, HeadWriter, Persistence, StatusCode, Version};
 
 use super::body::{ProxyBody, Relay, Segment, Stored};
-use super::{known_len, now_ms, ProxyShared, Req, Status};
+use super::known_len;
+use super::request::{CacheRequest, Trace};
 use crate::context::Worker;
 use crate::origin::OriginResponse;
 use crate::response::{Body, Response};
 use crate::stats::CacheStatus;
 
-/// Freshness facts of one stored response, now.
-#[derive(Debug, Clone)]
-pub(crate) struct Freshness {
-    /// Seconds of freshness the response had when received.
-    pub(crate) lifetime: u64,
-    /// Its current age, seconds.
-    pub(crate) age: u64,
-    pub(crate) cc: ResponseCacheControl,
-    /// The route's defaults for the stale extensions.
-    route_swr: u64,
-    route_sie: u64,
-    /// Confirmed by the origin just now: fresh for this response whatever the numbers.
-    revalidated: bool,
-}
-
-impl Freshness {
-    /// Seconds left (negative: stale for that long).
-    pub(crate) fn ttl(&self) -> i64 {
-        i64::try_from(self.lifetime).unwrap_or(i64::MAX)
-            - i64::try_from(self.age).unwrap_or(i64::MAX)
-    }
-
-    fn is_fresh(&self) -> bool {
-        self.revalidated || self.lifetime > self.age
-    }
-
-    /// Whether it may be served without contacting the origin, given the request's
-    /// directives (RFC 9111 §4.2, §5.2.1).
-    pub(crate) fn usable_fresh(&self, rc: &RequestCacheControl) -> bool {
-        if self.revalidated {
-            return true;
-        }
-        if self.cc.no_cache || rc.no_cache {
-            return false;
-        }
-        if rc.max_age.is_some_and(|m| self.age > m) {
-            return false;
-        }
-        let ttl = self.ttl();
-        if let Some(min) = rc.min_fresh {
-            return ttl >= i64::try_from(min).unwrap_or(i64::MAX);
-        }
-        if ttl > 0 {
-            return true;
-        }
-        // max-stale lets the client take a stale response, unless the origin forbade it.
-        match rc.max_stale {
-            Some(limit)
-                if !self.cc.must_revalidate
-                    && !self.cc.proxy_revalidate
-                    && self.cc.s_maxage.is_none() =>
-            {
-                limit.is_none_or(|l| -ttl <= i64::try_from(l).unwrap_or(i64::MAX))
-            }
-            _ => false,
-        }
-    }
-
-    /// May be served stale with no request directive asking for it (never when the
-    /// origin said must-revalidate, proxy-revalidate, s-maxage or no-cache).
-    pub(crate) fn may_serve_stale_unasked(&self) -> bool {
-        !(self.cc.must_revalidate
-            || self.cc.proxy_revalidate
-            || self.cc.s_maxage.is_some()
-            || self.cc.no_cache)
-    }
-
-    /// Inside the stale-while-revalidate window.
-    pub(crate) fn within_swr(&self) -> bool {
-        let window = self.cc.stale_while_revalidate.unwrap_or(self.route_swr);
-        self.may_serve_stale_unasked()
-            && !self.is_fresh()
-            && -self.ttl() <= window as i64
-            && window > 0
-    }
-
-    /// Inside the stale-if-error window.
-    pub(crate) fn within_sie(&self) -> bool {
-        let window = self.cc.stale_if_error.unwrap_or(self.route_sie);
-        self.may_serve_stale_unasked() && window > 0 && -self.ttl() <= window as i64
-    }
-
-    /// The same, marked as just confirmed by the origin.
-    pub(crate) fn revalidated(mut self) -> Freshness {
-        self.revalidated = true;
-        self
-    }
+/// How a relayed response is presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// As the origin sent it.
+    AsIs,
+    /// A 206 whose `Content-Range` covers the whole object, to a request the cache sent
+    /// with a `Range` of its own (a slice): sent as the 200 it is.
+    Whole,
 }
 
 fn field<'m>(meta: &'m ObjectMeta, name: &[u8]) -> Option<&'m [u8]> {
@@ -122,71 +46,11 @@ fn fields<'m>(meta: &'m ObjectMeta, name: &'m [u8]) -> impl Iterator<Item = &'m 
         .map(|(_, v)| v.as_slice())
 }
 
-/// Freshness of a stored response, for `req`'s route.
-pub(crate) fn freshness(px: &ProxyShared, req: &Req<'_>, meta: &ObjectMeta) -> Freshness {
-    freshness_for(px, req.route, req.target, meta)
-}
-
-/// Freshness of a stored response of `target` on route `route`.
-pub(crate) fn freshness_for(
-    px: &ProxyShared,
-    route: usize,
-    target: &[u8],
-    meta: &ObjectMeta,
-) -> Freshness {
-    let route = &px.routes[route];
-    let cc = ResponseCacheControl::parse(fields(meta, b"cache-control"));
-    let date = field(meta, b"date").and_then(linerate_http::date::parse);
-    let lifetime = cache::freshness_lifetime(
-        &cc,
-        field(meta, b"expires"),
-        date,
-        meta.last_modified_s,
-        meta.response_time_ms / 1000,
-        meta.status,
-        Heuristic {
-            fraction: px.opts.heuristic_fraction,
-            max_secs: px.opts.heuristic_max.as_secs(),
-        },
-        default_ttl(route, target, meta.status),
-    );
-    let age_value = field(meta, b"age").and_then(cache::parse_delta_seconds);
-    let age = cache::current_age(
-        date,
-        age_value,
-        meta.request_time_ms,
-        meta.response_time_ms,
-        now_ms(),
-    );
-    Freshness {
-        lifetime,
-        age,
-        cc,
-        route_swr: route.opts.stale_while_revalidate.as_secs(),
-        route_sie: route.opts.stale_if_error.as_secs(),
-        revalidated: false,
-    }
-}
-
-/// Freshness of an error that says nothing about it (404, 410...). Short: a live
-/// player asking for the next segment a moment early must not keep getting its 404.
-pub(crate) const NEGATIVE_TTL_SECS: u64 = 10;
-
-/// The route's default freshness for a response of `status` to `target`.
-fn default_ttl(route: &super::Route, target: &[u8], status: u16) -> u64 {
-    let ttl = route.default_ttl(target);
-    if status >= 400 {
-        ttl.min(NEGATIVE_TTL_SECS)
-    } else {
-        ttl
-    }
-}
-
 /// Fields never replayed from a stored or relayed response: framing and hop-by-hop
 /// ones (we write our own), our internal markers, and `Age` (recomputed).
 fn replayable(name: &[u8], tokens: &[Vec<u8>]) -> bool {
     let lower = name.to_ascii_lowercase();
-    !(cache::is_hop_by_hop(&lower, tokens)
+    !(is_hop_by_hop(&lower, tokens)
         || matches!(
             lower.as_slice(),
             b"content-length" | b"content-range" | b"age" | b"via" | b"accept-ranges"
@@ -197,7 +61,7 @@ fn replayable(name: &[u8], tokens: &[Vec<u8>]) -> bool {
 /// Write our common fields: Via (appended to the origin's), Cache-Status, connection.
 fn common(
     w: &mut HeadWriter<'_>,
-    req: &Req<'_>,
+    req: &CacheRequest<'_>,
     via_in: Option<&[u8]>,
     status: &CacheStatusField<'_>,
     persistence: Persistence,
@@ -215,16 +79,16 @@ fn common(
         }
     }
     w.field("Cache-Status", status.to_header().as_bytes());
-    crate::response::persistence_field(w, &req.head, persistence);
+    crate::response::persistence_field(w, req.head, persistence);
 }
 
-fn worker_name<'r>(req: &'r Req<'_>) -> &'r str {
+fn worker_name<'r>(req: &'r CacheRequest<'_>) -> &'r str {
     req.px.opts.cache_name.as_str()
 }
 
 fn status_field<'a>(
     name: &'a str,
-    st: &'a Status,
+    st: &'a Trace,
     hit: bool,
     ttl: Option<i64>,
 ) -> CacheStatusField<'a> {
@@ -243,10 +107,10 @@ fn status_field<'a>(
 /// Serve a stored object (complete or still being written).
 pub(crate) fn serve(
     worker: &Rc<Worker>,
-    req: &Req<'_>,
+    req: &CacheRequest<'_>,
     h: ObjectHandle,
     fresh: &Freshness,
-    st: Status,
+    st: Trace,
     metric: CacheStatus,
 ) -> Response {
     let meta = Arc::clone(&h.meta);
@@ -286,7 +150,7 @@ pub(crate) fn serve(
     };
     // Preconditions and ranges apply to a stored 200 (RFC 9110 §13.2.1, §14.2).
     if status == 200 && (!etag.is_empty() || meta.last_modified_s.is_some()) {
-        match conditional::evaluate(&req.head, &validators) {
+        match conditional::evaluate(req.head, &validators) {
             Precondition::Proceed => {}
             Precondition::NotModified => {
                 let mut r = not_modified(req, &meta, fresh, &st);
@@ -402,11 +266,32 @@ pub(crate) fn serve(
 }
 
 /// The head for a relayed (uncached) origin response; the body follows as it arrives.
-pub(crate) fn relayed(req: &Req<'_>, r: OriginResponse, st: Status) -> Response {
+/// Its fields go through as the origin sent them (hop-by-hop ones removed), with its
+/// `Content-Range` and `Content-Length`, except that a [`Shape::Whole`] 206 loses its
+/// `Content-Range` and becomes a 200. A body in a transfer coding other than chunked
+/// (`Transfer-Encoding: gzip, chunked`, or `gzip` to close) is relayed as it came, with
+/// its codings named and chunked added last for an HTTP/1.1 client (RFC 9112 §6.1); an
+/// HTTP/1.0 client cannot be sent a transfer coding at all and gets a 502.
+pub(crate) fn relayed(
+    worker: &Worker,
+    req: &CacheRequest<'_>,
+    r: OriginResponse,
+    st: Trace,
+    shape: Shape,
+) -> Response {
+    let coded = !r.head.codings.is_empty();
+    if coded && req.head.version == Version::Http10 {
+        return error(worker, req, StatusCode::BadGateway, st, "transfer_coding");
+    }
+    let mut st = st;
+    st.fwd_status.get_or_insert(r.head.status);
     let name = worker_name(req);
     let csf = status_field(name, &st, false, None);
-    let code = StatusCode::from_code(r.head.status);
-    let tokens = cache::connection_tokens(r.head.headers_named(b"connection"));
+    let code = match shape {
+        Shape::AsIs => StatusCode::from_code(r.head.status),
+        Shape::Whole => StatusCode::Ok,
+    };
+    let tokens = connection_tokens(r.head.headers_named(b"connection"));
     let mut head = Vec::with_capacity(512);
     let mut w = HeadWriter::new(&mut head, code);
     let mut via_in = None;
@@ -415,8 +300,8 @@ pub(crate) fn relayed(req: &Req<'_>, r: OriginResponse, st: Status) -> Response 
             via_in = Some(v.as_slice());
         }
         let keep_length = req.head_only && n.eq_ignore_ascii_case(b"content-length");
-        let keep_range =
-            n.eq_ignore_ascii_case(b"content-range") || n.eq_ignore_ascii_case(b"accept-ranges");
+        let keep_range = (n.eq_ignore_ascii_case(b"content-range") && shape == Shape::AsIs)
+            || n.eq_ignore_ascii_case(b"accept-ranges");
         if replayable(n, &tokens) || keep_length || keep_range {
             w.field_raw(n, v);
         }
@@ -426,6 +311,20 @@ pub(crate) fn relayed(req: &Req<'_>, r: OriginResponse, st: Status) -> Response 
     }
     let mut persistence = req.persistence;
     let chunked = match r.head.framing {
+        _ if coded && req.head_only => {
+            w.field(
+                "Transfer-Encoding",
+                &transfer_codings(&r.head.codings, false),
+            );
+            false
+        }
+        _ if coded => {
+            w.field(
+                "Transfer-Encoding",
+                &transfer_codings(&r.head.codings, true),
+            );
+            true
+        }
         Framing::Length(n) => {
             if !req.head_only {
                 w.field_u64("Content-Length", n);
@@ -471,12 +370,22 @@ pub(crate) fn relayed(req: &Req<'_>, r: OriginResponse, st: Status) -> Response 
     }
 }
 
+/// `Transfer-Encoding` for a relayed body with `codings`: the codings, then `chunked`
+/// when we frame it.
+fn transfer_codings(codings: &[Vec<u8>], chunked: bool) -> Vec<u8> {
+    let mut value = codings.join(&b", "[..]);
+    if chunked {
+        value.extend_from_slice(b", chunked");
+    }
+    value
+}
+
 /// An error we answer ourselves (502/504/412...), with a Cache-Status saying why.
 pub(crate) fn error(
     worker: &Worker,
-    req: &Req<'_>,
+    req: &CacheRequest<'_>,
     status: StatusCode,
-    mut st: Status,
+    mut st: Trace,
     detail: &'static str,
 ) -> Response {
     st.detail = Some(detail);
@@ -511,7 +420,7 @@ pub(crate) fn error(
 
 /// Replay a stored response's fields (those a hit may repeat).
 pub(crate) fn stored_fields(w: &mut HeadWriter<'_>, meta: &ObjectMeta, skip_content_type: bool) {
-    let tokens = cache::connection_tokens(fields(meta, b"connection"));
+    let tokens = connection_tokens(fields(meta, b"connection"));
     for (n, v) in &meta.headers {
         if replayable(n, &tokens) && !(skip_content_type && n.eq_ignore_ascii_case(b"content-type"))
         {
@@ -523,9 +432,9 @@ pub(crate) fn stored_fields(w: &mut HeadWriter<'_>, meta: &ObjectMeta, skip_cont
 /// Via, Cache-Status and the connection field for a stored response.
 pub(crate) fn common_fields(
     w: &mut HeadWriter<'_>,
-    req: &Req<'_>,
+    req: &CacheRequest<'_>,
     meta: &ObjectMeta,
-    st: &Status,
+    st: &Trace,
     fresh: &Freshness,
 ) {
     let name = worker_name(req);
@@ -535,10 +444,10 @@ pub(crate) fn common_fields(
 
 /// 304 for a client whose validators match the stored response.
 pub(crate) fn not_modified(
-    req: &Req<'_>,
+    req: &CacheRequest<'_>,
     meta: &ObjectMeta,
     fresh: &Freshness,
-    st: &Status,
+    st: &Trace,
 ) -> Response {
     let mut head = Vec::with_capacity(256);
     let mut w = HeadWriter::new(&mut head, StatusCode::NotModified);

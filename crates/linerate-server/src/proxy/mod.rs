@@ -1,20 +1,29 @@
 //! Cache mode: answer a request from the store, or fetch it from an origin once and
 //! stream it to every client that asked meanwhile (see docs/request-flow.md).
 //!
-//! The flow for GET and HEAD: route (host + path prefix) → key → lookup (following a
-//! `Vary` stub to the variant) → fresh hit: serve; stale: serve while revalidating,
-//! or revalidate first; in flight: follow the writer; miss: claim the key (one fill per
-//! key across all workers) and follow the fill. Responses that may not be stored are
-//! relayed (and remembered for a while, so the next request goes straight through).
-//! Other methods go to the origin uncached; unsafe ones invalidate the URL.
+//! The pipeline, one stage per module:
+//! - here: start-up state ([`ProxyShared`], routes, hit-for-pass memory, invalidation
+//!   and purges) and [`respond`], which routes and keys a request once
+//!   ([`request::CacheRequest`]) and sends GET/HEAD to `flow`, everything else to the
+//!   origin uncached ([`relay`]);
+//! - `flow`: GET and HEAD: look up (through a `Vary` stub to the variant), decide with
+//!   `linerate_http::cache::decide`, serve, revalidate or fill;
+//! - `fills`: one fill per key across all workers, and the [`fills::Phase`] every
+//!   follower reads;
+//! - `fill`: one fill's I/O: the origin request, the storing decision
+//!   (`linerate_http::cache::admit`), the store write;
+//! - `slices`: large objects in fixed-size slices fetched with `Range`;
+//! - `head` and `body`: the response head and body a client gets.
 //!
-//! Not here: the origin connection (`origin`), the fill itself (`fill`), the body's
-//! pieces (`body`), slices (`slices`), the HTTP caching rules (`linerate_http::cache`).
+//! Every caching rule lives in `linerate_http::cache` (pure, unit- and property-tested);
+//! this module does I/O with its answers.
 
 pub(crate) mod body;
 mod fill;
 pub(crate) mod fills;
+mod flow;
 mod head;
+mod request;
 pub(crate) mod slices;
 
 use std::collections::HashMap;
@@ -23,26 +32,27 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use linerate_cache::{Lookup, ObjectHandle, Store};
-use linerate_http::cache::{Fwd, RequestCacheControl, Vary};
-use linerate_http::{Persistence, RequestHead, StatusCode};
+use linerate_http::cache::key::{self, Scheme};
+use linerate_http::cache::{Fwd, Heuristic, RequestCacheControl, Settings};
+use linerate_http::forward::Purpose;
+use linerate_http::{Method, Persistence, StatusCode, TargetForm};
 
 use crate::cacheopts::{CacheOptions, QueryKey, RouteOptions};
 use crate::context::Worker;
-use crate::origin::{Origin, OriginShared};
-use crate::response::Response;
-use crate::stats::CacheStatus;
-use fills::{Claim, FillState, Fills, Outcome};
+use crate::origin::{Origin, OriginRequest, OriginShared};
+use crate::response::{Interim, Response};
+use fills::Fills;
+use request::{CacheRequest, Trace};
 
-/// Separates a primary key from a variant's secondary key (`Vary`).
-const VARIANT_SEP: &[u8] = b"\0v\0";
-/// Separates a key from a slice number.
-const SLICE_SEP: &[u8] = b"\0s\0";
-/// Stored field marking a `Vary` stub: its value is the `Vary` names.
+/// Stored field marking a `Vary` stub at a URL's primary key: its value is the `Vary`
+/// names, and the variants live under `key::variant(primary, secondary key)`.
 pub(crate) const VARY_STUB: &[u8] = b"x-linerate-vary";
-/// How long a "may not be stored" verdict sends requests straight to the origin.
+/// How long a "may not be stored" verdict about a URL sends its requests straight to
+/// the origin (hit-for-pass): they are not queued behind one fill each.
 const HIT_FOR_PASS_MS: u64 = 30_000;
-/// Lookups per request before giving up (a fill that ended but left nothing to find).
-const MAX_ROUNDS: usize = 6;
+/// Most URLs remembered as uncacheable; past it the memory starts over (it is a
+/// shortcut, never a correctness matter).
+const MAX_PASSES: usize = 100_000;
 
 /// Threads that append fill bytes to the store: a `pwrite` into the page cache can
 /// block (dirty-page throttling, a slow disk), so it never runs on a worker's event
@@ -104,6 +114,8 @@ pub(crate) struct ProxyShared {
     pub(crate) fills: Arc<Fills>,
     pub(crate) origins: Vec<Arc<OriginShared>>,
     routes: Vec<Route>,
+    /// The targeted cache-control fields obeyed, lower-case, in order.
+    targets: Vec<Vec<u8>>,
     /// Keys whose last response could not be stored, until when (Unix ms).
     passes: Mutex<HashMap<Box<[u8]>, u64>>,
 }
@@ -116,20 +128,21 @@ pub(crate) struct Route {
 }
 
 impl Route {
-    /// Default freshness (seconds) of a response without any, for this path.
-    pub(crate) fn default_ttl(&self, path: &[u8]) -> u64 {
+    /// The operator's freshness (seconds) for a response to `path` that carries none:
+    /// the extension table, else the route's default; `None` under the standard profile.
+    fn default_ttl(&self, path: &[u8]) -> Option<u64> {
         let path = path.split(|&b| b == b'?').next().unwrap_or(path);
         linerate_http::mime::extension(path)
             .and_then(|e| self.ttl.get(&e.to_ascii_lowercase()))
             .copied()
-            .unwrap_or(self.opts.default_ttl.as_secs())
+            .or(self.opts.default_ttl.map(|d| d.as_secs()))
     }
 }
 
 impl ProxyShared {
-    /// Open the store and prepare the origins. Start-up only.
+    /// Open the store and prepare the origins. Start-up only; the options were checked
+    /// when they were built.
     pub(crate) fn new(opts: CacheOptions) -> Result<Arc<ProxyShared>, String> {
-        opts.validate()?;
         let store = Store::open(opts.store.clone()).map_err(|e| format!("cache store: {e}"))?;
         let origins = opts
             .origins
@@ -156,6 +169,11 @@ impl ProxyShared {
         let writes = WritePool::start(WRITE_THREADS).map_err(|e| format!("fill threads: {e}"))?;
         Ok(Arc::new(ProxyShared {
             via: format!("1.1 {}", opts.cache_name),
+            targets: opts
+                .targeted_fields
+                .iter()
+                .map(|f| f.to_ascii_lowercase().into_bytes())
+                .collect(),
             writes,
             opts,
             store,
@@ -166,9 +184,8 @@ impl ProxyShared {
         }))
     }
 
-    /// The first route matching `host` (port ignored) and `path`.
+    /// The first route matching `host` (as keyed: lower-case, no port) and `path`.
     fn route_for(&self, host: &[u8], path: &[u8]) -> Option<usize> {
-        let host = host_without_port(host);
         self.routes.iter().position(|r| {
             let host_ok = match &r.opts.host {
                 None => true,
@@ -187,10 +204,71 @@ impl ProxyShared {
         })
     }
 
+    /// The primary key of `scheme://host/path?query` as a request for it is keyed (the
+    /// route's query rule applied), with its route; `None` when no route serves it.
+    fn key_for(
+        &self,
+        scheme: Scheme,
+        host: &[u8],
+        path: &[u8],
+        query: &[u8],
+    ) -> Option<(Vec<u8>, usize)> {
+        let route = self.route_for(host, path)?;
+        let query = match self.routes[route].opts.query {
+            QueryKey::Include => query,
+            QueryKey::Ignore => b"",
+        };
+        Some((key::primary(scheme, host, path, query), route))
+    }
+
+    /// The key of a `Location`-style URI reference (`/path?q` or an absolute URL) when
+    /// it names a resource on `req`'s host (RFC 9111 §4.4 invalidates only those: "a
+    /// cache MUST NOT invalidate a URI ... if the host part is different").
+    fn same_host_key(&self, req: &CacheRequest<'_>, value: &[u8]) -> Option<(Vec<u8>, usize)> {
+        if value.starts_with(b"/") && !value.starts_with(b"//") {
+            let (path, query) = match value.iter().position(|&b| b == b'?') {
+                Some(i) => value.split_at(i),
+                None => (value, &b""[..]),
+            };
+            return self.key_for(req.scheme, &req.host, path, query);
+        }
+        let u = key::split_url(value)?;
+        let host = key::host_of(u.authority);
+        if host != req.host {
+            return None;
+        }
+        self.key_for(u.scheme, &host, u.path, u.query)
+    }
+
+    /// The primary key of an absolute URL, as requests for it are keyed (for purges).
+    pub(crate) fn key_for_url(&self, url: &[u8]) -> Option<Vec<u8>> {
+        let u = key::split_url(url)?;
+        let host = key::host_of(u.authority);
+        let keyed = self
+            .key_for(u.scheme, &host, u.path, u.query)
+            .map(|(k, _)| k);
+        Some(keyed.unwrap_or_else(|| key::primary(u.scheme, &host, u.path, u.query)))
+    }
+
+    /// What RFC 9111 leaves to this cache, for a response to `path` on `route`.
+    pub(crate) fn settings(&self, route: usize, path: &[u8]) -> Settings<'_> {
+        let r = &self.routes[route];
+        Settings {
+            targets: &self.targets,
+            heuristic: Heuristic {
+                fraction: self.opts.heuristic_fraction,
+                max_secs: self.opts.heuristic_max.as_secs(),
+            },
+            default_ttl: r.default_ttl(path),
+            stale_while_revalidate: r.opts.stale_while_revalidate.as_secs(),
+            stale_if_error: r.opts.stale_if_error.as_secs(),
+        }
+    }
+
     /// Remember that `key`'s responses may not be stored, for a while.
     fn mark_pass(&self, key: &[u8]) {
         let mut p = self.passes.lock().unwrap_or_else(PoisonError::into_inner);
-        if p.len() > 100_000 {
+        if p.len() >= MAX_PASSES {
             p.clear();
         }
         p.insert(key.into(), now_ms() + HIT_FOR_PASS_MS);
@@ -208,19 +286,20 @@ impl ProxyShared {
 
     /// Invalidate a URL after an unsafe method (RFC 9111 §4.4): exact removals only (an
     /// index scan per POST would not scale): the object, its variants when it has a
-    /// Vary stub, its slices when its route slices (counted from a stored slice's
-    /// length). Blocking (journal writes).
-    pub(crate) fn invalidate(&self, key: &[u8], slice_bytes: u64) {
-        if let Lookup::Hit(h) = self.store.lookup(key) {
+    /// Vary stub (and theirs slices), its slices when its route slices (counted from a
+    /// stored slice's length). Blocking (journal writes).
+    pub(crate) fn invalidate(&self, primary: &[u8], slice_bytes: u64) {
+        if let Lookup::Hit(h) = self.store.lookup(primary) {
             if h.meta.header(VARY_STUB).is_some() {
-                let mut variants = key.to_vec();
-                variants.extend_from_slice(VARIANT_SEP);
+                let mut variants = primary.to_vec();
+                variants.extend_from_slice(key::VARIANT_SEP);
                 self.store.purge_prefix(&variants);
             }
         }
-        self.store.purge(key);
+        self.store.purge(primary);
         if slice_bytes > 0 {
-            if let Lookup::Hit(h) | Lookup::Filling(h) = self.store.lookup(&slice_key(key, 0)) {
+            if let Lookup::Hit(h) | Lookup::Filling(h) = self.store.lookup(&key::slice(primary, 0))
+            {
                 let total = h
                     .meta
                     .header(b"content-range")
@@ -228,20 +307,18 @@ impl ProxyShared {
                     .and_then(|cr| cr.complete)
                     .unwrap_or(0);
                 for n in 0..total.div_ceil(slice_bytes).max(1) {
-                    self.store.purge(&slice_key(key, n));
+                    self.store.purge(&key::slice(primary, n));
                 }
             }
         }
-        self.clear_pass(key);
+        self.clear_pass(primary);
     }
 
     /// Remove a URL: its object, its variants and slices. Blocking (journal writes).
-    pub(crate) fn purge_url(&self, key: &[u8]) -> u64 {
-        let mut n = u64::from(self.store.purge(key));
-        let mut sub = key.to_vec();
-        sub.push(0);
-        n += self.store.purge_prefix(&sub);
-        self.clear_pass(key);
+    pub(crate) fn purge_url(&self, primary: &[u8]) -> u64 {
+        let mut n = u64::from(self.store.purge(primary));
+        n += self.store.purge_prefix(&key::descendants(primary));
+        self.clear_pass(primary);
         n
     }
 }
@@ -263,111 +340,12 @@ impl ProxyWorker {
     }
 }
 
-/// The cache key of an absolute URL (`http[s]://Host[:port]/path[?query]`), as
-/// requests build it: host lower-cased, port dropped. Anything else is used as given.
-pub(crate) fn key_of_url(url: &[u8]) -> Vec<u8> {
-    let (scheme, rest) = if let Some(r) = url.strip_prefix(b"http://") {
-        (&b"http://"[..], r)
-    } else if let Some(r) = url.strip_prefix(b"https://") {
-        (&b"https://"[..], r)
-    } else {
-        return url.to_vec();
-    };
-    let split = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
-    let (host, path) = rest.split_at(split);
-    let mut key = scheme.to_vec();
-    key.extend(host_without_port(host).iter().map(u8::to_ascii_lowercase));
-    key.extend_from_slice(path);
-    key
-}
-
 /// Unix time in milliseconds.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
-}
-
-fn host_without_port(host: &[u8]) -> &[u8] {
-    if host.first() == Some(&b'[') {
-        return match host.iter().position(|&b| b == b']') {
-            Some(i) => &host[..=i],
-            None => host,
-        };
-    }
-    match host.iter().rposition(|&b| b == b':') {
-        Some(i) => &host[..i],
-        None => host,
-    }
-}
-
-/// The request as cache mode sees it.
-pub(crate) struct Req<'a> {
-    /// Cache mode's shared state.
-    pub(crate) px: &'a ProxyShared,
-    pub(crate) head: RequestHead<'a>,
-    pub(crate) method: &'a str,
-    /// Every request field, in order.
-    pub(crate) fields: Vec<(&'a [u8], &'a [u8])>,
-    /// Path and query as sent (origin-form).
-    pub(crate) target: &'a [u8],
-    pub(crate) route: usize,
-    /// Primary cache key: scheme://host/path[?query].
-    pub(crate) key: Vec<u8>,
-    pub(crate) cc: RequestCacheControl,
-    pub(crate) persistence: Persistence,
-    pub(crate) head_only: bool,
-}
-
-impl<'a> Req<'a> {
-    /// Every value of field `name` (lower-case).
-    pub(crate) fn values(&self, name: &[u8]) -> Vec<&'a [u8]> {
-        self.fields
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| *v)
-            .collect()
-    }
-
-    /// The fields forwarded to the origin: end-to-end ones, minus those the cache
-    /// decides itself (conditionals, ranges, cache directives) unless `all`.
-    pub(crate) fn forwarded(&self, all: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let tokens = linerate_http::cache::connection_tokens(self.values(b"connection"));
-        // Decided by the cache itself unless relaying (`all`).
-        let own: &[&[u8]] = &[
-            b"range",
-            b"if-range",
-            b"if-match",
-            b"if-none-match",
-            b"if-modified-since",
-            b"if-unmodified-since",
-            b"cache-control",
-            b"pragma",
-        ];
-        self.fields
-            .iter()
-            .filter(|(n, _)| {
-                let lower = n.to_ascii_lowercase();
-                // Host is the origin's; the body's framing is the client's own.
-                let framing: &[&[u8]] = &[b"host", b"content-length", b"expect"];
-                !linerate_http::cache::is_hop_by_hop(&lower, &tokens)
-                    && !framing.contains(&lower.as_slice())
-                    && (all || !own.contains(&lower.as_slice()))
-            })
-            .map(|(n, v)| (n.to_vec(), v.to_vec()))
-            .collect()
-    }
-}
-
-/// Cache-Status facts gathered while answering.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Status {
-    pub(crate) fwd: Option<Fwd>,
-    pub(crate) fwd_status: Option<u16>,
-    pub(crate) stored: bool,
-    pub(crate) collapsed: bool,
-    pub(crate) detail: Option<&'static str>,
 }
 
 /// Answer one request in cache mode.
@@ -377,374 +355,141 @@ pub(crate) async fn respond(
     request: crate::response::Request<'_>,
 ) -> Response {
     let px = &pw.shared;
-    let (body, secure) = (request.body, request.secure);
-    let head = *request.head;
-    let method = head.method_token;
-    let fields: Vec<(&[u8], &[u8])> = head.fields().collect();
+    let crate::response::Request {
+        head,
+        body,
+        peer,
+        secure,
+        mut interim,
+    } = request;
     let persistence = if worker.stopping() {
         Persistence::Close
     } else {
         head.persistence
     };
-    let Some(target) = origin_form(head.target) else {
+    if head.method == Method::Connect {
+        return crate::response::error(worker, StatusCode::MethodNotAllowed, persistence);
+    }
+    let Some((path, query)) = head.path_and_query() else {
+        // `OPTIONS *` asks about the server, which this cache does not relay.
+        debug_assert!(head.form == TargetForm::Asterisk);
         return crate::response::error(worker, StatusCode::BadRequest, persistence);
     };
-    let host = head.host.unwrap_or(b"");
-    let (path, query) = match target.iter().position(|&b| b == b'?') {
-        Some(i) => (&target[..i], &target[i..]),
-        None => (target, &b""[..]),
-    };
-    let Some(route) = px.route_for(host, path) else {
+    // RFC 9112 §3.2: an HTTP/1.0 request may lack Host; it is keyed under an empty host.
+    let host = key::host_of(head.authority().unwrap_or(b""));
+    let Some(route) = px.route_for(&host, path) else {
         return crate::response::error(worker, StatusCode::NotFound, persistence);
     };
-    let mut key = Vec::with_capacity(16 + host.len() + target.len());
-    key.extend_from_slice(if secure { b"https://" } else { b"http://" });
-    key.extend(host_without_port(host).iter().map(u8::to_ascii_lowercase));
-    key.extend_from_slice(path);
-    if px.routes[route].opts.query == QueryKey::Include {
-        key.extend_from_slice(query);
-    }
+    let scheme = if secure { Scheme::Https } else { Scheme::Http };
+    let key_query = match px.routes[route].opts.query {
+        QueryKey::Include => query,
+        QueryKey::Ignore => b"",
+    };
     let cc = if px.opts.honour_request_cache_control {
-        let pragma = fields
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(b"pragma"))
-            .map(|(_, v)| *v);
-        RequestCacheControl::parse(
-            fields
-                .iter()
-                .filter(|(n, _)| n.eq_ignore_ascii_case(b"cache-control"))
-                .map(|(_, v)| *v),
-            pragma,
-        )
+        RequestCacheControl::parse(head.values(b"cache-control"), head.field(b"pragma"))
     } else {
         RequestCacheControl::default()
     };
-    let head_only = method == "HEAD";
-    let req = Req {
+    let req = CacheRequest {
         px,
         head,
-        method,
-        fields,
-        target,
         route,
-        key,
+        key: key::primary(scheme, &host, path, key_query),
+        target: [path, query].concat(),
+        host,
+        scheme,
+        peer,
         cc,
         persistence,
-        head_only,
+        head_only: head.method == Method::Head,
     };
-    match method {
-        "GET" | "HEAD" => cached(worker, pw, &req).await,
-        "CONNECT" => crate::response::error(worker, StatusCode::MethodNotAllowed, persistence),
+    match head.method {
+        Method::Get | Method::Head => flow::get(worker, pw, &req, &mut interim).await,
         _ => {
-            let unsafe_method = !matches!(method, "OPTIONS" | "TRACE");
-            let response = relay(worker, pw, &req, &body, Status::default()).await;
-            if unsafe_method && response.status.code() < 400 {
-                // RFC 9111 §4.4: a non-error response to an unsafe method invalidates
-                // the target URI. Blocking journal writes: off the event loop.
-                let shared = Arc::clone(px);
-                let key = req.key.clone();
-                let sliced = px.routes[req.route].opts.slice_bytes;
-                let purge = tokio::task::spawn_blocking(move || shared.invalidate(&key, sliced));
-                let _ = purge.await;
-            }
+            let sent = send(pw, &req, &body, &mut interim).await;
+            let mut trace = Trace::default();
+            trace.forward(Fwd::Bypass);
+            let response = match sent {
+                Ok(r) => {
+                    // RFC 9111 §4.4: a non-error response to an unsafe method (one not
+                    // known to be safe) invalidates the target URI, and MAY invalidate
+                    // the URIs in Location and Content-Location when they have the same
+                    // host. Blocking journal writes: off the event loop.
+                    if !head.method.is_safe() && r.head.status < 400 {
+                        invalidate_after(px, &req, &r.head.headers).await;
+                    }
+                    head::relayed(worker, &req, r, trace, head::Shape::AsIs)
+                }
+                Err(e) => head::error(worker, &req, e.status(), trace, e.as_str()),
+            };
             response
         }
     }
 }
 
-/// The origin-form target (`/path?query`) of a request target; absolute-form is
-/// reduced to its path. `None` for asterisk-form or garbage.
-fn origin_form(target: &[u8]) -> Option<&[u8]> {
-    if target.first() == Some(&b'/') {
-        return Some(target);
-    }
-    let rest = target
-        .strip_prefix(b"http://")
-        .or_else(|| target.strip_prefix(b"https://"))?;
-    let i = rest.iter().position(|&b| b == b'/')?;
-    Some(&rest[i..])
-}
-
-/// GET and HEAD.
-async fn cached(worker: &Rc<Worker>, pw: &Rc<ProxyWorker>, req: &Req<'_>) -> Response {
-    let px = &pw.shared;
-    let mut st = Status::default();
-    // Set once this request has been forward (its own fill, or one it followed): what
-    // that stored is the answer, however short its freshness.
-    let mut forwarded = false;
-    for _ in 0..MAX_ROUNDS {
-        let (key, found) = lookup(px, req, forwarded);
-        match found {
-            Lookup::Hit(h) => {
-                let fresh = head::freshness(px, req, &h.meta);
-                if forwarded || fresh.usable_fresh(&req.cc) {
-                    if st.fwd.is_none() {
-                        return head::serve(worker, req, h, &fresh, st, CacheStatus::Hit);
-                    }
-                    return head::serve(worker, req, h, &fresh, st, CacheStatus::Miss);
-                }
-                if fresh.within_swr() && !req.cc.no_cache {
-                    fill::revalidate_in_background(pw, req, &key, &h.meta);
-                    st.detail = Some("stale-while-revalidate");
-                    return head::serve(worker, req, h, &fresh, st, CacheStatus::Stale);
-                }
-                if req.cc.only_if_cached {
-                    return head::error(
-                        worker,
-                        req,
-                        StatusCode::GatewayTimeout,
-                        st,
-                        "only-if-cached",
-                    );
-                }
-                // Revalidate now (one request for everyone asking meanwhile).
-                st.fwd = Some(Fwd::Stale);
-                match follow(pw, req, &key, Some(&h.meta), &mut st, forwarded).await {
-                    Next::Lookup => {
-                        forwarded = true;
-                        continue;
-                    }
-                    Next::Revalidated => {
-                        st.fwd_status = Some(304);
-                        // The freshened copy (or, if the update failed, this one).
-                        let (_, again) = lookup(px, req, false);
-                        let h = match again {
-                            Lookup::Hit(h2) => h2,
-                            _ => h,
-                        };
-                        let fresh = head::freshness(px, req, &h.meta).revalidated();
-                        return head::serve(worker, req, h, &fresh, st, CacheStatus::Hit);
-                    }
-                    Next::Relay(r) => return head::relayed(req, *r, st),
-                    Next::Pass => return relay(worker, pw, req, &[], st).await,
-                    Next::Failed {
-                        status,
-                        detail,
-                        stale_ok,
-                    } => {
-                        if stale_ok && fresh.within_sie() {
-                            st.detail = Some(detail);
-                            return head::serve(worker, req, h, &fresh, st, CacheStatus::Stale);
-                        }
-                        return head::error(worker, req, status, st, detail);
-                    }
-                }
-            }
-            Lookup::Filling(h) => {
-                if st.fwd.is_none() {
-                    st.fwd = Some(Fwd::Miss);
-                    st.collapsed = true;
-                }
-                let fresh = head::freshness(px, req, &h.meta);
-                return head::serve(worker, req, h, &fresh, st, CacheStatus::Miss);
-            }
-            Lookup::Miss(_) => {
-                if req.cc.only_if_cached {
-                    return head::error(
-                        worker,
-                        req,
-                        StatusCode::GatewayTimeout,
-                        st,
-                        "only-if-cached",
-                    );
-                }
-                // RFC 9111 §5.2.1.5: nothing of this exchange may be stored.
-                if req.cc.no_store {
-                    st.fwd = Some(Fwd::Request);
-                    st.detail = Some("request no-store");
-                    return relay(worker, pw, req, &[], st).await;
-                }
-                if px.is_pass(&req.key) {
-                    st.fwd = Some(Fwd::Bypass);
-                    st.detail = Some("uncacheable");
-                    return relay(worker, pw, req, &[], st).await;
-                }
-                if px.routes[req.route].opts.slice_bytes > 0 && key.len() == req.key.len() {
-                    // Slices are looked up (and, where missing, fetched) one by one.
-                    return slices::serve(worker, pw, req, st).await;
-                }
-                if st.fwd.is_none() {
-                    st.fwd = Some(if key.len() > req.key.len() {
-                        Fwd::VaryMiss
-                    } else {
-                        Fwd::UriMiss
-                    });
-                }
-                match follow(pw, req, &key, None, &mut st, forwarded).await {
-                    Next::Lookup | Next::Revalidated => {
-                        forwarded = true;
-                        continue;
-                    }
-                    Next::Relay(r) => return head::relayed(req, *r, st),
-                    Next::Pass => return relay(worker, pw, req, &[], st).await,
-                    Next::Failed { status, detail, .. } => {
-                        return head::error(worker, req, status, st, detail)
-                    }
-                }
-            }
+/// Invalidate the target of an unsafe request and its same-host `Location` and
+/// `Content-Location` (RFC 9111 §4.4).
+async fn invalidate_after(
+    px: &Arc<ProxyShared>,
+    req: &CacheRequest<'_>,
+    response_fields: &[(Vec<u8>, Vec<u8>)],
+) {
+    let mut keys = vec![(req.key.clone(), req.route)];
+    for (name, value) in response_fields {
+        let named = name.eq_ignore_ascii_case(b"location")
+            || name.eq_ignore_ascii_case(b"content-location");
+        if let Some(k) = named.then(|| px.same_host_key(req, value)).flatten() {
+            keys.push(k);
         }
     }
-    head::error(worker, req, StatusCode::BadGateway, st, "fill_lost")
+    let shared = Arc::clone(px);
+    let keys: Vec<(Vec<u8>, u64)> = keys
+        .into_iter()
+        .map(|(k, r)| (k, px.routes[r].opts.slice_bytes))
+        .collect();
+    let purge = tokio::task::spawn_blocking(move || {
+        for (k, slice_bytes) in keys {
+            shared.invalidate(&k, slice_bytes);
+        }
+    });
+    let _ = purge.await;
 }
 
-/// Look the request up: the primary key, then (for a `Vary` stub) the variant.
-/// Returns the key that was finally looked up.
-/// `latest`: an object being written wins over a stored one (after this request's
-/// fill, which may be replacing a stale copy).
-pub(crate) fn lookup(px: &ProxyShared, req: &Req<'_>, latest: bool) -> (Vec<u8>, Lookup) {
-    let find = |k: &[u8]| {
-        if latest {
-            px.store.lookup_latest(k)
-        } else {
-            px.store.lookup(k)
-        }
+/// Send the client's own request to the origin (an uncached relay), forwarding interim
+/// responses to the client as they arrive.
+async fn send(
+    pw: &ProxyWorker,
+    req: &CacheRequest<'_>,
+    body: &[u8],
+    interim: &mut Interim<'_>,
+) -> Result<crate::origin::OriginResponse, crate::origin::OriginError> {
+    let origin = &pw.origins[pw.shared.routes[req.route].origin];
+    let fields = req.forwarded(Purpose::Relay);
+    let headers: Vec<(&[u8], &[u8])> = fields.iter().map(|(n, v)| (&**n, &**v)).collect();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let request = OriginRequest {
+        method: req.head.method_token,
+        target: &req.target,
+        headers: &headers,
+        body,
+        idempotent: req.head.method.is_idempotent(),
+        interim: interim.enabled().then_some(&tx),
     };
-    let found = find(&req.key);
-    if let Lookup::Hit(h) = &found {
-        if let Some(names) = h.meta.header(VARY_STUB) {
-            let key = variant_key(&req.key, names, req);
-            let found = find(&key);
-            return (key, found);
-        }
-    }
-    (req.key.clone(), found)
+    interim.forward_while(origin.send(&request), &mut rx).await
 }
 
-/// The key of the variant of `primary` that `req` selects, for `Vary` names `names`.
-pub(crate) fn variant_key(primary: &[u8], names: &[u8], req: &Req<'_>) -> Vec<u8> {
-    let Vary::Names(names) = Vary::parse([names]) else {
-        return primary.to_vec();
-    };
-    let mut key = primary.to_vec();
-    key.extend_from_slice(VARIANT_SEP);
-    key.extend_from_slice(&linerate_http::cache::vary_key(&names, |n| req.values(n)));
-    key
-}
-
-/// The key of slice `n` of the object stored under `key`.
-pub(crate) fn slice_key(key: &[u8], n: u64) -> Vec<u8> {
-    let mut k = key.to_vec();
-    k.extend_from_slice(SLICE_SEP);
-    k.extend_from_slice(n.to_string().as_bytes());
-    k
-}
-
-/// What following a fill gave.
-pub(crate) enum Next {
-    /// Look the key up again (stored, or being written).
-    Lookup,
-    /// The stale copy was confirmed (304) and freshened.
-    Revalidated,
-    /// Uncacheable; this client was the leader and gets the origin's response.
-    Relay(Box<crate::origin::OriginResponse>),
-    /// Uncacheable; fetch for this client alone.
-    Pass,
-    /// The origin failed.
-    Failed {
-        status: StatusCode,
-        detail: &'static str,
-        stale_ok: bool,
-    },
-}
-
-/// Claim `key` (or join its claim) and wait for the fill's news. `stale`: the stored
-/// copy's metadata, to revalidate it.
-async fn follow(
-    pw: &Rc<ProxyWorker>,
-    req: &Req<'_>,
-    key: &[u8],
-    stale: Option<&linerate_cache::ObjectMeta>,
-    st: &mut Status,
-    after_writing: bool,
-) -> Next {
-    let px = &pw.shared;
-    let (mut rx, handoff) = match px.fills.claim(key) {
-        Claim::Leader(guard) => {
-            let rx = guard.subscribe();
-            let (tx, handoff) = tokio::sync::oneshot::channel();
-            let job = fill::Job::new(px, req, guard, stale.cloned(), None);
-            tokio::task::spawn_local(fill::run(pw.clone(), job, Some(tx)));
-            (rx, Some(handoff))
-        }
-        Claim::Follower(mut rx) if after_writing => {
-            // This request saw the key being written, then found nothing: that fill
-            // failed. Wait for its claim to go, then claim afresh.
-            fills::finished(&mut rx).await;
-            return Next::Lookup;
-        }
-        Claim::Follower(rx) => {
-            st.collapsed = true;
-            (rx, None)
-        }
-    };
-    match fills::settled(&mut rx).await {
-        FillState::Pending => Next::Lookup,
-        FillState::Writing => {
-            st.stored = true;
-            Next::Lookup
-        }
-        FillState::Done(Outcome::Stored) => {
-            st.stored = true;
-            Next::Lookup
-        }
-        FillState::Done(Outcome::Revalidated) => Next::Revalidated,
-        FillState::Done(Outcome::Uncacheable) => {
-            st.fwd = Some(Fwd::Bypass);
-            st.detail = Some("uncacheable");
-            match handoff.map(|mut h| h.try_recv()) {
-                Some(Ok(r)) => Next::Relay(Box::new(r)),
-                _ => Next::Pass,
-            }
-        }
-        FillState::Done(Outcome::Failed {
-            status,
-            detail,
-            stale_ok,
-        }) => Next::Failed {
-            status,
-            detail,
-            stale_ok,
-        },
-    }
-}
-
-/// Send the request to the origin and relay the answer, uncached.
+/// Relay the client's own request, uncached, and answer with what the origin says.
 async fn relay(
     worker: &Rc<Worker>,
     pw: &ProxyWorker,
-    req: &Req<'_>,
-    body: &[u8],
-    mut st: Status,
+    req: &CacheRequest<'_>,
+    interim: &mut Interim<'_>,
+    mut trace: Trace,
 ) -> Response {
-    let origin = &pw.origins[pw.shared.routes[req.route].origin];
-    let fields = req.forwarded(true);
-    let mut headers: Vec<(&[u8], &[u8])> = fields
-        .iter()
-        .map(|(n, v)| (n.as_slice(), v.as_slice()))
-        .collect();
-    headers.push((b"via", pw.shared.via.as_bytes()));
-    let idempotent = matches!(
-        req.method,
-        "GET" | "HEAD" | "PUT" | "DELETE" | "OPTIONS" | "TRACE"
-    );
-    let sent = origin
-        .send(&crate::origin::OriginRequest {
-            method: req.method,
-            target: req.target,
-            headers: &headers,
-            body,
-            idempotent,
-        })
-        .await;
-    if st.fwd.is_none() {
-        st.fwd = Some(Fwd::Bypass);
-    }
-    match sent {
-        Ok(r) => head::relayed(req, r, st),
-        Err(e) => {
-            let detail = e.as_str();
-            head::error(worker, req, e.status(), st, detail)
-        }
+    trace.forward(Fwd::Bypass);
+    match send(pw, req, &[], interim).await {
+        Ok(r) => head::relayed(worker, req, r, trace, head::Shape::AsIs),
+        Err(e) => head::error(worker, req, e.status(), trace, e.as_str()),
     }
 }
 

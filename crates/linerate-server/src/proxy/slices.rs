@@ -1,13 +1,20 @@
 //! Large objects in slices: a route with `slice_bytes` fetches and stores an object as
 //! fixed-size slices, each with its own Range request to the origin, its own key
-//! (`key \0s\0 n`) and its own one-fill-per-key claim. A range request on a miss fetches
-//! only the slices it covers and gets its head as soon as the first of them starts to
-//! arrive; a response crossing slices moves from one to the next as it is sent.
+//! (`key::slice(base, n)`, where `base` is the URL's primary key or the key of the
+//! variant the request selects) and its own one-fill-per-key claim. A range request on a
+//! miss fetches only the slices it covers and gets its head as soon as the first of them
+//! starts to arrive; a response crossing slices moves from one to the next as it is
+//! sent.
+//!
+//! The first slice decides what the object is: if the origin answers it with the whole
+//! object (it ignores `Range`, or the object fits one slice), or with a `Vary`, the fill
+//! stores it where a lookup of the URL finds it (whole at the base key, or under the
+//! variant) and the request resolves the URL again ([`Restart`]).
 //!
 //! Versions: every slice stores the complete length and validators the origin sent
 //! with it. Later slices are fetched with `If-Match` (strong ETag) and checked against
 //! the first; a mismatch (or a 412) means the file changed at the origin: all slices of
-//! the URL are dropped and the response in progress is cut short, so two versions are
+//! the object are dropped and the response in progress is cut short, so two versions are
 //! never spliced into one body.
 
 use std::collections::VecDeque;
@@ -16,36 +23,52 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use linerate_cache::{Body as StoreBody, BodyProgress, Lookup, ObjectHandle};
-use linerate_http::cache::{self, Fwd};
+use linerate_http::cache::key;
+use linerate_http::cache::{self, decide, Decision, Fwd, OnError, RequestCacheControl};
 use linerate_http::conditional::{self, IfRange, Validators};
 use linerate_http::range::{self, ByteRange, RangeOutcome, RangeSpec};
 use linerate_http::{multipart, HeadWriter, StatusCode};
 
 use super::body::{available, ProxyBody, Segment};
-use super::fill::{self, SliceJob};
-use super::fills::{self, Claim, FillState, Outcome};
-use super::{head, slice_key, ProxyShared, ProxyWorker, Req, Status};
+use super::fill::{self, Handoff, SliceJob};
+use super::fills::{self, Claim, Phase};
+use super::flow::freshness_of;
+use super::request::{CacheRequest, Fetch, Trace};
+use super::{head, ProxyShared, ProxyWorker};
 use crate::context::Worker;
-use crate::response::TransferError;
-use crate::response::{Body, Piece, Response};
+use crate::response::{Body, Interim, Piece, Response, TransferError};
 use crate::stats::CacheStatus;
 
 /// Lookups of one slice before giving up.
 const MAX_ROUNDS: usize = 6;
 
+/// The URL turned out to be stored whole or as a variant while its first slice was
+/// being fetched: resolve it again. Carries the `Cache-Status` facts so far.
+pub(crate) type Restart = Trace;
+
+/// Where a request's slices are: the key they are under (the URL's primary key or its
+/// variant's), and why the request goes forward if one is missing.
+pub(crate) struct Base<'k> {
+    /// The key.
+    pub(crate) key: &'k [u8],
+    /// `uri-miss`, or `vary-miss` for a variant.
+    pub(crate) miss: Fwd,
+}
+
 /// What a slice fetch needs, owned (the body outlives the request head).
 pub(crate) struct SliceCtx {
-    pub(crate) pw: Rc<ProxyWorker>,
-    pub(crate) px: Arc<ProxyShared>,
-    pub(crate) route: usize,
-    pub(crate) origin: usize,
-    pub(crate) primary: Vec<u8>,
-    pub(crate) target: Vec<u8>,
-    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
-    pub(crate) request_fields: Vec<(Vec<u8>, Vec<u8>)>,
-    pub(crate) slice_bytes: u64,
+    pw: Rc<ProxyWorker>,
+    px: Arc<ProxyShared>,
+    route: usize,
+    /// The request as a fill sends it.
+    fetch: Rc<Fetch>,
+    /// The key the slices are under (primary or variant).
+    base: Vec<u8>,
+    slice_bytes: u64,
     /// The request's Cache-Control (as honoured by configuration).
-    pub(crate) cc: linerate_http::cache::RequestCacheControl,
+    cc: RequestCacheControl,
+    /// Why the request goes forward when a slice is missing.
+    miss: Fwd,
 }
 
 /// One slice, open.
@@ -60,10 +83,11 @@ struct Open {
 
 /// Why a slice could not be had.
 enum SliceError {
-    /// The origin answered with a whole object (or the URL is stored whole now).
-    Whole,
-    /// Not storable: relay.
-    Pass,
+    /// The URL is stored whole or as a variant now (first slice only).
+    Restart,
+    /// The response may not be stored; the leader's client may have it.
+    Uncacheable(Option<Box<Handoff>>),
+    /// The origin failed, or the object changed.
     Failed(StatusCode, &'static str),
 }
 
@@ -102,26 +126,38 @@ impl Version {
     }
 }
 
-/// Drop every slice of `primary` (the file changed at the origin). In the background:
-/// purges write the journal.
-pub(crate) async fn version_changed(px: &Arc<ProxyShared>, primary: &[u8]) {
-    tracing::info!(key = %String::from_utf8_lossy(primary), "object changed at the origin; dropping its slices");
-    let mut prefix = primary.to_vec();
-    prefix.extend_from_slice(super::SLICE_SEP);
+/// Drop every slice stored under `base` (the object changed at the origin). Purges write
+/// the journal: off the event loop.
+pub(crate) async fn drop_slices(px: &Arc<ProxyShared>, base: &[u8]) {
+    tracing::info!(key = %String::from_utf8_lossy(base), "object changed at the origin; dropping its slices");
+    let mut prefix = base.to_vec();
+    prefix.extend_from_slice(key::SLICE_SEP);
     let px = Arc::clone(px);
     let _ = tokio::task::spawn_blocking(move || px.store.purge_prefix(&prefix)).await;
 }
 
 impl SliceCtx {
+    /// Whether the URL is now stored whole at the base key, or (when the base is the
+    /// primary key) has a `Vary` stub there: either way not as these slices.
+    fn moved(&self) -> bool {
+        matches!(
+            self.px.store.lookup(&self.base),
+            Lookup::Hit(_) | Lookup::Filling(_)
+        )
+    }
+
     /// Get slice `index` (stored, in flight, or fetched now). `expect`: the version the
-    /// response already committed to.
+    /// response already committed to (`None` for the first slice). `interim`: the
+    /// leader's client, for the first slice (its interim responses, and the response
+    /// itself if it may not be stored but answers the request).
     async fn slice(
         &self,
         index: u64,
         expect: Option<&Version>,
-        st: &mut Status,
+        trace: &mut Trace,
+        mut interim: Option<&mut Interim<'_>>,
     ) -> Result<(ObjectHandle, Version), SliceError> {
-        let key = slice_key(&self.primary, index);
+        let key = key::slice(&self.base, index);
         // Set once this request has been to the origin for this slice: what that left
         // in the store is the answer, however short its freshness.
         let mut forwarded = false;
@@ -131,20 +167,44 @@ impl SliceCtx {
             let mut stale = None;
             let usable = match found {
                 Lookup::Hit(h) => {
-                    let fresh = head::freshness_for(&self.px, self.route, &self.target, &h.meta);
-                    if forwarded || fresh.usable_fresh(&self.cc) {
-                        Some(h)
-                    } else if fresh.within_swr() && !self.cc.no_cache {
-                        // Served stale; one background refresh for the slice.
-                        self.refresh_in_background(index, &key, expect, &h.meta);
-                        st.detail = Some("stale-while-revalidate");
-                        Some(h)
+                    let fresh = freshness_of(&self.px, self.route, &self.fetch.target, &h.meta);
+                    let decision = if forwarded {
+                        Decision::Fresh
                     } else {
-                        stale = Some((h, fresh));
-                        None
+                        decide(&self.cc, &fresh)
+                    };
+                    match decision {
+                        Decision::Fresh | Decision::StaleAccepted => Some(h),
+                        Decision::StaleWhileRevalidate => {
+                            // Served stale; one background refresh for the slice.
+                            self.refresh_in_background(index, &key, expect, &h.meta);
+                            trace.detail = Some("stale-while-revalidate");
+                            Some(h)
+                        }
+                        Decision::GatewayTimeout => {
+                            return Err(SliceError::Failed(
+                                StatusCode::GatewayTimeout,
+                                "only-if-cached",
+                            ))
+                        }
+                        Decision::Revalidate(on_error) => {
+                            stale = Some((h, on_error));
+                            None
+                        }
                     }
                 }
-                Lookup::Filling(h) => Some(h),
+                Lookup::Filling(h) => {
+                    // Being written by another fill: usable as a stored response would be.
+                    let fresh = freshness_of(&self.px, self.route, &self.fetch.target, &h.meta);
+                    if forwarded || decide(&self.cc, &fresh).is_hit() {
+                        Some(h)
+                    } else {
+                        if let Some(mut rx) = self.px.fills.watch(&key) {
+                            fills::finished(&mut rx).await;
+                        }
+                        continue;
+                    }
+                }
                 Lookup::Miss(_) => None,
             };
             if let Some(h) = usable {
@@ -153,7 +213,7 @@ impl SliceCtx {
                 };
                 if let Some(e) = expect {
                     if !v.same(e) {
-                        version_changed(&self.px, &self.primary).await;
+                        drop_slices(&self.px, &self.base).await;
                         return Err(SliceError::Failed(
                             StatusCode::BadGateway,
                             "version_changed",
@@ -162,14 +222,8 @@ impl SliceCtx {
                 }
                 return Ok((h, v));
             }
-            // The URL may be stored whole (its origin ignores Range).
-            if stale.is_none()
-                && matches!(
-                    self.px.store.lookup(&self.primary),
-                    Lookup::Hit(_) | Lookup::Filling(_)
-                )
-            {
-                return Err(SliceError::Whole);
+            if stale.is_none() && expect.is_none() && self.moved() {
+                return Err(SliceError::Restart);
             }
             if self.cc.only_if_cached {
                 return Err(SliceError::Failed(
@@ -177,64 +231,87 @@ impl SliceCtx {
                     "only-if-cached",
                 ));
             }
-            if st.fwd.is_none() {
-                st.fwd = Some(if stale.is_some() {
-                    Fwd::Stale
-                } else {
-                    Fwd::UriMiss
-                });
-            }
+            trace.forward(if stale.is_some() {
+                Fwd::Stale
+            } else {
+                self.miss
+            });
             let stale_meta = stale.as_ref().map(|(h, _)| (*h.meta).clone());
-            let mut rx = match self.px.fills.claim(&key) {
+            let (phase, handoff) = match self.px.fills.claim(&key) {
                 Claim::Leader(guard) => {
-                    let rx = guard.subscribe();
-                    let job = self.job(guard, index, expect, stale_meta);
-                    tokio::task::spawn_local(fill::run(self.pw.clone(), job, None));
-                    rx
+                    let mut rx = guard.subscribe();
+                    let (handoff_tx, mut handoff_rx) = tokio::sync::oneshot::channel();
+                    let (interim_tx, mut interim_rx) = tokio::sync::mpsc::unbounded_channel();
+                    let leader = interim.as_deref().is_some_and(Interim::enabled);
+                    let mut job = self.job(guard, index, expect, stale_meta);
+                    job.handoff = interim.is_some().then_some(handoff_tx);
+                    job.interim = leader.then_some(interim_tx);
+                    tokio::task::spawn_local(fill::run(self.pw.clone(), job));
+                    let phase = match interim.as_deref_mut() {
+                        Some(i) => {
+                            i.forward_while(fills::settled(&mut rx), &mut interim_rx)
+                                .await
+                        }
+                        None => fills::settled(&mut rx).await,
+                    };
+                    (phase, handoff_rx.try_recv().ok())
                 }
-                Claim::Follower(mut rx) if forwarded => {
-                    // Seen being written, then nothing to follow: that fill failed.
-                    // Wait for its claim to go, then claim afresh.
+                Claim::Follower(mut rx) if forwarded || *rx.borrow() != Phase::Pending => {
+                    // Seen being written, then nothing to follow (that fill failed), or a
+                    // fill whose response arrived before this request needed it (not an
+                    // answer to it): wait for its claim to go, then look up afresh.
                     fills::finished(&mut rx).await;
+                    forwarded = false;
                     continue;
                 }
-                Claim::Follower(rx) => {
-                    st.collapsed = true;
-                    rx
+                Claim::Follower(mut rx) => {
+                    trace.collapsed = true;
+                    (fills::settled(&mut rx).await, None)
                 }
             };
-            match fills::settled(&mut rx).await {
-                FillState::Pending => {}
-                FillState::Writing => {
-                    st.stored = true;
+            match phase {
+                Phase::Pending => {}
+                Phase::Writing | Phase::Stored => {
+                    trace.stored = true;
                     forwarded = true;
                 }
-                FillState::Done(Outcome::Stored) => {
-                    st.stored = true;
+                Phase::Revalidated => {
+                    trace.fwd_status = Some(304);
                     forwarded = true;
                 }
-                FillState::Done(Outcome::Revalidated) => {
-                    st.fwd_status = Some(304);
-                    forwarded = true;
+                Phase::Elsewhere if expect.is_none() => {
+                    trace.stored = true;
+                    return Err(SliceError::Restart);
                 }
-                FillState::Done(Outcome::Uncacheable) => return Err(SliceError::Pass),
-                FillState::Done(Outcome::Failed {
-                    status,
-                    detail,
-                    stale_ok,
-                }) => {
+                Phase::Elsewhere => {
+                    return Err(SliceError::Failed(
+                        StatusCode::BadGateway,
+                        "version_changed",
+                    ))
+                }
+                Phase::Uncacheable => return Err(SliceError::Uncacheable(handoff.map(Box::new))),
+                Phase::Failed(f) => {
                     // stale-if-error: the stored slice stands in.
-                    if let Some((h, fresh)) = stale {
-                        if stale_ok && fresh.within_sie() {
-                            if let Some(v) = version_of(&h) {
-                                if expect.is_none_or(|e| v.same(e)) {
-                                    st.detail = Some(detail);
-                                    return Ok((h, v));
+                    if let Some((h, on_error)) = stale {
+                        match on_error {
+                            OnError::ServeStored if f.stale_ok => {
+                                if let Some(v) = version_of(&h) {
+                                    if expect.is_none_or(|e| v.same(e)) {
+                                        trace.detail = Some(f.detail);
+                                        return Ok((h, v));
+                                    }
                                 }
                             }
+                            OnError::GatewayTimeout => {
+                                return Err(SliceError::Failed(
+                                    StatusCode::GatewayTimeout,
+                                    "must-revalidate",
+                                ))
+                            }
+                            _ => {}
                         }
                     }
-                    return Err(SliceError::Failed(status, detail));
+                    return Err(SliceError::Failed(f.status, f.detail));
                 }
             }
         }
@@ -249,21 +326,35 @@ impl SliceCtx {
         expect: Option<&Version>,
         stale: Option<linerate_cache::ObjectMeta>,
     ) -> fill::Job {
-        fill::Job {
-            px: Arc::clone(&self.px),
+        self.job_template(index, expect, stale)(guard)
+    }
+
+    /// [`SliceCtx::job`] waiting for its claim.
+    fn job_template(
+        &self,
+        index: u64,
+        expect: Option<&Version>,
+        stale: Option<linerate_cache::ObjectMeta>,
+    ) -> impl FnOnce(super::fills::FillGuard) -> fill::Job + 'static {
+        let px = Arc::clone(&self.px);
+        let fetch = Rc::clone(&self.fetch);
+        let base = self.base.clone();
+        let slice = SliceJob {
+            index,
+            start: index * self.slice_bytes,
+            len: self.slice_bytes,
+            if_match: expect.and_then(Version::if_match),
+            total: expect.map(|e| e.total),
+        };
+        move |guard| fill::Job {
+            px,
             guard,
-            origin: self.origin,
-            primary: self.primary.clone(),
-            target: self.target.clone(),
-            fields: self.fields.clone(),
-            request_fields: self.request_fields.clone(),
+            fetch,
+            base,
             stale,
-            slice: Some(SliceJob {
-                start: index * self.slice_bytes,
-                len: self.slice_bytes,
-                if_match: expect.and_then(Version::if_match),
-                total: expect.map(|e| e.total),
-            }),
+            slice: Some(slice),
+            handoff: None,
+            interim: None,
         }
     }
 
@@ -276,10 +367,13 @@ impl SliceCtx {
         expect: Option<&Version>,
         stale: &linerate_cache::ObjectMeta,
     ) {
-        if let Claim::Leader(guard) = self.px.fills.claim(key) {
-            let job = self.job(guard, index, expect, Some(stale.clone()));
-            tokio::task::spawn_local(fill::run(self.pw.clone(), job, None));
-        }
+        let template = self.job_template(index, expect, Some(stale.clone()));
+        let (pw, px, key) = (self.pw.clone(), Arc::clone(&self.px), key.to_vec());
+        tokio::task::spawn_local(async move {
+            if let Some(guard) = px.fills.claim_after_answered(&key).await {
+                fill::run(pw, template(guard)).await;
+            }
+        });
     }
 }
 
@@ -290,7 +384,7 @@ pub(crate) struct SlicedBody {
     segments: VecDeque<Segment>,
     open: Option<Open>,
     literal: Vec<u8>,
-    st: Status,
+    st: Trace,
 }
 
 fn open(index: u64, h: ObjectHandle, slice_bytes: u64, total: u64) -> Open {
@@ -339,7 +433,7 @@ impl SlicedBody {
                         self.open = None;
                         let (h, _) = match self
                             .ctx
-                            .slice(index, Some(&self.version), &mut self.st)
+                            .slice(index, Some(&self.version), &mut self.st, None)
                             .await
                         {
                             Ok(x) => x,
@@ -379,7 +473,7 @@ impl SlicedBody {
 }
 
 /// The first byte the request asks for, when it says so directly (`a-` or `a-b`).
-fn first_wanted(req: &Req<'_>) -> u64 {
+fn first_wanted(req: &CacheRequest<'_>) -> u64 {
     if req.head_only {
         return 0;
     }
@@ -396,67 +490,62 @@ fn first_wanted(req: &Req<'_>) -> u64 {
         .unwrap_or(0)
 }
 
-/// Serve a URL of a sliced route that is not stored whole.
+/// Serve a URL of a sliced route whose object is not stored whole under `base`.
+/// `Err`: resolve the URL again (it is stored whole or as a variant now).
 pub(crate) async fn serve(
     worker: &Rc<Worker>,
     pw: &Rc<ProxyWorker>,
-    req: &Req<'_>,
-    mut st: Status,
-) -> Response {
+    req: &CacheRequest<'_>,
+    base: Base<'_>,
+    mut st: Trace,
+    interim: &mut Interim<'_>,
+) -> Result<Response, Restart> {
+    let Base { key: base, miss } = base;
     let px = &pw.shared;
     let route = &px.routes[req.route];
     let ctx = SliceCtx {
         pw: pw.clone(),
         px: Arc::clone(px),
         route: req.route,
-        origin: route.origin,
-        primary: req.key.clone(),
-        target: req.target.to_vec(),
-        fields: req.forwarded(false),
-        request_fields: req
-            .fields
-            .iter()
-            .map(|(n, v)| (n.to_vec(), v.to_vec()))
-            .collect(),
+        fetch: Rc::new(req.fetch()),
+        base: base.to_vec(),
         slice_bytes: route.opts.slice_bytes,
         cc: req.cc.clone(),
+        miss,
     };
     let s = ctx.slice_bytes;
     let mut probe = first_wanted(req) / s;
     // A start beyond the end of a known object: answer from slice 0 (416), rather than
     // asking the origin for a slice that cannot exist.
     if probe > 0 {
-        if let Lookup::Hit(h) | Lookup::Filling(h) = px.store.lookup_latest(&slice_key(&req.key, 0))
-        {
+        if let Lookup::Hit(h) | Lookup::Filling(h) = px.store.lookup_latest(&key::slice(base, 0)) {
             if version_of(&h).is_some_and(|v| probe * s >= v.total) {
                 probe = 0;
             }
         }
     }
-    let (h, version) = match ctx.slice(probe, None, &mut st).await {
+    let (h, version) = match ctx.slice(probe, None, &mut st, Some(interim)).await {
         Ok(x) => x,
-        Err(SliceError::Whole) => {
-            let (_, found) = super::lookup(px, req, true);
-            return match found {
-                Lookup::Hit(h) | Lookup::Filling(h) => {
-                    let fresh = head::freshness_for(px, req.route, req.target, &h.meta);
-                    head::serve(worker, req, h, &fresh, st, CacheStatus::Miss)
-                }
-                Lookup::Miss(_) => {
-                    head::error(worker, req, StatusCode::BadGateway, st, "fill_lost")
-                }
-            };
-        }
-        Err(SliceError::Pass) => {
+        Err(SliceError::Restart) => return Err(st),
+        Err(SliceError::Uncacheable(handoff)) => {
             st.fwd = Some(Fwd::Bypass);
             st.detail = Some("uncacheable");
-            return super::relay(worker, pw, req, &[], st).await;
+            return Ok(match handoff.map(|h| *h) {
+                Some(Handoff::Relay { response, shape }) => {
+                    head::relayed(worker, req, *response, st, shape)
+                }
+                Some(Handoff::Writing(h)) => {
+                    let fresh = freshness_of(px, req.route, &req.target, &h.meta);
+                    head::serve(worker, req, h, &fresh, st, CacheStatus::Pass)
+                }
+                None => super::relay(worker, pw, req, interim, st).await,
+            });
         }
         Err(SliceError::Failed(status, detail)) => {
-            return head::error(worker, req, status, st, detail)
+            return Ok(head::error(worker, req, status, st, detail))
         }
     };
-    let fresh = head::freshness_for(px, req.route, req.target, &h.meta);
+    let fresh = freshness_of(px, req.route, &req.target, &h.meta);
     let total = version.total;
     let meta = Arc::clone(&h.meta);
     let etag = version
@@ -471,23 +560,23 @@ pub(crate) async fn serve(
     // Without a validator there is nothing to compare (a missing Last-Modified is not 0).
     let has_validator = !etag.is_empty() || version.last_modified.is_some();
     let precondition = if has_validator {
-        conditional::evaluate(&req.head, &validators)
+        conditional::evaluate(req.head, &validators)
     } else {
         conditional::Precondition::Proceed
     };
     match precondition {
         conditional::Precondition::Proceed => {}
         conditional::Precondition::NotModified => {
-            return head::not_modified(req, &meta, &fresh, &st);
+            return Ok(head::not_modified(req, &meta, &fresh, &st));
         }
         conditional::Precondition::Failed => {
-            return head::error(
+            return Ok(head::error(
                 worker,
                 req,
                 StatusCode::PreconditionFailed,
                 st,
                 "precondition",
-            );
+            ));
         }
     }
     let outcome = match req.head.range {
@@ -579,7 +668,7 @@ pub(crate) async fn serve(
             st: st.clone(),
         })))
     };
-    Response {
+    Ok(Response {
         head: headw,
         body,
         persistence: req.persistence,
@@ -589,5 +678,5 @@ pub(crate) async fn serve(
         } else {
             CacheStatus::Hit
         },
-    }
+    })
 }

@@ -16,4 +16,22 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod common;
+
+mod age;
+mod cache_status;
+mod collapse;
+mod forwarding;
+mod framing;
 mod freshness;
+mod head;
+mod interim;
+mod invalidation;
+mod partial;
+mod request_directives;
+mod stale;
+mod storable;
+mod targeted;
+mod uncacheable;
+mod validation;
+mod vary;

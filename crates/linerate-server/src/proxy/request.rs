@@ -1,0 +1,155 @@
+//! A request as cache mode handles it: routed, keyed and with its directives read, once
+//! (`CacheRequest`); the owned part a fill needs, which outlives the request that
+//! started it (`Fetch`); and the facts gathered for the `Cache-Status` field (`Trace`).
+//!
+//! Not here: what to do with the request (`flow`), or the bytes of the forwarded request
+//! (`linerate_http::forward`).
+
+use std::net::IpAddr;
+
+use linerate_http::cache::key::{self, Scheme};
+use linerate_http::cache::{Fwd, RequestCacheControl};
+use linerate_http::forward::{self, Client, Purpose};
+use linerate_http::{Method, Persistence, RequestHead};
+
+use super::ProxyShared;
+
+/// One request in cache mode.
+pub(crate) struct CacheRequest<'a> {
+    /// Cache mode's shared state.
+    pub(crate) px: &'a ProxyShared,
+    /// The parsed head.
+    pub(crate) head: &'a RequestHead<'a>,
+    /// Index of the route it matched.
+    pub(crate) route: usize,
+    /// The host as keyed (lower-case, no port).
+    pub(crate) host: Vec<u8>,
+    /// Path and query as sent to the origin (origin-form).
+    pub(crate) target: Vec<u8>,
+    /// Primary cache key.
+    pub(crate) key: Vec<u8>,
+    /// The scheme of the listener it came in on.
+    pub(crate) scheme: Scheme,
+    /// The client's address.
+    pub(crate) peer: Option<IpAddr>,
+    /// Its `Cache-Control` (and `Pragma`), as honoured by configuration.
+    pub(crate) cc: RequestCacheControl,
+    /// Whether the connection continues after the response.
+    pub(crate) persistence: Persistence,
+    /// HEAD: the response has no body.
+    pub(crate) head_only: bool,
+}
+
+impl CacheRequest<'_> {
+    /// The fields to send to the origin for `purpose` (see `linerate_http::forward`).
+    pub(crate) fn forwarded(&self, purpose: Purpose) -> Vec<forward::Field<'_>> {
+        let client = Client {
+            peer: self.peer,
+            scheme: self.scheme,
+            host: &self.host,
+            via: self.px.via.as_bytes(),
+        };
+        forward::request_fields(self.head, purpose, &client)
+    }
+
+    /// What a fill of this request needs, owned.
+    pub(crate) fn fetch(&self) -> Fetch {
+        let fields = self
+            .forwarded(Purpose::Fill)
+            .into_iter()
+            .map(|(n, v)| (n.into_owned(), v.into_owned()))
+            .collect();
+        Fetch {
+            origin: self.px.routes[self.route].origin,
+            route: self.route,
+            primary: self.key.clone(),
+            target: self.target.clone(),
+            fields,
+            request_fields: self
+                .head
+                .fields()
+                .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                .collect(),
+            policy: linerate_http::cache::policy::Request {
+                method: Some(Method::Get),
+                cc: self.cc.clone(),
+                authorization: self.head.field(b"authorization").is_some(),
+            },
+        }
+    }
+
+    /// The key of the variant of this request's URL selected by `Vary` names `names`
+    /// (as a stub stores them), or the primary key when they do not parse.
+    pub(crate) fn variant_key(&self, names: &[u8]) -> Vec<u8> {
+        variant_key(&self.key, names, |n| self.head.values(n).collect())
+    }
+}
+
+/// The key of the variant of `primary` that a request with fields `values(name)`
+/// selects, for `Vary` names `names` (RFC 9111 §4.1).
+pub(crate) fn variant_key<'v>(
+    primary: &[u8],
+    names: &[u8],
+    values: impl Fn(&[u8]) -> Vec<&'v [u8]>,
+) -> Vec<u8> {
+    match linerate_http::cache::Vary::parse([names]) {
+        linerate_http::cache::Vary::Names(names) => {
+            key::variant(primary, &linerate_http::cache::vary_key(&names, values))
+        }
+        _ => primary.to_vec(),
+    }
+}
+
+/// A request as a fill sends it, owned: a fill runs as its own task and outlives the
+/// client that started it.
+#[derive(Debug)]
+pub(crate) struct Fetch {
+    /// Index of the origin.
+    pub(crate) origin: usize,
+    /// Index of the route.
+    pub(crate) route: usize,
+    /// The URL's primary key.
+    pub(crate) primary: Vec<u8>,
+    /// Path and query.
+    pub(crate) target: Vec<u8>,
+    /// The fields forwarded (see `forward::request_fields`, for a fill).
+    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Every field of the request, as the client sent them: a variant is stored under
+    /// the secondary key computed from these, the same way lookups compute it.
+    pub(crate) request_fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// What of the request the storing decision reads.
+    pub(crate) policy: linerate_http::cache::policy::Request,
+}
+
+impl Fetch {
+    /// Every value of request field `name`.
+    pub(crate) fn values<'s>(&'s self, name: &[u8]) -> Vec<&'s [u8]> {
+        self.request_fields
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+            .collect()
+    }
+}
+
+/// `Cache-Status` facts gathered while answering (RFC 9211 §2).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Trace {
+    /// Why the request went forward, if it did.
+    pub(crate) fwd: Option<Fwd>,
+    /// The status the origin answered with.
+    pub(crate) fwd_status: Option<u16>,
+    /// The response was stored.
+    pub(crate) stored: bool,
+    /// The request was collapsed into another one's fill.
+    pub(crate) collapsed: bool,
+    /// Detail, for `detail=`.
+    pub(crate) detail: Option<&'static str>,
+}
+
+impl Trace {
+    /// Record why the request goes forward, unless it already went for another reason.
+    pub(crate) fn forward(&mut self, why: Fwd) {
+        self.fwd.get_or_insert(why);
+    }
+}

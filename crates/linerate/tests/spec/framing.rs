@@ -1,0 +1,252 @@
+//! Origins that lie about message framing (RFC 9112 §6.1, §6.3; RFC 9110 §8.6): the
+//! client never gets a wrongly framed or silently truncated response, nothing badly
+//! framed is stored, and (linerate's documented choice) a single origin server is
+//! never marked down because it misbehaved.
+
+use crate::common::{assert_in, assert_response, parse_raw, Phase, BIG};
+use crate::matrix;
+use crate::support::content;
+use crate::support::kit::Variant;
+use crate::support::origin::{self, Reply};
+
+/// GET `path` with `Connection: close` and everything the cache sends until it closes.
+fn get_raw(cache: &crate::support::Server, path: &str) -> Vec<u8> {
+    cache.raw(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes())
+}
+
+/// A cache in front of an origin answering `lie` in phase 1 and a correct 200 with
+/// `body` in phase 2.
+fn lying_then_honest(
+    v: Variant,
+    lie: Reply,
+    body: Vec<u8>,
+) -> (origin::Origin, crate::support::kit::Cache, Phase) {
+    let phase = Phase::new();
+    let p = phase.clone();
+    let origin = v.origin(move |_| {
+        if p.get() == 1 {
+            lie.clone()
+        } else {
+            origin::ok(&body, &[("Cache-Control", "max-age=3600")])
+        }
+    });
+    let cache = v.start(&origin);
+    (origin, cache, phase)
+}
+
+matrix! {
+    /// RFC 9112 §6.3: a valid `Content-Length` "defines the expected message body
+    /// length in octets"; what follows is not part of the response. The client gets
+    /// exactly those 5 octets as a complete response; linerate (documented) does not
+    /// store a response from an origin that sent more than it announced, so the next
+    /// request reaches the origin again.
+    fn body_longer_than_content_length(v) {
+        let origin = v.origin(|_| {
+            Reply::Raw(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=3600\r\nContent-Length: 5\r\n\r\nhelloTRAILING GARBAGE".to_vec())
+        });
+        let cache = v.start(&origin);
+        for i in 1..=2 {
+            let raw = get_raw(&cache, "/long");
+            let (status, headers, body, _) = parse_raw(&raw).expect("a response");
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&raw));
+            let cl = headers.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.as_str());
+            let te = headers.iter().any(|(n, _)| n == "transfer-encoding");
+            if te {
+                // Chunked: parse_raw decoded it; it must be complete and exactly "hello".
+                assert!(parse_raw(&raw).unwrap().3, "chunked body cut short");
+                assert_eq!(body, b"hello");
+            } else {
+                assert_eq!(cl, Some("5"), "{headers:?}");
+                assert_eq!(body, b"hello", "exactly Content-Length bytes, nothing after them");
+            }
+            assert_in(origin.count("/long"), i..=2 * i, "origin requests (never stored)");
+        }
+    }
+
+    /// RFC 9112 §6.3: "If the sender closes the connection ... before the indicated
+    /// number of octets are received, the recipient MUST consider the message to be
+    /// incomplete and close the connection"; RFC 9111 §3.3: an incomplete response is
+    /// not used as a complete one. The client's connection ends short (never a complete-
+    /// looking response) and the next request gets the whole body from the origin.
+    fn body_shorter_than_content_length_small(v) {
+        short_body(v, 1000, 100);
+    }
+
+    /// The same for a body of several slices, cut in its second slice.
+    fn body_shorter_than_content_length_large(v) {
+        short_body(v, BIG, 100_000);
+    }
+
+    /// RFC 9112 §6.1: a transfer coding the cache does not decode (`gzip` before
+    /// `chunked`) is relayed to an HTTP/1.1 client with its codings listed, the chunked
+    /// framing intact; linerate (documented) does not store it.
+    fn unknown_transfer_coding_is_relayed_not_stored(v) {
+        let origin = v.origin(|_| {
+            Reply::Raw(
+                b"HTTP/1.1 200 OK\r\nCache-Control: max-age=3600\r\nTransfer-Encoding: gzip, chunked\r\n\r\n8\r\nGZIPDATA\r\n0\r\n\r\n"
+                    .to_vec(),
+            )
+        });
+        let cache = v.start(&origin);
+        for i in 1..=2 {
+            let raw = get_raw(&cache, "/te");
+            let (status, headers, body, complete) = parse_raw(&raw).expect("a response");
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&raw));
+            let te: String = headers
+                .iter()
+                .filter(|(n, _)| n == "transfer-encoding")
+                .map(|(_, v)| v.to_ascii_lowercase())
+                .collect::<Vec<_>>()
+                .join(", ");
+            assert!(te.contains("gzip"), "the gzip coding was dropped: {headers:?}");
+            assert!(!headers.iter().any(|(n, _)| n == "content-length"), "{headers:?}");
+            assert!(complete, "{}", String::from_utf8_lossy(&raw));
+            assert_eq!(body, b"GZIPDATA");
+            assert_in(origin.count("/te"), i..=2 * i, "origin requests (never stored)");
+        }
+    }
+
+    /// RFC 9112 §6.3: "If a Transfer-Encoding header field is present in a response and
+    /// the chunked transfer coding is not the final encoding, the message body length
+    /// is determined by reading the connection until it is closed by the server." Such
+    /// a `Transfer-Encoding: gzip` response is relayed whole with its coding, not stored.
+    fn close_delimited_transfer_coding_is_relayed_not_stored(v) {
+        let origin = v.origin(|_| {
+            Reply::Raw(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=3600\r\nTransfer-Encoding: gzip\r\n\r\nGZIP-TO-CLOSE".to_vec())
+        });
+        let cache = v.start(&origin);
+        for i in 1..=2 {
+            let raw = get_raw(&cache, "/gz");
+            let (status, headers, body, complete) = parse_raw(&raw).expect("a response");
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&raw));
+            let te: String = headers
+                .iter()
+                .filter(|(n, _)| n == "transfer-encoding")
+                .map(|(_, v)| v.to_ascii_lowercase())
+                .collect();
+            assert!(te.starts_with("gzip"), "{headers:?}");
+            assert!(complete);
+            assert_eq!(body, b"GZIP-TO-CLOSE");
+            assert_in(origin.count("/gz"), i..=2 * i, "origin requests (never stored)");
+        }
+    }
+
+    /// RFC 9112 §6.3: "If a message is received without Transfer-Encoding and with an
+    /// invalid Content-Length header field ... If it is a response message received by
+    /// a proxy, the proxy MUST close the connection to the server, discard the received
+    /// response, and send a 502 (Bad Gateway) response to the client." Differing values
+    /// (RFC 9110 §8.6) and a non-number are invalid. Nothing is stored.
+    fn invalid_content_length_is_502(v) {
+        let origin = v.origin(|req| {
+            let cl = if req.path() == "/differ" { "5, 6" } else { "five" };
+            Reply::Raw(format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=3600\r\nContent-Length: {cl}\r\n\r\nhello!").into_bytes())
+        });
+        let cache = v.start(&origin);
+        for p in ["/differ", "/word"] {
+            let raw = get_raw(&cache, p);
+            let (status, _, body, _) = parse_raw(&raw).expect("a response");
+            assert_eq!(status, 502, "{p}: {}", String::from_utf8_lossy(&raw));
+            assert_ne!(body, b"hello!");
+            let n = origin.count(p);
+            assert_in(n, 1..=2, "origin requests (a retry is allowed)");
+            let raw = get_raw(&cache, p);
+            assert_eq!(parse_raw(&raw).expect("a response").0, 502);
+            assert!(origin.count(p) > n, "{p}: nothing stored");
+        }
+    }
+
+    /// RFC 9112 §6.3: with both `Transfer-Encoding` and `Content-Length`, "the
+    /// Transfer-Encoding overrides the Content-Length ... An intermediary that chooses
+    /// to forward the message MUST first remove the received Content-Length field and
+    /// process the Transfer-Encoding". The client gets either an error or the chunked
+    /// body without the bogus `Content-Length`, never the two together.
+    fn transfer_encoding_overrides_content_length(v) {
+        let origin = v.origin(|_| {
+            Reply::Raw(
+                b"HTTP/1.1 200 OK\r\nCache-Control: max-age=3600\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nb\r\nhello world\r\n0\r\n\r\n"
+                    .to_vec(),
+            )
+        });
+        let cache = v.start(&origin);
+        let raw = get_raw(&cache, "/both");
+        let (status, headers, body, complete) = parse_raw(&raw).expect("a response");
+        let has = |n: &str| headers.iter().any(|(k, _)| k == n);
+        assert!(!(has("content-length") && has("transfer-encoding")), "{headers:?}");
+        if status == 200 {
+            assert!(complete);
+            assert_eq!(body, b"hello world", "{}", String::from_utf8_lossy(&raw));
+            if let Some((_, cl)) = headers.iter().find(|(k, _)| k == "content-length") {
+                assert_eq!(cl, "11", "a Content-Length must be the real length");
+            }
+        } else {
+            assert_eq!(status, 502, "{}", String::from_utf8_lossy(&raw));
+        }
+        assert_in(origin.count("/both"), 1..=2, "origin requests");
+    }
+
+    /// linerate's documented choice (its `down_after` applies only where another server
+    /// could take over): with a single origin server, an origin that closes connections
+    /// without answering several times in a row is not marked down — as soon as it
+    /// answers again, so does the cache.
+    fn single_origin_is_never_marked_down(v) {
+        let phase = Phase::new();
+        let p = phase.clone();
+        let origin = v.origin(move |_| {
+            if p.get() == 1 {
+                Reply::Close
+            } else {
+                origin::ok(b"back", &[("Cache-Control", "no-store")])
+            }
+        });
+        let cache = v.start(&origin);
+        for _ in 0..5 {
+            let raw = get_raw(&cache, "/flaky");
+            let status = parse_raw(&raw).map(|r| r.0);
+            assert!(status.is_none_or(|s| s >= 500), "{status:?}");
+        }
+        let failed = origin.count("/flaky");
+        assert!(failed >= 5, "every failed request was tried: {failed}");
+        phase.set(2);
+        let r = cache.get("/flaky", &[]);
+        assert_response(&r, 200, b"back");
+        assert_eq!(origin.count("/flaky"), failed + 1);
+    }
+}
+
+/// The short-body scenario with a body of `len` bytes of which the origin sends `sent`.
+fn short_body(v: Variant, len: usize, sent: usize) {
+    let body = content(len, 77);
+    let lie = Reply::Short {
+        headers: origin::owned(&[("Cache-Control", "max-age=3600")]),
+        body: body.clone(),
+        send: sent,
+    };
+    let (origin, cache, phase) = lying_then_honest(v, lie, body.clone());
+    let raw = get_raw(&cache, "/short");
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n");
+    if let Some(end) = end {
+        let (status, headers, got, complete) = parse_raw(&raw).unwrap();
+        let cl = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok());
+        let looks_complete = match cl {
+            Some(cl) => raw.len() - (end + 4) >= cl,
+            None => complete && headers.iter().any(|(n, _)| n == "transfer-encoding"),
+        };
+        assert!(
+            status >= 500 || !looks_complete,
+            "a truncated body was passed off as complete ({} of {len} bytes, status {status})",
+            got.len()
+        );
+    }
+    let first = origin.count("/short");
+    assert!(first >= 1);
+    phase.set(2);
+    let r = cache.get("/short", &[]);
+    assert_response(&r, 200, &body);
+    assert!(
+        origin.count("/short") > first,
+        "the truncated response was not stored"
+    );
+}
