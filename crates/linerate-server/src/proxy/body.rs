@@ -64,41 +64,31 @@ pub(crate) struct Relay {
     pub(crate) done: bool,
 }
 
-/// A cache-mode body.
-pub(crate) enum ProxyBody {
-    /// From the store.
-    Stored(Stored),
-    /// From the origin, uncached.
-    Relay(Relay),
-    /// Slices of a large object (see `slices`).
-    Sliced(super::slices::SlicedBody),
-}
-
-impl Pieces for ProxyBody {
+impl Pieces for Stored {
     fn next(&mut self) -> NextPiece<'_> {
-        Box::pin(async move {
-            match self {
-                ProxyBody::Stored(s) => s.next().await,
-                ProxyBody::Relay(r) => r.next().await,
-                ProxyBody::Sliced(s) => s.next().await,
-            }
-        })
+        Box::pin(self.next_piece())
     }
 
     fn ready(&self) -> bool {
-        match self {
-            ProxyBody::Stored(s) => s.progress.is_none(),
-            ProxyBody::Relay(_) => false,
-            ProxyBody::Sliced(s) => s.ready(),
-        }
+        self.progress.is_none()
     }
 
     fn len_hint(&self) -> u64 {
-        match self {
-            ProxyBody::Stored(s) => segments_len(&s.segments),
-            ProxyBody::Relay(r) => r.response.content_length().unwrap_or(0),
-            ProxyBody::Sliced(s) => s.len_hint(),
-        }
+        segments_len(&self.segments)
+    }
+}
+
+impl Pieces for Relay {
+    fn next(&mut self) -> NextPiece<'_> {
+        Box::pin(self.next_piece())
+    }
+
+    fn ready(&self) -> bool {
+        false
+    }
+
+    fn len_hint(&self) -> u64 {
+        self.response.content_length().unwrap_or(0)
     }
 }
 
@@ -132,7 +122,7 @@ pub(crate) fn segments_len(segments: &VecDeque<Segment>) -> u64 {
 }
 
 impl Stored {
-    async fn next(&mut self) -> Result<Option<Piece<'_>>, TransferError> {
+    async fn next_piece(&mut self) -> Result<Option<Piece<'_>>, TransferError> {
         loop {
             let Some(front) = self.segments.front() else {
                 return Ok(None);
@@ -255,7 +245,7 @@ pub(crate) async fn available(
 }
 
 impl Relay {
-    async fn next(&mut self) -> Result<Option<Piece<'_>>, TransferError> {
+    async fn next_piece(&mut self) -> Result<Option<Piece<'_>>, TransferError> {
         if self.done {
             return Ok(None);
         }

@@ -26,11 +26,11 @@ use linerate_http::cache::{admit, classify, freshen, to_store, vary_key, Answer,
 use linerate_http::StatusCode;
 use tokio::sync::oneshot;
 
+use super::fills::bad_gateway;
 use super::fills::{Claim, Failure, FillGuard, Phase};
-use super::flow::bad_gateway;
 use super::head::Shape;
 use super::request::{CacheRequest, Fetch};
-use super::{now_ms, ProxyShared, ProxyWorker, VARY_STUB};
+use super::shared::{now_ms, ProxyShared, ProxyWorker, VARY_STUB};
 use crate::origin::{InterimSink, OriginError, OriginRequest, OriginResponse};
 
 /// Body bytes read from the origin per store append.

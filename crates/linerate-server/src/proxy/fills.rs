@@ -67,6 +67,15 @@ pub(crate) struct Failure {
     pub(crate) stale_ok: bool,
 }
 
+/// A fill failed with 502.
+pub(crate) fn bad_gateway(detail: &'static str, stale_ok: bool) -> Failure {
+    Failure {
+        status: StatusCode::BadGateway,
+        detail,
+        stale_ok,
+    }
+}
+
 /// The claims in progress.
 #[derive(Default)]
 pub(crate) struct Fills {

@@ -22,15 +22,18 @@
 //! (`fill`), response heads (`head`).
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use linerate_cache::{Lookup, ObjectMeta};
 use linerate_http::cache::{decide, decide_miss, Decision, Freshness, Fwd, Miss, OnError};
 use linerate_http::StatusCode;
 
 use super::fill::{self, Handoff, Job};
-use super::fills::{self, Claim, Failure, Phase};
+use super::fills::{self, Claim, Phase};
+use super::relay::relay;
 use super::request::{CacheRequest, Trace};
-use super::{head, now_ms, relay, slices, ProxyShared, ProxyWorker, VARY_STUB};
+use super::shared::{ProxyShared, ProxyWorker, VARY_STUB};
+use super::{head, slices};
 use crate::context::Worker;
 use crate::response::{Interim, Response};
 use crate::stats::CacheStatus;
@@ -81,23 +84,7 @@ pub(crate) fn resolve(px: &ProxyShared, req: &CacheRequest<'_>, latest: bool) ->
 
 /// The freshness of a stored response for `req`, now.
 pub(crate) fn freshness(px: &ProxyShared, req: &CacheRequest<'_>, meta: &ObjectMeta) -> Freshness {
-    freshness_of(px, req.route, &req.target, meta)
-}
-
-/// The freshness of a stored response of `target` on `route`, now.
-pub(crate) fn freshness_of(
-    px: &ProxyShared,
-    route: usize,
-    target: &[u8],
-    meta: &ObjectMeta,
-) -> Freshness {
-    let response = linerate_http::cache::policy::Response {
-        status: meta.status,
-        fields: &meta.headers,
-        request_time_ms: meta.request_time_ms,
-        response_time_ms: meta.response_time_ms,
-    };
-    Freshness::of(&response, &px.settings(route, target), now_ms())
+    px.freshness(req.route, &req.target, meta)
 }
 
 /// Answer a GET or HEAD.
@@ -406,14 +393,3 @@ pub(crate) async fn follow(
         }
     }
 }
-
-/// A failed fill, for the callers that build one.
-pub(crate) fn bad_gateway(detail: &'static str, stale_ok: bool) -> Failure {
-    Failure {
-        status: StatusCode::BadGateway,
-        detail,
-        stale_ok,
-    }
-}
-
-use std::sync::Arc;

@@ -17,9 +17,9 @@ use linerate_http::range::{self, RangeOutcome};
 use linerate_http::upstream::Framing;
 use linerate_http::{multipart, HeadWriter, Persistence, StatusCode, Version};
 
-use super::body::{ProxyBody, Relay, Segment, Stored};
-use super::known_len;
+use super::body::{Relay, Segment, Stored};
 use super::request::{CacheRequest, Trace};
+use super::shared::known_len;
 use crate::context::Worker;
 use crate::origin::OriginResponse;
 use crate::response::{Body, Response};
@@ -253,14 +253,14 @@ pub(crate) fn serve(
     let body = if req.head_only || code.is_bodiless() {
         Body::Empty
     } else {
-        Body::Pieces(Box::new(ProxyBody::Stored(Stored {
+        Body::Pieces(Box::new(Stored {
             file: h.file,
             body_offset: h.body_offset,
             progress,
             object_len: len,
             segments,
             literal: Vec::new(),
-        })))
+        }))
     };
     response(head, body, code)
 }
@@ -354,12 +354,12 @@ pub(crate) fn relayed(
     let body = if req.head_only || matches!(r.head.framing, Framing::Empty) {
         Body::Empty
     } else {
-        Body::Pieces(Box::new(ProxyBody::Relay(Relay {
+        Body::Pieces(Box::new(Relay {
             response: r,
             chunked,
             buf: Vec::new(),
             done: false,
-        })))
+        }))
     };
     Response {
         head,

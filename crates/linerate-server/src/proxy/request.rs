@@ -12,7 +12,7 @@ use linerate_http::cache::{Fwd, RequestCacheControl};
 use linerate_http::forward::{self, Client, Purpose};
 use linerate_http::{Method, Persistence, RequestHead};
 
-use super::ProxyShared;
+use super::shared::ProxyShared;
 
 /// One request in cache mode.
 pub(crate) struct CacheRequest<'a> {

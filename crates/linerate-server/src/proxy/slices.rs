@@ -29,14 +29,14 @@ use linerate_http::conditional::{self, IfRange, Validators};
 use linerate_http::range::{self, ByteRange, RangeOutcome, RangeSpec};
 use linerate_http::{multipart, HeadWriter, StatusCode};
 
-use super::body::{available, ProxyBody, Segment};
+use super::body::{available, Segment};
 use super::fill::{self, Handoff, SliceJob};
 use super::fills::{self, Claim, Phase};
-use super::flow::freshness_of;
+use super::head;
 use super::request::{CacheRequest, Fetch, Trace};
-use super::{head, ProxyShared, ProxyWorker};
+use super::shared::{ProxyShared, ProxyWorker};
 use crate::context::Worker;
-use crate::response::{Body, Interim, Piece, Response, TransferError};
+use crate::response::{Body, Interim, NextPiece, Piece, Pieces, Response, TransferError};
 use crate::stats::CacheStatus;
 
 /// Lookups of one slice before giving up.
@@ -167,7 +167,7 @@ impl SliceCtx {
             let mut stale = None;
             let usable = match found {
                 Lookup::Hit(h) => {
-                    let fresh = freshness_of(&self.px, self.route, &self.fetch.target, &h.meta);
+                    let fresh = self.px.freshness(self.route, &self.fetch.target, &h.meta);
                     let decision = if forwarded {
                         Decision::Fresh
                     } else {
@@ -195,7 +195,7 @@ impl SliceCtx {
                 }
                 Lookup::Filling(h) => {
                     // Being written by another fill: usable as a stored response would be.
-                    let fresh = freshness_of(&self.px, self.route, &self.fetch.target, &h.meta);
+                    let fresh = self.px.freshness(self.route, &self.fetch.target, &h.meta);
                     if forwarded || decide(&self.cc, &fresh).is_hit() {
                         Some(h)
                     } else {
@@ -401,17 +401,23 @@ fn open(index: u64, h: ObjectHandle, slice_bytes: u64, total: u64) -> Open {
     }
 }
 
-impl SlicedBody {
+impl Pieces for SlicedBody {
+    fn next(&mut self) -> NextPiece<'_> {
+        Box::pin(self.next_piece())
+    }
+
     /// Whether the slice the body starts with is complete.
-    pub(crate) fn ready(&self) -> bool {
+    fn ready(&self) -> bool {
         self.open.as_ref().is_some_and(|o| o.progress.is_none())
     }
 
-    pub(crate) fn len_hint(&self) -> u64 {
+    fn len_hint(&self) -> u64 {
         super::body::segments_len(&self.segments)
     }
+}
 
-    pub(crate) async fn next(&mut self) -> Result<Option<Piece<'_>>, TransferError> {
+impl SlicedBody {
+    async fn next_piece(&mut self) -> Result<Option<Piece<'_>>, TransferError> {
         loop {
             let Some(front) = self.segments.front() else {
                 return Ok(None);
@@ -535,17 +541,17 @@ pub(crate) async fn serve(
                     head::relayed(worker, req, *response, st, shape)
                 }
                 Some(Handoff::Writing(h)) => {
-                    let fresh = freshness_of(px, req.route, &req.target, &h.meta);
+                    let fresh = px.freshness(req.route, &req.target, &h.meta);
                     head::serve(worker, req, h, &fresh, st, CacheStatus::Pass)
                 }
-                None => super::relay(worker, pw, req, interim, st).await,
+                None => super::relay::relay(worker, pw, req, interim, st).await,
             });
         }
         Err(SliceError::Failed(status, detail)) => {
             return Ok(head::error(worker, req, status, st, detail))
         }
     };
-    let fresh = freshness_of(px, req.route, &req.target, &h.meta);
+    let fresh = px.freshness(req.route, &req.target, &h.meta);
     let total = version.total;
     let meta = Arc::clone(&h.meta);
     let etag = version
@@ -659,14 +665,14 @@ pub(crate) async fn serve(
         Body::Empty
     } else {
         let first = open(probe, h, s, total);
-        Body::Pieces(Box::new(ProxyBody::Sliced(SlicedBody {
+        Body::Pieces(Box::new(SlicedBody {
             ctx,
             version,
             segments,
             open: Some(first),
             literal: Vec::new(),
             st: st.clone(),
-        })))
+        }))
     };
     Ok(Response {
         head: headw,

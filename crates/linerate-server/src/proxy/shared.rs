@@ -1,0 +1,347 @@
+//! Cache mode's state: what every worker shares from start-up ([`ProxyShared`]: the
+//! store, the origins, the routes with their settings, the fill claims, the memory of
+//! uncacheable URLs, invalidation and purges) and each worker's own part
+//! ([`ProxyWorker`]: its origin connection pools).
+//!
+//! Not here: answering requests (`flow`, `relay`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use linerate_cache::{Lookup, ObjectHandle, ObjectMeta, Store};
+use linerate_http::cache::key::{self, Scheme};
+use linerate_http::cache::{Freshness, Heuristic, Settings};
+
+use super::fills::Fills;
+use crate::cacheopts::{CacheOptions, QueryKey, RouteOptions};
+use crate::origin::{Origin, OriginShared};
+
+/// Stored field marking a `Vary` stub at a URL's primary key: its value is the `Vary`
+/// names, and the variants live under `key::variant(primary, secondary key)`.
+pub(crate) const VARY_STUB: &[u8] = b"x-linerate-vary";
+/// How long a "may not be stored" verdict about a URL sends its requests straight to
+/// the origin (hit-for-pass): they are not queued behind one fill each.
+const HIT_FOR_PASS_MS: u64 = 30_000;
+/// Most URLs remembered as uncacheable; past it the memory starts over (it is a
+/// shortcut, never a correctness matter).
+const MAX_PASSES: usize = 100_000;
+
+/// Threads that append fill bytes to the store: a `pwrite` into the page cache can
+/// block (dirty-page throttling, a slow disk), so it never runs on a worker's event
+/// loop. Started at start-up from the main thread, so unlike the runtime's blocking
+/// pool (spawned lazily from a pinned worker) they are not pinned to a worker's core.
+pub(crate) struct WritePool {
+    tx: Mutex<std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>>,
+}
+
+/// Append threads: enough for a few disks' worth of concurrent fills.
+const WRITE_THREADS: usize = 4;
+
+impl WritePool {
+    fn start(threads: usize) -> std::io::Result<WritePool> {
+        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("linerate-fill{i}"))
+                .spawn(move || loop {
+                    // One job at a time per thread; the lock is held only to receive.
+                    let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                })?;
+        }
+        Ok(WritePool { tx: Mutex::new(tx) })
+    }
+
+    /// Run `f` on a pool thread; `None` if the pool is gone or `f` panicked.
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(job)
+            .ok()?;
+        rx.await.ok()
+    }
+}
+
+/// Start-up state of cache mode, shared by all workers.
+pub(crate) struct ProxyShared {
+    /// Where fill appends run.
+    pub(crate) writes: WritePool,
+    /// Our `Via` entry, `1.1 <cache_name>` (built once, not per response).
+    pub(crate) via: String,
+    pub(crate) opts: CacheOptions,
+    pub(crate) store: Store,
+    pub(crate) fills: Arc<Fills>,
+    pub(crate) origins: Vec<Arc<OriginShared>>,
+    pub(crate) routes: Vec<Route>,
+    /// The targeted cache-control fields obeyed, lower-case, in order.
+    targets: Vec<Vec<u8>>,
+    /// Keys whose last response could not be stored, until when (Unix ms).
+    passes: Mutex<HashMap<Box<[u8]>, u64>>,
+}
+
+/// A route with its origin resolved and its TTL table indexed.
+pub(crate) struct Route {
+    pub(crate) opts: RouteOptions,
+    pub(crate) origin: usize,
+    ttl: HashMap<Vec<u8>, u64>,
+}
+
+impl Route {
+    /// The operator's freshness (seconds) for a response to `path` that carries none:
+    /// the extension table, else the route's default; `None` under the standard profile.
+    fn default_ttl(&self, path: &[u8]) -> Option<u64> {
+        let path = path.split(|&b| b == b'?').next().unwrap_or(path);
+        linerate_http::mime::extension(path)
+            .and_then(|e| self.ttl.get(&e.to_ascii_lowercase()))
+            .copied()
+            .or(self.opts.default_ttl.map(|d| d.as_secs()))
+    }
+}
+
+impl ProxyShared {
+    /// Open the store and prepare the origins. Start-up only; the options were checked
+    /// when they were built.
+    pub(crate) fn new(opts: CacheOptions) -> Result<Arc<ProxyShared>, String> {
+        let store = Store::open(opts.store.clone()).map_err(|e| format!("cache store: {e}"))?;
+        let origins = opts
+            .origins
+            .iter()
+            .map(|o| OriginShared::new(o.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let routes = opts
+            .routes
+            .iter()
+            .map(|r| Route {
+                origin: opts
+                    .origins
+                    .iter()
+                    .position(|o| o.name == r.origin)
+                    .unwrap_or(0),
+                ttl: r
+                    .ttl_by_extension
+                    .iter()
+                    .map(|(e, d)| (e.to_ascii_lowercase().into_bytes(), d.as_secs()))
+                    .collect(),
+                opts: r.clone(),
+            })
+            .collect();
+        let writes = WritePool::start(WRITE_THREADS).map_err(|e| format!("fill threads: {e}"))?;
+        Ok(Arc::new(ProxyShared {
+            via: format!("1.1 {}", opts.cache_name),
+            targets: opts
+                .targeted_fields
+                .iter()
+                .map(|f| f.to_ascii_lowercase().into_bytes())
+                .collect(),
+            writes,
+            opts,
+            store,
+            fills: Arc::new(Fills::default()),
+            origins,
+            routes,
+            passes: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The first route matching `host` (as keyed: lower-case, no port) and `path`.
+    pub(crate) fn route_for(&self, host: &[u8], path: &[u8]) -> Option<usize> {
+        self.routes.iter().position(|r| {
+            let host_ok = match &r.opts.host {
+                None => true,
+                Some(h) => {
+                    let h = h.as_bytes();
+                    match h.strip_prefix(b"*") {
+                        Some(suffix) => {
+                            host.len() > suffix.len()
+                                && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                        }
+                        None => host.eq_ignore_ascii_case(h),
+                    }
+                }
+            };
+            host_ok && path.starts_with(r.opts.path_prefix.as_bytes())
+        })
+    }
+
+    /// The primary key of `scheme://host/path?query` as a request for it is keyed (the
+    /// route's query rule applied), with its route; `None` when no route serves it.
+    pub(crate) fn key_for(
+        &self,
+        scheme: Scheme,
+        host: &[u8],
+        path: &[u8],
+        query: &[u8],
+    ) -> Option<(Vec<u8>, usize)> {
+        let route = self.route_for(host, path)?;
+        let query = match self.routes[route].opts.query {
+            QueryKey::Include => query,
+            QueryKey::Ignore => b"",
+        };
+        Some((key::primary(scheme, host, path, query), route))
+    }
+
+    /// The key of a `Location`-style URI reference (`/path?q` or an absolute URL) when
+    /// it names a resource on the host `host` (as keyed) that a request on `scheme`
+    /// came for (RFC 9111 §4.4 invalidates only those: "a cache MUST NOT invalidate a
+    /// URI ... if the host part is different").
+    pub(crate) fn same_host_key(
+        &self,
+        scheme: Scheme,
+        host: &[u8],
+        value: &[u8],
+    ) -> Option<(Vec<u8>, usize)> {
+        if value.starts_with(b"/") && !value.starts_with(b"//") {
+            let (path, query) = match value.iter().position(|&b| b == b'?') {
+                Some(i) => value.split_at(i),
+                None => (value, &b""[..]),
+            };
+            return self.key_for(scheme, host, path, query);
+        }
+        let u = key::split_url(value)?;
+        if key::host_of(u.authority) != host {
+            return None;
+        }
+        self.key_for(u.scheme, host, u.path, u.query)
+    }
+
+    /// The primary key of an absolute URL, as requests for it are keyed (for purges).
+    pub(crate) fn key_for_url(&self, url: &[u8]) -> Option<Vec<u8>> {
+        let u = key::split_url(url)?;
+        let host = key::host_of(u.authority);
+        let keyed = self
+            .key_for(u.scheme, &host, u.path, u.query)
+            .map(|(k, _)| k);
+        Some(keyed.unwrap_or_else(|| key::primary(u.scheme, &host, u.path, u.query)))
+    }
+
+    /// The freshness of a stored response of `target` on `route`, now.
+    pub(crate) fn freshness(&self, route: usize, target: &[u8], meta: &ObjectMeta) -> Freshness {
+        let response = linerate_http::cache::policy::Response {
+            status: meta.status,
+            fields: &meta.headers,
+            request_time_ms: meta.request_time_ms,
+            response_time_ms: meta.response_time_ms,
+        };
+        Freshness::of(&response, &self.settings(route, target), now_ms())
+    }
+
+    /// What RFC 9111 leaves to this cache, for a response to `path` on `route`.
+    pub(crate) fn settings(&self, route: usize, path: &[u8]) -> Settings<'_> {
+        let r = &self.routes[route];
+        Settings {
+            targets: &self.targets,
+            heuristic: Heuristic {
+                fraction: self.opts.heuristic_fraction,
+                max_secs: self.opts.heuristic_max.as_secs(),
+            },
+            default_ttl: r.default_ttl(path),
+            stale_while_revalidate: r.opts.stale_while_revalidate.as_secs(),
+            stale_if_error: r.opts.stale_if_error.as_secs(),
+        }
+    }
+
+    /// Remember that `key`'s responses may not be stored, for a while.
+    pub(crate) fn mark_pass(&self, key: &[u8]) {
+        let mut p = self.passes.lock().unwrap_or_else(PoisonError::into_inner);
+        if p.len() >= MAX_PASSES {
+            p.clear();
+        }
+        p.insert(key.into(), now_ms() + HIT_FOR_PASS_MS);
+    }
+
+    pub(crate) fn is_pass(&self, key: &[u8]) -> bool {
+        let p = self.passes.lock().unwrap_or_else(PoisonError::into_inner);
+        p.get(key).is_some_and(|&until| until > now_ms())
+    }
+
+    pub(crate) fn clear_pass(&self, key: &[u8]) {
+        let mut p = self.passes.lock().unwrap_or_else(PoisonError::into_inner);
+        p.remove(key);
+    }
+
+    /// Invalidate a URL after an unsafe method (RFC 9111 §4.4): exact removals only (an
+    /// index scan per POST would not scale): the object, its variants when it has a
+    /// Vary stub (and theirs slices), its slices when its route slices (counted from a
+    /// stored slice's length). Blocking (journal writes).
+    pub(crate) fn invalidate(&self, primary: &[u8], slice_bytes: u64) {
+        if let Lookup::Hit(h) = self.store.lookup(primary) {
+            if h.meta.header(VARY_STUB).is_some() {
+                let mut variants = primary.to_vec();
+                variants.extend_from_slice(key::VARIANT_SEP);
+                self.store.purge_prefix(&variants);
+            }
+        }
+        self.store.purge(primary);
+        if slice_bytes > 0 {
+            if let Lookup::Hit(h) | Lookup::Filling(h) = self.store.lookup(&key::slice(primary, 0))
+            {
+                let total = h
+                    .meta
+                    .header(b"content-range")
+                    .and_then(linerate_http::cache::parse_content_range)
+                    .and_then(|cr| cr.complete)
+                    .unwrap_or(0);
+                for n in 0..total.div_ceil(slice_bytes).max(1) {
+                    self.store.purge(&key::slice(primary, n));
+                }
+            }
+        }
+        self.clear_pass(primary);
+    }
+
+    /// Remove a URL: its object, its variants and slices. Blocking (journal writes).
+    pub(crate) fn purge_url(&self, primary: &[u8]) -> u64 {
+        let mut n = u64::from(self.store.purge(primary));
+        n += self.store.purge_prefix(&key::descendants(primary));
+        self.clear_pass(primary);
+        n
+    }
+}
+
+/// One worker's side of cache mode: its origin clients (connection pools).
+pub(crate) struct ProxyWorker {
+    pub(crate) shared: Arc<ProxyShared>,
+    pub(crate) origins: Vec<Origin>,
+}
+
+impl ProxyWorker {
+    pub(crate) fn new(shared: Arc<ProxyShared>) -> ProxyWorker {
+        let origins = shared
+            .origins
+            .iter()
+            .map(|o| Origin::new(o.clone()))
+            .collect();
+        ProxyWorker { shared, origins }
+    }
+}
+
+/// Unix time in milliseconds.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The handle's body length when known: complete, or announced by the fill.
+pub(crate) fn known_len(h: &ObjectHandle) -> Option<u64> {
+    h.body_len().or_else(|| {
+        h.meta
+            .header(b"content-length")
+            .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse().ok())
+    })
+}
