@@ -195,8 +195,12 @@ pub(crate) async fn get(
                 // it is decided as for a stored response (it may need validation, or
                 // the response may have been stale on arrival).
                 let fresh = freshness(px, req, &h.meta);
-                let usable = forwarded || decide(&req.cc, &fresh).is_hit();
-                if !usable {
+                let decision = if forwarded {
+                    Decision::Fresh
+                } else {
+                    decide(&req.cc, &fresh)
+                };
+                if !decision.is_hit() {
                     if req.cc.only_if_cached {
                         return head::error(
                             worker,
@@ -213,13 +217,23 @@ pub(crate) async fn get(
                     forwarded = false;
                     continue;
                 }
-                if trace.fwd.is_none() {
-                    trace.fwd = Some(Fwd::Miss);
-                    trace.collapsed = true;
+                if !forwarded {
+                    // Its head arrived before this request: this request was not
+                    // forwarded, the store answers it as it is written (RFC 9211 §2.1).
+                    let mut metric = if trace.fwd.is_none() {
+                        CacheStatus::Hit
+                    } else {
+                        CacheStatus::Miss
+                    };
+                    if decision == Decision::StaleWhileRevalidate {
+                        // Refreshed once the write in progress is over.
+                        fill::revalidate_in_background(pw, req, &found.base, &h.meta);
+                        trace.detail = Some("stale-while-revalidate");
+                        metric = CacheStatus::Stale;
+                    }
+                    return head::serve(worker, req, h, &fresh, trace, metric);
                 }
-                if forwarded {
-                    trace.fwd_status.get_or_insert(h.meta.status);
-                }
+                trace.fwd_status.get_or_insert(h.meta.status);
                 return head::serve(worker, req, h, &fresh, trace, CacheStatus::Miss);
             }
             Lookup::Miss(_) => {
