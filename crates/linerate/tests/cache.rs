@@ -14,55 +14,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use support::kit::{Cache, CacheConfig};
 use support::origin::{self, Origin, Reply};
 use support::{content, read_response, Server};
 
-/// A cache-mode server in front of `origin`; `route` adds keys to the route, `extra`
-/// appends sections.
-fn start(origin: &Origin, route: &str, extra: &str) -> (Server, tempfile::TempDir) {
+/// A cache-mode server in front of `origin` (the kit's configuration with 1 s origin
+/// timeouts); `route` sets route keys, `extra` appends sections.
+fn start(origin: &Origin, route: &str, extra: &str) -> Cache {
     start_with(origin, "", route, extra)
 }
 
-/// [`start`] with extra `[[origin]]` keys.
-fn start_with(
-    origin: &Origin,
-    origin_keys: &str,
-    route: &str,
-    extra: &str,
-) -> (Server, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        r#"[server]
-listen = ["127.0.0.1:0"]
-workers = 2
-
-[cache]
-durability = "no_sync"
-
-[[cache.disk]]
-name = "d0"
-path = {dir:?}
-max_bytes = 1073741824
-
-[[origin]]
-name = "o"
-servers = ["{url}"]
-connect_timeout_ms = 1000
-first_byte_timeout_ms = 1000
-idle_timeout_ms = 1000
-{origin_keys}
-
-[[route]]
-path_prefix = "/"
-origin = "o"
-{route}
-
-{extra}
-"#,
-        dir = dir.path().join("cache").to_str().unwrap(),
-        url = origin.url(),
-    );
-    (Server::start_text(&text, &[]), dir)
+/// [`start`] with `[[origin]]` keys too.
+fn start_with(origin: &Origin, origin_keys: &str, route: &str, extra: &str) -> Cache {
+    CacheConfig::new(origin)
+        .origin("first_byte_timeout_ms = 1000\nidle_timeout_ms = 1000")
+        .origin(origin_keys)
+        .route(route)
+        .extra(extra)
+        .start()
 }
 
 fn get(server: &Server, path: &str, headers: &[&str]) -> support::Response {
@@ -100,7 +69,7 @@ fn miss_then_hit_with_age_and_cache_status() {
             ],
         )
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     let first = get(&server, "/seg1.m4s", &[]);
     assert_eq!(first.status, 200);
     assert_eq!(first.body, body);
@@ -135,7 +104,7 @@ fn herd_of_100_makes_one_origin_request() {
         chunk: 256 * 1024,
         delay: Duration::from_millis(20),
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     let addr = server.addr;
     let threads: Vec<_> = (0..100)
         .map(|_| {
@@ -173,7 +142,7 @@ fn stale_objects_are_revalidated_304_and_200() {
         body[0] = n as u8;
         origin::ok(&body, &[("ETag", &tag), ("Cache-Control", "max-age=1")])
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     let first = get(&server, "/live.m3u8", &[]);
     assert_eq!(first.body[0], 1);
     std::thread::sleep(Duration::from_millis(2100));
@@ -230,7 +199,7 @@ fn stale_while_revalidate_and_stale_if_error() {
             )],
         )
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     assert_eq!(get(&server, "/a.m3u8", &[]).body, b"manifest");
     std::thread::sleep(Duration::from_millis(2100));
     let r = get(&server, "/a.m3u8", &[]);
@@ -265,7 +234,7 @@ fn vary_variants_and_no_store() {
             &[("Vary", "Accept-Encoding"), ("Cache-Control", "max-age=60")],
         )
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     assert_eq!(get(&server, "/v", &["Accept-Encoding: gzip"]).body, b"gzip");
     assert_eq!(get(&server, "/v", &["Accept-Encoding: br"]).body, b"br");
     let again = get(&server, "/v", &["Accept-Encoding: gzip"]);
@@ -323,7 +292,7 @@ fn status_classes() {
         "/empty" => origin::status(204, &[LM]),
         _ => origin::ok(b"ok", &[LM]),
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     // Cacheable by default (RFC 9110 §15.1): 200, 204, 301, 404 — stored with their
     // heuristic freshness. Not by default: 302, 403, 500.
     for (path, code, cached) in [
@@ -347,7 +316,7 @@ fn status_classes() {
 #[test]
 fn request_cache_control_only_if_cached_and_no_cache() {
     let origin = Origin::start(|_| origin::ok(b"x", &[("Cache-Control", "max-age=60")]));
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     let r = get(&server, "/o", &["Cache-Control: only-if-cached"]);
     assert_eq!(r.status, 504);
     assert_eq!(origin.total(), 0);
@@ -369,7 +338,7 @@ fn unsafe_methods_pass_through_and_invalidate() {
         }
         origin::ok(b"cached", &[("Cache-Control", "max-age=60")])
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     get(&server, "/u", &[]);
     get(&server, "/u", &[]);
     assert_eq!(origin.count("/u"), 1);
@@ -448,7 +417,7 @@ fn bad_origins_get_defined_answers_and_nothing_is_cached() {
     });
     // Failures here are the origin's answers to single URLs, not a dead server: keep it
     // from being marked down (tested on its own below).
-    let (server, _dir) = start_with(&origin, "down_after = 1000", "slice_bytes = 0", "");
+    let server = start_with(&origin, "down_after = 1000", "slice_bytes = 0", "");
     for (path, codes) in [
         ("/reset", &[502][..]),
         ("/close", &[502]),
@@ -512,12 +481,9 @@ fn refused_origin_is_502() {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = dead.local_addr().unwrap();
     drop(dead);
-    let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[[cache.disk]]\nname = \"d0\"\npath = {:?}\nmax_bytes = 100000000\n[[origin]]\nname = \"o\"\nservers = [\"http://{addr}\"]\n[[route]]\npath_prefix = \"/\"\norigin = \"o\"\n",
-        dir.path().join("c").to_str().unwrap()
-    );
-    let server = Server::start_text(&text, &[]);
+    let server = CacheConfig::for_url(&format!("http://{addr}"))
+        .server("workers = 1")
+        .start();
     let r = server.get("/x", &[]);
     assert_eq!(r.status, 502);
     assert!(r.header("cache-status").unwrap().contains("detail="));
@@ -535,7 +501,7 @@ fn client_leaving_mid_fill_does_not_cancel_it() {
         chunk: 100_000,
         delay: Duration::from_millis(50),
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     {
         let mut s = server.connect();
         s.write_all(b"GET /leave HTTP/1.1\r\nHost: test\r\n\r\n")
@@ -552,7 +518,7 @@ fn client_leaving_mid_fill_does_not_cancel_it() {
 #[test]
 fn purge_by_url_and_prefix() {
     let origin = Origin::start(|_| origin::ok(b"p", &[("Cache-Control", "max-age=600")]));
-    let (server, _dir) = start(
+    let server = start(
         &origin,
         "slice_bytes = 0",
         "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"secret-token-0123456789\"\n",
@@ -593,16 +559,9 @@ fn cached_objects_survive_a_restart() {
     let body = content(300_000, 6);
     let b = body.clone();
     let origin = Origin::start(move |_| origin::ok(&b, &[("Cache-Control", "max-age=600")]));
-    let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[[cache.disk]]\nname = \"d0\"\npath = {:?}\nmax_bytes = 100000000\n[[origin]]\nname = \"o\"\nservers = [\"{}\"]\n[[route]]\npath_prefix = \"/\"\norigin = \"o\"\n",
-        dir.path().join("c").to_str().unwrap(),
-        origin.url()
-    );
-    let server = Server::start_text(&text, &[]);
+    let server = CacheConfig::new(&origin).server("workers = 1").start();
     assert_eq!(server.get("/keep.mp4", &[]).body, body);
-    server.stop();
-    let server = Server::start_text(&text, &[]);
+    let server = server.restart();
     let r = server.get("/keep.mp4", &[]);
     assert_eq!(r.body, body);
     assert!(r.header("cache-status").unwrap().contains("hit"));
@@ -630,7 +589,7 @@ fn sliced_origin(body: Arc<Vec<u8>>, etag: Arc<Mutex<String>>) -> Origin {
 fn range_misses_fetch_only_covering_slices() {
     let body = Arc::new(content(1_000_000, 7));
     let origin = sliced_origin(body.clone(), Arc::new(Mutex::new("\"a\"".into())));
-    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let server = start(&origin, "slice_bytes = 65536", "");
     // Inside one slice (slice 3).
     let r = get(&server, "/big.mp4", &["Range: bytes=200000-200999"]);
     assert_eq!(r.status, 206);
@@ -681,7 +640,7 @@ fn an_origin_that_ignores_range_is_stored_whole() {
     let body = content(200_000, 8);
     let b = body.clone();
     let origin = Origin::start(move |_| origin::ok(&b, &[("Cache-Control", "max-age=600")]));
-    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let server = start(&origin, "slice_bytes = 65536", "");
     let r = get(&server, "/norange.mp4", &["Range: bytes=100000-100099"]);
     assert_eq!(r.status, 206);
     assert_eq!(r.body, &body[100_000..100_100]);
@@ -709,7 +668,7 @@ fn a_version_change_never_mixes_slices() {
             &[("ETag", &tag), ("Cache-Control", "max-age=600")],
         )
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let server = start(&origin, "slice_bytes = 65536", "");
     // Slice 0 of version 1 is cached.
     let r = get(&server, "/changing.mp4", &["Range: bytes=0-99"]);
     assert_eq!(r.body, &v1[..100]);
@@ -745,7 +704,7 @@ fn a_single_origin_server_is_never_marked_down_and_stale_if_error_serves() {
             &[("Cache-Control", "max-age=1, stale-if-error=600")],
         )
     });
-    let (server, _dir) = start_with(
+    let server = start_with(
         &origin,
         "down_after = 3\ndown_for_ms = 60000",
         "slice_bytes = 0",
@@ -783,17 +742,11 @@ fn of_two_origin_servers_the_dead_one_is_marked_down_and_skipped() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[cache]\ndurability = \"no_sync\"\n\
-         [[cache.disk]]\nname = \"d0\"\npath = {:?}\nmax_bytes = 1073741824\n\
-         [[origin]]\nname = \"o\"\nservers = [\"http://{dead}\", \"{}\"]\nconnect_timeout_ms = 1000\n\
-         down_after = 2\ndown_for_ms = 60000\n\
-         [[route]]\npath_prefix = \"/\"\norigin = \"o\"\nslice_bytes = 0\n",
-        dir.path().join("c").to_str().unwrap(),
-        live.url()
-    );
-    let server = Server::start_text(&text, &[]);
+    let server = CacheConfig::for_urls(&[&format!("http://{dead}"), &live.url()])
+        .server("workers = 1")
+        .origin("down_after = 2\ndown_for_ms = 60000")
+        .route("slice_bytes = 0")
+        .start();
     // Every request is answered (a refused connect moves on to the next server)...
     for i in 0..6 {
         assert_eq!(get(&server, &format!("/p{i}"), &[]).body, b"up");
@@ -834,7 +787,7 @@ fn a_206_with_the_wrong_content_range_is_relayed_and_not_cached() {
             chunked: false,
         }
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let server = start(&origin, "slice_bytes = 65536", "");
     // The slice request got another range: not stored, not passed off as the slice.
     // The client's own request goes to the origin, and the client gets exactly what
     // the origin says (RFC 9110 §15.3.7: the recipient goes by Content-Range).
@@ -872,7 +825,7 @@ fn small_objects_on_a_sliced_route_are_stored_whole_and_revalidated() {
             &[("ETag", "\"s\""), ("Cache-Control", "max-age=1")],
         )
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let server = start(&origin, "slice_bytes = 65536", "");
     let r = get(&server, "/small.m3u8", &[]);
     assert_eq!(r.status, 200);
     assert!(r.body == *body);
@@ -919,7 +872,7 @@ fn a_206_body_longer_than_its_range_is_refused_and_the_server_stays_up() {
             chunked: true,
         }
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let server = start(&origin, "slice_bytes = 65536", "");
     for _ in 0..2 {
         let (head, body) = get_to_close(&server, "/longslice.mp4");
         if head.starts_with("HTTP/1.1 200") {
@@ -947,7 +900,7 @@ fn expired_slices_are_fetched_again() {
             &[("ETag", "\"e\""), ("Cache-Control", "max-age=1")],
         )
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let server = start(&origin, "slice_bytes = 65536", "");
     assert!(get(&server, "/expiring.mp4", &[]).body == *body);
     assert_eq!(origin.total(), 4);
     std::thread::sleep(Duration::from_millis(2100));
@@ -981,7 +934,7 @@ fn stale_slices_stand_in_when_the_origin_fails() {
             &[("ETag", "\"f\""), ("Cache-Control", "max-age=1")],
         )
     });
-    let (server, _dir) = start_with(
+    let server = start_with(
         &origin,
         "down_after = 1000",
         "slice_bytes = 65536\nstale_if_error_s = 600",
@@ -1009,7 +962,7 @@ fn a_range_beyond_the_end_is_416_and_keeps_the_cached_slices() {
             &[("ETag", "\"r\""), ("Cache-Control", "max-age=600")],
         )
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 65536", "");
+    let server = start(&origin, "slice_bytes = 65536", "");
     assert!(get(&server, "/r.mp4", &[]).body == *body);
     let before = origin.total();
     let r = get(&server, "/r.mp4", &["Range: bytes=99999999-"]);
@@ -1034,7 +987,7 @@ fn set_cookie_and_request_no_store_are_not_stored() {
         }
         origin::ok(b"shared", &[("Cache-Control", "max-age=60")])
     });
-    let (server, _dir) = start(&origin, "slice_bytes = 0", "");
+    let server = start(&origin, "slice_bytes = 0", "");
     get(&server, "/cookie", &[]);
     get(&server, "/cookie", &[]);
     assert_eq!(origin.count("/cookie"), 2);
@@ -1064,7 +1017,7 @@ fn a_drip_that_beats_the_idle_timeout_is_cut_by_the_fill_timeout() {
     });
     // Each pause (300 ms) is well inside the idle timeout (1 s); the whole response
     // would take 6 s, past the 1.5 s fill timeout.
-    let (server, _dir) = start_with(&origin, "fill_timeout_ms = 1500", "slice_bytes = 0", "");
+    let server = start_with(&origin, "fill_timeout_ms = 1500", "slice_bytes = 0", "");
     let started = std::time::Instant::now();
     let (_, body) = get_to_close(&server, "/drip");
     assert!(

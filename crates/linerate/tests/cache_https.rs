@@ -10,21 +10,16 @@
 mod support;
 mod tlssupport;
 
+use support::kit::{Cache, CacheConfig};
 use support::{content, library, Server};
 use tlssupport::{https_addr, tls_section, TestCert};
 
 /// A cache-mode server whose only origin is `https://localhost:PORT`, trusting `ca`.
-fn cache_in_front(port: u16, ca: &std::path::Path, dir: &tempfile::TempDir) -> Server {
-    let text = format!(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n\
-         [[cache.disk]]\nname = \"d0\"\npath = {:?}\nmax_bytes = 100000000\n\
-         [[origin]]\nname = \"o\"\nservers = [\"https://localhost:{port}\"]\nca_file = {:?}\n\
-         connect_timeout_ms = 2000\n\
-         [[route]]\npath_prefix = \"/\"\norigin = \"o\"\n",
-        dir.path().join("c").to_str().unwrap(),
-        ca.to_str().unwrap(),
-    );
-    Server::start_text(&text, &[])
+fn cache_in_front(port: u16, ca: &std::path::Path) -> Cache {
+    CacheConfig::for_url(&format!("https://localhost:{port}"))
+        .server("workers = 1")
+        .origin(&format!("ca_file = {:?}", ca.to_str().unwrap()))
+        .start()
 }
 
 #[test]
@@ -39,8 +34,7 @@ fn https_origin_is_verified_against_the_configured_ca() {
     let port = https_addr(&origin.log).port();
 
     // Trusting the origin's certificate: a miss fetched over TLS, then a hit.
-    let dir = tempfile::tempdir().unwrap();
-    let cache = cache_in_front(port, &cert.chain, &dir);
+    let cache = cache_in_front(port, &cert.chain);
     let first = cache.get("/seg.m4s", &[]);
     assert_eq!(first.status, 200);
     assert!(first.body == body);
@@ -54,8 +48,7 @@ fn https_origin_is_verified_against_the_configured_ca() {
     // Trusting another certificate: the handshake fails verification, 502 with a
     // detail, and nothing is fetched or stored.
     let other = TestCert::new(&["localhost"]);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = cache_in_front(port, &other.chain, &dir);
+    let cache = cache_in_front(port, &other.chain);
     let r = cache.get("/seg.m4s", &[]);
     assert_eq!(r.status, 502);
     let cs = r.header("cache-status").unwrap().to_owned();

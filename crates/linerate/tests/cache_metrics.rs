@@ -15,8 +15,10 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use support::kit::CacheConfig;
 use support::origin::{self, Origin};
-use support::{read_to_close, Server};
+use support::read_to_close;
+use support::Server;
 
 /// A loopback port with no listener (bound, then closed): connecting is refused.
 fn dead_port() -> u16 {
@@ -27,49 +29,15 @@ fn dead_port() -> u16 {
 /// A cache-mode server with one disk under `dir` and two origins: `o` (the live one,
 /// path `/`) and `dead` (port `dead`, path `/dead/`), each with one server (so never
 /// marked down, whatever `down_after` says).
-fn start(dir: &tempfile::TempDir, live: &Origin, dead: u16) -> Server {
-    let text = format!(
-        r#"[server]
-listen = ["127.0.0.1:0"]
-workers = 2
-
-[cache]
-durability = "no_sync"
-
-[[cache.disk]]
-name = "d0"
-path = {path:?}
-max_bytes = 1073741824
-
-[[origin]]
-name = "o"
-servers = ["{live}"]
-connect_timeout_ms = 1000
-first_byte_timeout_ms = 1000
-down_after = 2
-down_for_ms = 60000
-
-[[origin]]
-name = "dead"
-servers = ["http://127.0.0.1:{dead}"]
-connect_timeout_ms = 1000
-down_after = 2
-down_for_ms = 60000
-
-[[route]]
-path_prefix = "/dead/"
-origin = "dead"
-slice_bytes = 0
-
-[[route]]
-path_prefix = "/"
-origin = "o"
-slice_bytes = 0
-"#,
-        path = dir.path().join("cache").to_str().unwrap(),
-        live = live.url(),
-    );
-    Server::start_text(&text, &[])
+fn config(live: &Origin, dead: u16) -> CacheConfig {
+    CacheConfig::new(live)
+        .origin("first_byte_timeout_ms = 1000\ndown_after = 2\ndown_for_ms = 60000")
+        .before_route(&format!(
+            "[[origin]]\nname = \"dead\"\nservers = [\"http://127.0.0.1:{dead}\"]\n\
+             connect_timeout_ms = 1000\ndown_after = 2\ndown_for_ms = 60000\n\n\
+             [[route]]\npath_prefix = \"/dead/\"\norigin = \"dead\"\nslice_bytes = 0\n"
+        ))
+        .route("slice_bytes = 0")
 }
 
 /// One admin call: (status, body).
@@ -118,8 +86,7 @@ fn scrape_until(srv: &Server, what: &str, check: impl Fn(&str) -> bool) -> Strin
 fn disks_origins_and_cache_statuses_are_exported_exactly() {
     let live = Origin::start(|_| origin::ok(b"segment-bytes", &[("Cache-Control", "max-age=600")]));
     let dead = dead_port();
-    let dir = tempfile::tempdir().unwrap();
-    let srv = start(&dir, &live, dead);
+    let srv = config(&live, dead).start();
     let o = format!("origin=\"o\",server=\"{}\"", live.addr());
     let d = format!("origin=\"dead\",server=\"127.0.0.1:{dead}\"");
 
@@ -298,7 +265,7 @@ fn health_is_503_when_no_cache_disk_is_in_service() {
     let disk = dir.path().join("cache");
     std::fs::create_dir_all(&disk).unwrap();
     std::fs::write(disk.join("OUT_OF_SERVICE"), b"").unwrap();
-    let srv = start(&dir, &live, dead_port());
+    let srv = config(&live, dead_port()).start_on(dir);
     let (status, body) = admin(srv.admin_addr(), "/health");
     assert_eq!(status, 503, "{body}");
     assert!(

@@ -125,59 +125,102 @@ macro_rules! matrix {
     )*};
 }
 
+/// The `key = value` lines of one configuration section, in order; setting a key that
+/// is already there replaces its line (TOML refuses a key given twice).
+#[derive(Clone, Debug, Default)]
+struct Keys(Vec<(String, String)>);
+
+impl Keys {
+    fn set(&mut self, lines: &str) {
+        for line in lines.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let key = line.split('=').next().unwrap_or(line).trim().to_owned();
+            match self.0.iter_mut().find(|(k, _)| *k == key) {
+                Some(slot) => slot.1 = line.to_owned(),
+                None => self.0.push((key, line.to_owned())),
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        self.0.iter().map(|(_, l)| format!("{l}\n")).collect()
+    }
+}
+
 /// A cache-mode configuration: one disk in a temporary directory, one origin named `o`,
-/// one route to it; each part takes extra TOML keys.
+/// one route to it; each part takes `key = value` lines, which replace the defaults
+/// below or add to them.
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
-    origin_url: String,
-    server_keys: String,
-    cache_keys: String,
-    origin_keys: String,
-    route_keys: String,
+    server_keys: Keys,
+    cache_keys: Keys,
+    origin_keys: Keys,
+    route_keys: Keys,
+    before_route: String,
     extra: String,
 }
 
 impl CacheConfig {
-    /// In front of `origin`, with short origin timeouts (1 s) so failure tests are quick.
+    /// In front of `origin`, with short origin timeouts (1-2 s) so failure tests are
+    /// quick.
     pub fn new(origin: &Origin) -> CacheConfig {
         CacheConfig::for_url(&origin.url())
     }
 
-    /// In front of the origin at `url` (for an address where nothing listens).
+    /// In front of the origin server at `url` (for an address where nothing listens).
     pub fn for_url(url: &str) -> CacheConfig {
-        CacheConfig {
-            origin_url: url.to_owned(),
-            server_keys: "workers = 2\n".to_owned(),
-            cache_keys: "durability = \"no_sync\"\n".to_owned(),
-            origin_keys:
-                "connect_timeout_ms = 1000\nfirst_byte_timeout_ms = 2000\nidle_timeout_ms = 2000\n"
-                    .to_owned(),
-            route_keys: String::new(),
+        CacheConfig::for_urls(&[url])
+    }
+
+    /// In front of an origin with these servers.
+    pub fn for_urls(urls: &[&str]) -> CacheConfig {
+        let mut c = CacheConfig {
+            server_keys: Keys::default(),
+            cache_keys: Keys::default(),
+            origin_keys: Keys::default(),
+            route_keys: Keys::default(),
+            before_route: String::new(),
             extra: String::new(),
-        }
+        };
+        c.server_keys.set("listen = [\"127.0.0.1:0\"]\nworkers = 2");
+        c.cache_keys.set("durability = \"no_sync\"");
+        let servers: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
+        c.origin_keys.set(&format!(
+            "name = \"o\"\nservers = [{}]\nconnect_timeout_ms = 1000\nfirst_byte_timeout_ms = 2000\nidle_timeout_ms = 2000",
+            servers.join(", ")
+        ));
+        c.route_keys.set("path_prefix = \"/\"\norigin = \"o\"");
+        c
     }
 
-    /// Add `key = value` lines to `[server]`.
+    /// Set `key = value` lines in `[server]`.
     pub fn server(mut self, keys: &str) -> CacheConfig {
-        self.server_keys = format!("{}{keys}\n", self.server_keys);
+        self.server_keys.set(keys);
         self
     }
 
-    /// Add lines to `[cache]`.
+    /// Set lines in `[cache]`.
     pub fn cache(mut self, keys: &str) -> CacheConfig {
-        self.cache_keys = format!("{}{keys}\n", self.cache_keys);
+        self.cache_keys.set(keys);
         self
     }
 
-    /// Add lines to the `[[origin]]`.
+    /// Set lines in the `[[origin]]`.
     pub fn origin(mut self, keys: &str) -> CacheConfig {
-        self.origin_keys = format!("{}{keys}\n", self.origin_keys);
+        self.origin_keys.set(keys);
         self
     }
 
-    /// Add lines to the `[[route]]` (sub-tables such as `[route.ttl_s]` last).
+    /// Set lines in the `[[route]]` (plain keys only; sub-tables such as
+    /// `[route.ttl_s]` go in [`CacheConfig::extra`], which follows the route).
     pub fn route(mut self, keys: &str) -> CacheConfig {
-        self.route_keys = format!("{}{keys}\n", self.route_keys);
+        self.route_keys.set(keys);
+        self
+    }
+
+    /// Insert whole sections before the route (another `[[origin]]`, or a `[[route]]`
+    /// that must match first: routes are tried in file order).
+    pub fn before_route(mut self, toml: &str) -> CacheConfig {
+        self.before_route = format!("{}{toml}\n", self.before_route);
         self
     }
 
@@ -190,24 +233,27 @@ impl CacheConfig {
     /// The configuration file's text with the disk under `dir`.
     pub fn text(&self, dir: &Path) -> String {
         format!(
-            "[server]\nlisten = [\"127.0.0.1:0\"]\n{server}\n\
-             [cache]\n{cache}\n\
+            "[server]\n{server}\n[cache]\n{cache}\n\
              [[cache.disk]]\nname = \"d0\"\npath = {path:?}\nmax_bytes = 1073741824\n\n\
-             [[origin]]\nname = \"o\"\nservers = [\"{url}\"]\n{origin}\n\
-             [[route]]\npath_prefix = \"/\"\norigin = \"o\"\n{route}\n{extra}\n",
-            server = self.server_keys,
-            cache = self.cache_keys,
+             [[origin]]\n{origin}\n{before}[[route]]\n{route}\n{extra}\n",
+            server = self.server_keys.text(),
+            cache = self.cache_keys.text(),
             path = dir.join("cache").to_str().unwrap(),
-            url = self.origin_url,
-            origin = self.origin_keys,
-            route = self.route_keys,
+            origin = self.origin_keys.text(),
+            route = self.route_keys.text(),
+            before = self.before_route,
             extra = self.extra,
         )
     }
 
     /// Start the real binary with this configuration.
     pub fn start(self) -> Cache {
-        let dir = tempfile::tempdir().unwrap();
+        self.start_on(tempfile::tempdir().unwrap())
+    }
+
+    /// [`CacheConfig::start`] with the store under `dir`, which the test prepared (the
+    /// disk is `dir/cache`).
+    pub fn start_on(self, dir: tempfile::TempDir) -> Cache {
         let server = Server::start_text(&self.text(dir.path()), &[]);
         Cache {
             server,
@@ -231,6 +277,11 @@ impl Cache {
     /// The cache directory's parent (to restart on the same store).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Stop the server (SIGTERM, waiting for it to exit); the cache directory goes too.
+    pub fn stop(self) -> std::process::ExitStatus {
+        self.server.stop()
     }
 
     /// Stop the server (SIGTERM) and start it again on the same store and configuration.
