@@ -243,7 +243,9 @@ def start_linerate_proxy(cfg, origin: Origin) -> B.Server:
     (work / "cache").mkdir(parents=True)
     port = B.free_port()
     # A file rather than the quick-start flags: the same 1 MiB slices as nginx's
-    # `slice 1m`, and an ephemeral admin port (the default 9090 may be taken).
+    # `slice 1m`, the same hour of freshness as its `proxy_cache_valid 200 206 1h` for
+    # the origin's responses (which carry none: `default_ttl_s`), and an ephemeral admin
+    # port (the default 9090 may be taken).
     config = work / "linerate.toml"
     config.write_text(
         f'[server]\nlisten = ["{HOST}:{port}"]\nworkers = 1\n\n'
@@ -251,6 +253,7 @@ def start_linerate_proxy(cfg, origin: Origin) -> B.Server:
         f'[[cache.disk]]\nname = "d0"\npath = "{work / "cache"}"\nmax_bytes = {8 << 30}\n\n'
         f'[[origin]]\nname = "origin"\nservers = ["http://{HOST}:{origin.port}"]\n\n'
         f'[[route]]\npath_prefix = "/"\norigin = "origin"\nslice_bytes = {1 << 20}\n'
+        f'default_ttl_s = 3600\n'
     )
     cmd = [
         "taskset", "-c", str(cfg.server_cpu), cfg.linerate, "serve", "--config", str(config),
