@@ -1030,3 +1030,32 @@ fn a_drip_that_beats_the_idle_timeout_is_cut_by_the_fill_timeout() {
     assert_eq!(origin.total(), before + 1, "nothing was cached");
     server.stop();
 }
+
+#[test]
+fn a_range_past_the_end_of_an_unstored_object_costs_one_origin_request() {
+    let body = Arc::new(content(100_000, 21));
+    let b = body.clone();
+    let origin = Origin::start(move |req| match req.path() {
+        "/empty.bin" => origin::ranged(Arc::new(Vec::new()), &[("ETag", "\"e\"")]),
+        _ => origin::ranged(b.clone(), &[("ETag", "\"r\"")]),
+    });
+    let server = start(&origin, "slice_bytes = 65536", "");
+    // The first slice it needs (slice 7) starts past the end: the origin's 416 for
+    // that slice answers the client, whose range starts past the end too.
+    for n in 1..=2 {
+        let r = get(&server, "/short.bin", &["Range: bytes=500000-"]);
+        assert_eq!(r.status, 416, "{}", cache_status(&r));
+        assert_eq!(r.header("content-range"), Some("bytes */100000"));
+        assert_eq!(origin.count("/short.bin"), n);
+    }
+    // An empty object asked for whole: the slice request gets 416, the client a 200.
+    let r = get(&server, "/empty.bin", &[]);
+    assert_eq!(r.status, 200, "{}", cache_status(&r));
+    assert!(r.body.is_empty());
+    assert_eq!(
+        origin.count("/empty.bin"),
+        2,
+        "the slice, then the client's own"
+    );
+    server.stop();
+}

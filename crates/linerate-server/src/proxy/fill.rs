@@ -259,7 +259,9 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
             px.mark_pass(&fetch.primary);
             return Phase::Uncacheable;
         }
-        Answer::Unsatisfiable { .. } => return Phase::Uncacheable,
+        // The first slice a request needs starts past the end of the object, so the
+        // client's own range does too: the origin's 416 (`bytes */total`) answers it.
+        Answer::Unsatisfiable { .. } => return hand_off(job, resp, answer),
         Answer::Whole | Answer::Part { .. } | Answer::WholeAsPart { .. } => {}
     }
 
@@ -472,14 +474,15 @@ async fn store(
 
 /// Hand a response that is not stored to the leader's client when it answers that
 /// client's request as it stands: a complete response (an origin that ignored the
-/// slice's `Range` sent the whole object), or a 206 that covers the whole object (sent
-/// as the 200 it is). A slice of a larger object does not: the leader then asks the
-/// origin for its own request.
+/// slice's `Range` sent the whole object), a 206 that covers the whole object (sent as
+/// the 200 it is), or a 416 for the first slice the client's range needs (its range
+/// starts past the end too). A slice of a larger object does not: the leader then asks
+/// the origin for its own request.
 fn hand_off(job: &mut Job, response: OriginResponse, answer: Answer) -> Phase {
     let shape = match answer {
-        Answer::Whole => Some(Shape::AsIs),
+        Answer::Whole | Answer::Unsatisfiable { .. } => Some(Shape::AsIs),
         Answer::WholeAsPart { .. } => Some(Shape::Whole),
-        Answer::Part { .. } | Answer::Unsatisfiable { .. } | Answer::Mismatch => None,
+        Answer::Part { .. } | Answer::Mismatch => None,
     };
     if let (Some(tx), Some(shape)) = (job.handoff.take(), shape) {
         let _ = tx.send(Handoff::Relay {

@@ -536,7 +536,12 @@ pub(crate) async fn serve(
         Err(SliceError::Uncacheable(handoff)) => {
             st.fwd = Some(Fwd::Bypass);
             st.detail = Some("uncacheable");
-            return Ok(match handoff.map(|h| *h) {
+            // A 416 for the slice answers only a client that asked for a range (an
+            // empty object asked for whole is a 200 for the client's own request).
+            let handoff = handoff
+                .map(|h| *h)
+                .filter(|h| !matches!(h, Handoff::Relay { response, .. } if response.head.status == 416 && req.head.range.is_none()));
+            return Ok(match handoff {
                 Some(Handoff::Relay { response, shape }) => {
                     head::relayed(worker, req, *response, st, shape)
                 }
