@@ -69,7 +69,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let rc = RequestCacheControl::parse([request_part], Some(request_part));
     let request = Request {
-        method: Some(Method::Get),
+        method: Method::Get,
         cc: rc.clone(),
         authorization: head[11] & 2 == 2,
     };

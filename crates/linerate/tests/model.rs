@@ -155,7 +155,7 @@ fn model(case: &Case, fields: &[(Vec<u8>, Vec<u8>)], stored_at_ms: u64) -> (bool
         response_time_ms: stored_at_ms,
     };
     let first = ModelRequest {
-        method: Some(Method::Get),
+        method: Method::Get,
         cc: RequestCacheControl::default(),
         authorization: case.authorized,
     };

@@ -63,10 +63,10 @@ impl<'a> Response<'a> {
 }
 
 /// What of a request matters for storing the response to it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Request {
     /// The method the response answers (the method sent to the origin).
-    pub method: Option<Method>,
+    pub method: Method,
     /// The request's `Cache-Control` as honoured (empty when the operator turned
     /// request directives off).
     pub cc: RequestCacheControl,
@@ -160,7 +160,7 @@ pub fn admit(
     settings: &Settings<'_>,
     now_ms: u64,
 ) -> Result<(), NotStorable> {
-    if req.method != Some(Method::Get) {
+    if req.method != Method::Get {
         return Err(NotStorable::Method);
     }
     let status = resp.status;
@@ -342,7 +342,8 @@ pub enum OnError {
     /// 504: must-revalidate and friends (§5.2.2.2: "if a cache ... cannot reach the
     /// origin ... it MUST generate a 504 (Gateway Timeout)").
     GatewayTimeout,
-    /// The origin's error (502/504 for a failure, the origin's 5xx otherwise).
+    /// An error: 502 or 504 as the failure says (a 5xx answer to the revalidation is
+    /// treated as the origin failing, RFC 9111 §4.3.3, and also gives 502).
     Fail,
 }
 
@@ -502,8 +503,9 @@ mod tests {
 
     fn get() -> Request {
         Request {
-            method: Some(Method::Get),
-            ..Request::default()
+            method: Method::Get,
+            cc: RequestCacheControl::default(),
+            authorization: false,
         }
     }
 
@@ -527,8 +529,8 @@ mod tests {
     fn admits_by_method_and_status() {
         let f = fields(&[("Cache-Control", "max-age=60")]);
         let head = Request {
-            method: Some(Method::Head),
-            ..Request::default()
+            method: Method::Head,
+            ..get()
         };
         assert_eq!(
             admit(&head, &resp(200, &f), false, &settings(), NOW),

@@ -71,7 +71,7 @@ impl CacheRequest<'_> {
                 .map(|(n, v)| (n.to_vec(), v.to_vec()))
                 .collect(),
             policy: linerate_http::cache::policy::Request {
-                method: Some(Method::Get),
+                method: Method::Get,
                 cc: self.cc.clone(),
                 authorization: self.head.field(b"authorization").is_some(),
             },
