@@ -374,7 +374,7 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
             None => return bad(),
         },
         (None, Some(Some(p))) => match cache.key_for_url(&p) {
-            Some(key) => ("prefix", cache.store.purge_prefix(&key)),
+            Some(key) => ("prefix", cache.purge_prefix(&key)),
             None => return bad(),
         },
         _ => return bad(),

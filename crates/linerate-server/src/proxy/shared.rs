@@ -303,6 +303,15 @@ impl ProxyShared {
         self.clear_pass(primary);
     }
 
+    /// Remove every URL whose key starts with `prefix`, and forget that any of them was
+    /// uncacheable. Blocking (journal writes).
+    pub(crate) fn purge_prefix(&self, prefix: &[u8]) -> u64 {
+        let n = self.store.purge_prefix(prefix);
+        let mut p = self.passes.lock().unwrap_or_else(PoisonError::into_inner);
+        p.retain(|k, _| !k.starts_with(prefix));
+        n
+    }
+
     /// Remove a URL: its object, its variants and slices. Blocking (journal writes).
     pub(crate) fn purge_url(&self, primary: &[u8]) -> u64 {
         let mut n = u64::from(self.store.purge(primary));
