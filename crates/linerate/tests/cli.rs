@@ -1,5 +1,6 @@
 //! End to end: the command line — `--version`, `check-config` (valid, unknown key, bad
-//! value; appliance and cache mode), quick-start flags (cache mode's come in pairs), and
+//! value; appliance and cache mode), quick-start flags (cache mode's come in pairs, and
+//! README's cache quick start shows a miss, then a hit), and
 //! the out-of-the-box default that serves the bundled sample library on 127.0.0.1:8080.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
@@ -228,6 +229,91 @@ fn default_serve_plays_the_bundled_sample() {
             "the sample library has HLS and DASH manifests"
         );
     });
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = wait_timeout(&mut child, std::time::Duration::from_secs(20));
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+    assert!(status.unwrap().success());
+}
+
+/// README's cache-mode quick start, flags and all, in front of an origin that behaves
+/// like `python3 -m http.server`: `Last-Modified` (the file a day old), no
+/// `Cache-Control`, `Range` ignored. With the default (RFC 9111) policy the first
+/// request is a miss that stores, the second a hit from heuristic freshness; exactly
+/// one origin request. (Only the admin listener comes from a file, so that tests run
+/// side by side.)
+#[test]
+fn the_readme_cache_quick_start_shows_a_miss_then_a_hit() {
+    let body = support::content(300_000, 11);
+    let served = body.clone();
+    let modified = httpdate::fmt_http_date(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(86_400),
+    );
+    let origin = support::origin::Origin::start(move |_| {
+        support::origin::ok(
+            &served,
+            &[
+                ("Server", "SimpleHTTP/0.6 Python/3.11.2"),
+                (
+                    "Date",
+                    &httpdate::fmt_http_date(std::time::SystemTime::now()),
+                ),
+                ("Content-type", "video/mp4"),
+                ("Last-Modified", &modified),
+            ],
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = tempfile::NamedTempFile::new().unwrap();
+    writeln!(config, "[admin]\nlisten = \"127.0.0.1:0\"").unwrap();
+    let mut child = Command::new(binary())
+        .args(["serve", "--config"])
+        .arg(config.path())
+        .args(["--listen", "127.0.0.1:0", "--origin", &origin.url()])
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("RUST_LOG", "info")
+        .spawn()
+        .unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let addr = wait_for_listening(child.stderr.take().unwrap(), log.clone());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let addr = addr.unwrap_or_else(|| panic!("log: {:?}", log.lock().unwrap()));
+        let ask = |method: &str| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            write!(
+                s,
+                "{method} /video.mp4 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
+            )
+            .unwrap();
+            read_response(&mut s, method == "HEAD").unwrap()
+        };
+        let first = ask("HEAD");
+        let status = first.header("cache-status").unwrap_or_default().to_owned();
+        assert_eq!(first.status, 200);
+        assert!(
+            status.contains("fwd=uri-miss") && status.contains("stored"),
+            "{status}"
+        );
+        let second = ask("HEAD");
+        let status = second.header("cache-status").unwrap_or_default().to_owned();
+        assert!(status.starts_with("linerate; hit; ttl="), "{status}");
+        // 10 % of a day: about 8640 s of heuristic freshness.
+        let ttl: i64 = status.rsplit('=').next().unwrap().parse().unwrap();
+        assert!((8_000..=8_640).contains(&ttl), "{status}");
+        let third = ask("GET");
+        assert_eq!(third.status, 200);
+        assert!(third.body == body, "the stored body is the origin's");
+        assert_eq!(origin.total(), 1, "one origin request for all three");
+    }));
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
