@@ -278,12 +278,12 @@ impl Conn<'_> {
                     };
                     let secure = !matches!(self.io, crate::transport::Transport::Plain(_));
                     let http11 = head.version == linerate_http::Version::Http11;
-                    let request = crate::response::Request {
+                    let request = crate::exchange::Request {
                         head: &head,
                         body,
                         peer: self.peer_ip,
                         secure,
-                        interim: crate::response::Interim::new(&mut self.io, self.worker, http11),
+                        interim: crate::exchange::Interim::new(&mut self.io, self.worker, http11),
                     };
                     let response = self.mode.respond(self.worker, request).await;
                     break (response, head_len + taken, excess, pending);

@@ -11,8 +11,9 @@ use std::rc::Rc;
 use linerate_http::Method;
 
 use crate::context::Worker;
+use crate::exchange::Request;
 use crate::proxy::ProxyWorker;
-use crate::response::{Request, Response};
+use crate::response::Response;
 
 /// What answers this worker's requests.
 pub(crate) enum Mode {

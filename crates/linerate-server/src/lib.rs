@@ -16,6 +16,7 @@ mod clock;
 mod coldpool;
 mod conn;
 mod context;
+mod exchange;
 mod handler;
 pub mod operate;
 pub mod options;

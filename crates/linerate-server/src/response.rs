@@ -1,17 +1,16 @@
-//! The exchange between a connection and a handler: the [`Request`] as the connection
-//! hands it over (parsed head, body, client address), and the [`Response`] ready to
-//! send, whatever produced it: the head bytes, what follows them ([`Body`]), and the
-//! facts the connection needs afterwards (persistence, status, cache status). Both
-//! handlers (appliance mode and cache mode) build responses; the send paths (`transfer`,
-//! `tls`) consume them. Also the short error responses every mode uses.
+//! What a handler gives the connection: the [`Response`] ready to send, whatever
+//! produced it: the head bytes, what follows them ([`Body`]), and the facts the
+//! connection needs afterwards (persistence, status, cache status). Both handlers
+//! (appliance mode and cache mode) build responses; the send paths (`transfer`, `tls`)
+//! consume them. Also the short error responses every mode uses.
 //!
-//! Not here: deciding a response (`appliance`, `proxy`) or moving its bytes
-//! (`transfer`, `tls::send`).
+//! Not here: the request a handler is given (`exchange`, which sits above the send
+//! paths), deciding a response (`appliance`, `proxy`) or moving its bytes (`transfer`,
+//! `tls::send`).
 
 use std::fs::File;
 use std::future::Future;
 use std::io;
-use std::net::IpAddr;
 use std::pin::Pin;
 
 use linerate_http::multipart::MultipartPlan;
@@ -20,89 +19,6 @@ use linerate_http::{HeadWriter, Persistence, RequestHead, StatusCode, Version};
 
 use crate::context::Worker;
 use crate::stats::CacheStatus;
-
-/// A request as the connection hands it to a handler.
-pub(crate) struct Request<'a> {
-    /// The parsed head (borrowing the connection's buffer).
-    pub(crate) head: &'a RequestHead<'a>,
-    /// The request body, read whole when `handler::Mode::forwarded_body_limit` allowed it;
-    /// empty otherwise.
-    pub(crate) body: Vec<u8>,
-    /// The client's address (cache mode only; `None` if the socket could not say).
-    pub(crate) peer: Option<IpAddr>,
-    /// Whether the connection is TLS (the scheme of the request's URI).
-    pub(crate) secure: bool,
-    /// Where interim (1xx) responses go before the final one.
-    pub(crate) interim: Interim<'a>,
-}
-
-/// The client's connection, for interim (1xx) responses sent ahead of the final one
-/// (cache mode forwards an origin's `103 Early Hints`, RFC 9110 §15.2). Closed to
-/// HTTP/1.0 clients (§15.2: "a server MUST NOT send a 1xx response to an HTTP/1.0
-/// client"). A failed send closes it: the final response will find the client gone.
-pub(crate) struct Interim<'a> {
-    io: Option<&'a mut crate::transport::Transport>,
-    worker: &'a Worker,
-}
-
-impl<'a> Interim<'a> {
-    /// Interim responses for this request go to `io` when `open` (an HTTP/1.1 client).
-    pub(crate) fn new(
-        io: &'a mut crate::transport::Transport,
-        worker: &'a Worker,
-        open: bool,
-    ) -> Interim<'a> {
-        Interim {
-            io: open.then_some(io),
-            worker,
-        }
-    }
-
-    /// Whether interim responses reach the client.
-    pub(crate) fn enabled(&self) -> bool {
-        self.io.is_some()
-    }
-
-    /// Send one interim response head (status line, fields, blank line).
-    pub(crate) async fn send(&mut self, head: Vec<u8>) {
-        let Some(io) = self.io.as_deref_mut() else {
-            return;
-        };
-        let interim = Response {
-            head,
-            body: Body::Empty,
-            persistence: Persistence::KeepAlive,
-            status: StatusCode::Other(103),
-            cache: CacheStatus::Local,
-        };
-        let mut sent = 0;
-        if io.send(self.worker, interim, &mut sent).await.is_err() {
-            self.io = None;
-        }
-    }
-
-    /// Drive `work` to its end while passing on the interim heads that arrive on `rx`
-    /// (in order, each before `work`'s result is returned).
-    pub(crate) async fn forward_while<F: Future>(
-        &mut self,
-        work: F,
-        rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
-    ) -> F::Output {
-        let mut work = std::pin::pin!(work);
-        loop {
-            tokio::select! {
-                biased;
-                Some(head) = rx.recv() => self.send(head).await,
-                out = &mut work => {
-                    while let Ok(head) = rx.try_recv() {
-                        self.send(head).await;
-                    }
-                    return out;
-                }
-            }
-        }
-    }
-}
 
 /// `Server` field value.
 pub(crate) const SERVER: &[u8] = b"linerate";

@@ -1,7 +1,7 @@
 //! What a connection's bytes travel over: plain TCP, kernel TLS, or user-space TLS.
 //! `conn` reads requests and sends responses through this one type, so the HTTP logic
 //! is the same on every path; each variant keeps its own fast path: plain and kTLS send
-//! with `sendfile` (`transfer`), user-space TLS seals chunks (`tls_send`).
+//! with `sendfile` (`transfer`), user-space TLS seals chunks (`tls::send`).
 //!
 //! Only plain connections park (see `park`): a TLS connection's state (rustls's, or the
 //! kernel-connection object that follows key updates) does not fit in a parked slot.

@@ -523,6 +523,6 @@ async fn write_stub(px: &Arc<ProxyShared>, primary: &[u8], names: &[Vec<u8>]) ->
 /// The object changed at the origin while it was being read in slices: drop every slice
 /// of it, and fail this one (the response in progress is cut short, never spliced).
 async fn version_changed(px: &Arc<ProxyShared>, base: &[u8]) -> Phase {
-    super::slices::drop_slices(px, base).await;
+    px.drop_slices(base).await;
     Phase::Failed(bad_gateway("version_changed", true))
 }

@@ -35,7 +35,8 @@ use super::request::{CacheRequest, Trace};
 use super::shared::{ProxyShared, ProxyWorker, VARY_STUB};
 use super::{head, slices};
 use crate::context::Worker;
-use crate::response::{Interim, Response};
+use crate::exchange::Interim;
+use crate::response::Response;
 use crate::stats::CacheStatus;
 
 /// Lookups per request before giving up (a fill that ended but left nothing to find,

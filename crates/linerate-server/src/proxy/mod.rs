@@ -48,10 +48,10 @@ pub(crate) use shared::{ProxyShared, ProxyWorker};
 pub(crate) async fn respond(
     worker: &Rc<Worker>,
     pw: &Rc<ProxyWorker>,
-    request: crate::response::Request<'_>,
+    request: crate::exchange::Request<'_>,
 ) -> Response {
     let px = &pw.shared;
-    let crate::response::Request {
+    let crate::exchange::Request {
         head,
         body,
         peer,

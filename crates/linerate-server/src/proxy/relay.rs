@@ -11,8 +11,9 @@ use super::head;
 use super::request::{CacheRequest, Trace};
 use super::shared::ProxyWorker;
 use crate::context::Worker;
+use crate::exchange::Interim;
 use crate::origin::OriginRequest;
-use crate::response::{Interim, Response};
+use crate::response::Response;
 
 /// Send the client's own request to the origin (an uncached relay), forwarding interim
 /// responses to the client as they arrive.

@@ -312,6 +312,16 @@ impl ProxyShared {
         n
     }
 
+    /// Drop every slice stored under `base` (the object changed at the origin). Purges
+    /// write the journal: off the event loop.
+    pub(crate) async fn drop_slices(self: &Arc<Self>, base: &[u8]) {
+        tracing::info!(key = %String::from_utf8_lossy(base), "object changed at the origin; dropping its slices");
+        let mut prefix = base.to_vec();
+        prefix.extend_from_slice(key::SLICE_SEP);
+        let px = Arc::clone(self);
+        let _ = tokio::task::spawn_blocking(move || px.store.purge_prefix(&prefix)).await;
+    }
+
     /// Remove a URL: its object, its variants and slices. Blocking (journal writes).
     pub(crate) fn purge_url(&self, primary: &[u8]) -> u64 {
         let mut n = u64::from(self.store.purge(primary));

@@ -36,7 +36,8 @@ use super::head;
 use super::request::{CacheRequest, Fetch, Trace};
 use super::shared::{ProxyShared, ProxyWorker};
 use crate::context::Worker;
-use crate::response::{Body, Interim, NextPiece, Piece, Pieces, Response, TransferError};
+use crate::exchange::Interim;
+use crate::response::{Body, NextPiece, Piece, Pieces, Response, TransferError};
 use crate::stats::CacheStatus;
 
 /// Lookups of one slice before giving up.
@@ -126,16 +127,6 @@ impl Version {
     }
 }
 
-/// Drop every slice stored under `base` (the object changed at the origin). Purges write
-/// the journal: off the event loop.
-pub(crate) async fn drop_slices(px: &Arc<ProxyShared>, base: &[u8]) {
-    tracing::info!(key = %String::from_utf8_lossy(base), "object changed at the origin; dropping its slices");
-    let mut prefix = base.to_vec();
-    prefix.extend_from_slice(key::SLICE_SEP);
-    let px = Arc::clone(px);
-    let _ = tokio::task::spawn_blocking(move || px.store.purge_prefix(&prefix)).await;
-}
-
 impl SliceCtx {
     /// Whether the URL is now stored whole at the base key, or (when the base is the
     /// primary key) has a `Vary` stub there: either way not as these slices.
@@ -213,7 +204,7 @@ impl SliceCtx {
                 };
                 if let Some(e) = expect {
                     if !v.same(e) {
-                        drop_slices(&self.px, &self.base).await;
+                        self.px.drop_slices(&self.base).await;
                         return Err(SliceError::Failed(
                             StatusCode::BadGateway,
                             "version_changed",

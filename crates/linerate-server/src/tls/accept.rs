@@ -6,7 +6,7 @@
 //! Also here: [`SharedTls`], the TLS state all workers share, and the per-worker task
 //! that follows certificate reloads.
 //!
-//! Not here: the handshake mechanics (`tls_conn`) or the kernel hand-over (`ktls_conn`).
+//! Not here: the handshake mechanics (`tls::conn`) or the kernel hand-over (`tls::ktls`).
 
 use std::rc::Rc;
 use std::sync::Arc;

@@ -16,7 +16,7 @@
 //! - `enable_secret_extraction`, which the kernel TLS hand-over needs.
 //!
 //! Reloading builds a whole new `ServerConfig` from the same files; connections already
-//! established keep theirs. Not here: the handshake itself (`tls_conn`).
+//! established keep theirs. Not here: the handshake itself (`tls::conn`).
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -16,7 +16,7 @@
 //! rustls state with the task; nothing is kept per failed connection.
 //!
 //! Not here: choosing the kernel path and handing keys over (`tls_accept`, `ktls`),
-//! sending responses (`tls_send`).
+//! sending responses (`tls::send`).
 
 use std::io;
 use std::sync::Arc;

@@ -15,7 +15,7 @@
 //! the receive key is updated and, when the peer asked, ours too after telling it so;
 //! on older kernels the connection is closed cleanly, since its next record would
 //! not decrypt. Any other post-handshake message (a TLS 1.2 renegotiation attempt) ends
-//! the connection. Not here: the handshake (`tls_conn`).
+//! the connection. Not here: the handshake (`tls::conn`).
 
 use std::io;
 use std::os::fd::AsFd;
