@@ -129,6 +129,7 @@ fn failed(e: &OriginError, stale_ok: bool) -> Phase {
         status: e.status(),
         detail: e.as_str(),
         stale_ok,
+        fwd_status: None,
     })
 }
 
@@ -214,7 +215,10 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
     // RFC 9111 §4.3.3: a 5xx to a revalidation may be treated as the origin failing to
     // answer, so a stored copy may stand in (stale-if-error).
     if job.stale.is_some() && status >= 500 {
-        return Phase::Failed(bad_gateway("origin_error", true));
+        return Phase::Failed(Failure {
+            fwd_status: Some(status),
+            ..bad_gateway("origin_error", true)
+        });
     }
 
     let asked = match &job.slice {
@@ -424,6 +428,7 @@ async fn store(
                 status: StatusCode::GatewayTimeout,
                 detail: "fill_timeout",
                 stale_ok: false,
+                fwd_status: None,
             });
         };
         match read {

@@ -65,6 +65,9 @@ pub(crate) struct Failure {
     /// Whether nothing of a response was stored or served, so a stored copy may stand
     /// in (stale-if-error).
     pub(crate) stale_ok: bool,
+    /// The origin's status when it answered (a 5xx to a revalidation), for
+    /// `Cache-Status: fwd-status` (RFC 9211 §2.3).
+    pub(crate) fwd_status: Option<u16>,
 }
 
 /// A fill failed with 502.
@@ -73,6 +76,7 @@ pub(crate) fn bad_gateway(detail: &'static str, stale_ok: bool) -> Failure {
         status: StatusCode::BadGateway,
         detail,
         stale_ok,
+        fwd_status: None,
     }
 }
 
@@ -191,6 +195,7 @@ impl Drop for FillGuard {
                     status: StatusCode::BadGateway,
                     detail: "fill_abandoned",
                     stale_ok: true,
+                    fwd_status: None,
                 }),
                 true,
             );

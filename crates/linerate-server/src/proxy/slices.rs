@@ -282,6 +282,9 @@ impl SliceCtx {
                 }
                 Phase::Uncacheable => return Err(SliceError::Uncacheable(handoff.map(Box::new))),
                 Phase::Failed(f) => {
+                    if f.fwd_status.is_some() {
+                        trace.fwd_status = f.fwd_status;
+                    }
                     // stale-if-error: the stored slice stands in.
                     if let Some((h, on_error)) = stale {
                         match on_error {
