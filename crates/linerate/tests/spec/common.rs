@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::support::kit::{Slicing, Variant, SLICE};
-use crate::support::origin::{Origin, Reply, Request};
+use crate::support::origin::{Origin, RangeSupport, Reply, Request};
 use crate::support::{Response, Server};
 
 /// A body that spans several slices in the slicing cells (3 whole slices and a tail).
@@ -176,26 +176,41 @@ pub fn slices(len: usize) -> usize {
     len.div_ceil(SLICE as usize).max(1)
 }
 
-/// How many origin requests filling a cacheable object of `len` bytes may cost in
-/// cell `v`: exactly one with slicing off; with slicing on, one per slice at most (an
-/// origin that ignores `Range` answers the first ranged request with the whole body).
+/// How many origin requests filling a cacheable object of `len` bytes costs in cell
+/// `v`, exactly: one with slicing off; one per slice from an origin that honours
+/// `Range`; one from an origin that ignores it (its `200` to the first slice's request
+/// is the whole object, stored whole).
 pub fn fill_cost(v: Variant, len: usize) -> RangeInclusive<usize> {
-    match v.slicing {
-        Slicing::Off => 1..=1,
-        Slicing::On => 1..=slices(len),
+    let n = fill_requests(v, len);
+    n..=n
+}
+
+/// [`fill_cost`] as a number.
+pub fn fill_requests(v: Variant, len: usize) -> usize {
+    match (v.slicing, v.ranges) {
+        (Slicing::Off, _) | (Slicing::On, RangeSupport::Ignored) => 1,
+        (Slicing::On, RangeSupport::Honoured) => slices(len),
     }
 }
 
-/// How many origin requests relaying one uncacheable response of `len` bytes may cost
-/// on the first request for its URL in cell `v`: exactly one, except that with slicing
-/// on a body larger than one slice may cost one extra ranged request (the cache asked
-/// for the first slice before it knew the response was not storable).
-pub fn first_relay_cost(v: Variant, len: usize) -> RangeInclusive<usize> {
-    if v.slicing == Slicing::On && len > SLICE as usize {
-        1..=2
+/// How many origin requests relaying one uncacheable response (`status`, `len` bytes)
+/// costs on the first request for its URL in cell `v`, exactly: one, except with
+/// slicing on against an origin that honours `Range`, where a `200` larger than one
+/// slice costs one extra request: the cache asked for the first slice before it knew
+/// the response was not storable, the origin's `206` for that slice does not answer a
+/// request for the whole, so the client's own request follows. (An origin answers a
+/// ranged request for an error with the whole error, which answers the client.)
+pub fn first_relay_cost(v: Variant, status: u16, len: usize) -> RangeInclusive<usize> {
+    let n = if v.slicing == Slicing::On
+        && v.ranges == RangeSupport::Honoured
+        && status == 200
+        && len > SLICE as usize
+    {
+        2
     } else {
-        1..=1
-    }
+        1
+    };
+    n..=n
 }
 
 /// Requests the origin received for `path` with `method`.

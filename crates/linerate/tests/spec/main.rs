@@ -1,8 +1,9 @@
 //! Cache mode against the HTTP caching specifications, end to end: one test per
 //! requirement a shared cache has in RFC 9111 (HTTP Caching), RFC 9110 (HTTP Semantics)
-//! and RFC 9213 (Targeted Cache-Control), each run against the real binary in the four
-//! cells of the test matrix (slicing on and off, an origin that honours `Range` and one
-//! that ignores it; see `support::kit`). Every test asserts how many requests reached
+//! and RFC 9213 (Targeted Cache-Control), each run against the real binary in the three
+//! cells of the test matrix (slicing off; slicing on against an origin that honours
+//! `Range` and one that ignores it; see `support::kit`). Every test asserts how many
+//! requests reached
 //! the origin, because a cache that answers correctly by asking the origin every time
 //! is not a cache.
 //!
@@ -27,6 +28,7 @@ mod freshness;
 mod head;
 mod interim;
 mod invalidation;
+mod large;
 mod partial;
 mod request_directives;
 mod stale;

@@ -4,11 +4,11 @@
 //! 9111 §4.3.2, RFC 9110 §13.1, §13.2).
 
 use crate::common::{
-    assert_in, assert_response, date, fill_cost, last_request, slices, Phase, BIG,
+    assert_in, assert_response, date, fill_cost, fill_requests, last_request, Phase, BIG,
 };
 use crate::matrix;
 use crate::support::content;
-use crate::support::kit::{Slicing, Variant};
+use crate::support::kit::Variant;
 use crate::support::origin::{self, Request};
 
 /// A 304 when the request's `If-None-Match` names `etag`, else `full`.
@@ -321,13 +321,11 @@ fn update_304(v: Variant, len: usize) {
     let second = cache.get("/u", &[]);
     assert_response(&second, 200, &body);
     let revalidations = origin.count("/u") - filled;
-    // One conditional request, or (slicing on) at most one per slice.
-    let most = if v.slicing == Slicing::On {
-        slices(len)
-    } else {
-        1
-    };
-    assert_in(revalidations, 1..=most, "conditional requests");
+    assert_eq!(
+        revalidations,
+        fill_requests(v, len),
+        "one conditional request per request the fill made"
+    );
     assert!(
         origin.requests()[filled..]
             .iter()
