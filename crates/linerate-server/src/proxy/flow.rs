@@ -341,7 +341,7 @@ async fn after_fill(
         // Not an answer to this request (see `follow`).
         Phase::Pending => Next::Lookup { forwarded: false },
         Phase::Uncacheable => {
-            trace.fwd = Some(Fwd::Bypass);
+            trace.forward(Fwd::Bypass);
             trace.detail = Some("uncacheable");
             Next::Answer(match handoff {
                 Some(Handoff::Relay { response, shape }) => {

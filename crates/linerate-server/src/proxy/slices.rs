@@ -528,7 +528,7 @@ pub(crate) async fn serve(
         Ok(x) => x,
         Err(SliceError::Restart) => return Err(st),
         Err(SliceError::Uncacheable(handoff)) => {
-            st.fwd = Some(Fwd::Bypass);
+            st.forward(Fwd::Bypass);
             st.detail = Some("uncacheable");
             // A 416 for the slice answers only a client that asked for a range (an
             // empty object asked for whole is a 200 for the client's own request).

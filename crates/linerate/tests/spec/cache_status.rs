@@ -109,7 +109,12 @@ matrix! {
             assert_response(&r, 200, &nth(i, "/n"));
             let cs = ours(&r);
             assert!(!cs.hit && !cs.stored, "{cs:?}");
-            assert!(cs.fwd.is_some(), "{cs:?}");
+            // RFC 9211 §2.2: the first request found nothing stored (`uri-miss`); the
+            // second, for a URL the cache knows not to store, was not handled by it
+            // (`bypass`).
+            let fwd = if i == 1 { "uri-miss" } else { "bypass" };
+            assert_eq!(cs.fwd.as_deref(), Some(fwd), "{cs:?}");
+            assert_eq!(cs.detail.as_deref(), Some("uncacheable"), "{cs:?}");
             let next_hop = match (v.slicing, v.ranges, i) {
                 (Slicing::On, RangeSupport::Honoured, 1) => 206,
                 _ => 200,
