@@ -251,11 +251,7 @@ fn vary_variants_and_no_store() {
         assert_eq!(r.body, b"secret");
         // A miss first; then a URL known not to be storable, not looked up: bypass.
         let fwd = if i == 0 { "fwd=uri-miss" } else { "fwd=bypass" };
-        assert!(
-            cache_status(&r).contains(fwd),
-            "{}",
-            cache_status(&r)
-        );
+        assert!(cache_status(&r).contains(fwd), "{}", cache_status(&r));
     }
     assert_eq!(
         origin.count("/private"),
