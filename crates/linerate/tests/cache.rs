@@ -56,6 +56,30 @@ fn cache_status(r: &support::Response) -> String {
     r.header("cache-status").unwrap_or("").to_owned()
 }
 
+// Staleness by the clock alone is flaky: the test origin sends no `Date`, the cache
+// adds one rounded down to the whole second, so a `max-age=1` object is fresh only for
+// what is left of the second it arrived in (sometimes a few ms). These tests say how
+// old a response is with `Age` instead (RFC 9111 §4.2.3: `Age` counts in the corrected
+// initial age, to the millisecond of its arrival, and outweighs the sub-second apparent
+// age): stale the moment it is stored, or fresh for exactly `FRESH_FOR`.
+
+/// With `max-age=60`: already 100 s old when stored, so stale at once.
+const STALE_ON_ARRIVAL: (&str, &str) = ("Age", "100");
+
+/// `Cache-Control: max-age=4` with [`AGED_1S`]: fresh for exactly 3 s after it arrives
+/// (ample for the very next request to be a hit on a loaded machine), then stale.
+const MAX_AGE_4: (&str, &str) = ("Cache-Control", "max-age=4");
+/// See [`MAX_AGE_4`].
+const AGED_1S: (&str, &str) = ("Age", "1");
+/// How long a [`MAX_AGE_4`] + [`AGED_1S`] response stays fresh.
+const FRESH_FOR: Duration = Duration::from_secs(3);
+
+/// Sleep until a [`MAX_AGE_4`] + [`AGED_1S`] response received before this call is
+/// stale (its resident time counts from when the cache got it, before the client did).
+fn outlive_freshness() {
+    std::thread::sleep(FRESH_FOR + Duration::from_millis(200));
+}
+
 #[test]
 fn miss_then_hit_with_age_and_cache_status() {
     let body = content(100_000, 1);
@@ -73,6 +97,7 @@ fn miss_then_hit_with_age_and_cache_status() {
     let first = get(&server, "/seg1.m4s", &[]);
     assert_eq!(first.status, 200);
     assert_eq!(first.body, body);
+    assert_eq!(origin.total(), 1);
     let cs = cache_status(&first);
     assert!(cs.contains("fwd=uri-miss"), "{cs}");
     assert!(cs.contains("stored"), "{cs}");
@@ -123,6 +148,7 @@ fn herd_of_100_makes_one_origin_request() {
         assert!(r.body == *body, "a client got different bytes");
     }
     assert_eq!(origin.count("/herd.ts"), 1, "exactly one origin request");
+    assert_eq!(origin.total(), 1);
     server.stop();
 }
 
@@ -136,16 +162,26 @@ fn stale_objects_are_revalidated_304_and_200() {
         let n = v.load(Ordering::SeqCst);
         let tag = format!("\"v{n}\"");
         if req.header("if-none-match") == Some(tag.as_str()) {
-            return origin::status(304, &[("ETag", &tag), ("Cache-Control", "max-age=1")]);
+            // Fresh for FRESH_FOR, then stale again.
+            return origin::status(304, &[("ETag", &tag), MAX_AGE_4, AGED_1S]);
         }
         let mut body = b.clone();
         body[0] = n as u8;
-        origin::ok(&body, &[("ETag", &tag), ("Cache-Control", "max-age=1")])
+        // Version 1 is stale as soon as it is stored; version 2 stays fresh.
+        let age = if n == 1 {
+            STALE_ON_ARRIVAL
+        } else {
+            ("Age", "0")
+        };
+        origin::ok(
+            &body,
+            &[("ETag", &tag), ("Cache-Control", "max-age=60"), age],
+        )
     });
     let server = start(&origin, "slice_bytes = 0", "");
     let first = get(&server, "/live.m3u8", &[]);
     assert_eq!(first.body[0], 1);
-    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(origin.total(), 1);
     // Stale: a conditional request; the origin says 304.
     let second = get(&server, "/live.m3u8", &[]);
     assert_eq!(second.status, 200);
@@ -161,49 +197,61 @@ fn stale_objects_are_revalidated_304_and_200() {
     // Freshened: a hit now.
     let third = get(&server, "/live.m3u8", &[]);
     assert!(
-        cache_status(&third).contains("hit"),
+        cache_status(&third).starts_with("linerate; hit"),
         "{}",
         cache_status(&third)
     );
     assert_eq!(origin.total(), 2);
     // Stale again, and the origin has a new version: 200 replaces it.
-    std::thread::sleep(Duration::from_millis(2100));
+    outlive_freshness();
     version.store(2, Ordering::SeqCst);
     let fourth = get(&server, "/live.m3u8", &[]);
     assert_eq!(fourth.body[0], 2);
+    let cs = cache_status(&fourth);
     assert!(
-        cache_status(&fourth).contains("fwd=stale"),
-        "{}",
-        cache_status(&fourth)
+        cs.contains("fwd=stale") && cs.contains("fwd-status=200"),
+        "{cs}"
+    );
+    assert_eq!(origin.total(), 3);
+    assert_eq!(
+        origin.requests()[2].header("if-none-match"),
+        Some("\"v1\""),
+        "the stale copy was revalidated, not refetched blind"
     );
     let fifth = get(&server, "/live.m3u8", &[]);
     assert_eq!(fifth.body[0], 2);
-    assert!(cache_status(&fifth).contains("hit"));
+    assert!(
+        cache_status(&fifth).starts_with("linerate; hit"),
+        "{}",
+        cache_status(&fifth)
+    );
     assert_eq!(origin.total(), 3);
     server.stop();
 }
 
 #[test]
 fn stale_while_revalidate_and_stale_if_error() {
-    let fail = Arc::new(AtomicUsize::new(0));
-    let f = fail.clone();
+    // The first answer and the background refresh are both stale on arrival (4 s past
+    // max-age: inside both windows); every later request fails with 503.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
     let origin = Origin::start(move |_| {
-        if f.load(Ordering::SeqCst) == 1 {
-            return origin::status(503, &[]);
+        let cc = (
+            "Cache-Control",
+            "max-age=1, stale-while-revalidate=30, stale-if-error=60",
+        );
+        match c.fetch_add(1, Ordering::SeqCst) + 1 {
+            1 => origin::ok(b"manifest", &[cc, ("ETag", "\"m1\""), ("Age", "5")]),
+            2 => origin::ok(b"manifest", &[cc, ("ETag", "\"m2\""), ("Age", "5")]),
+            _ => origin::status(503, &[]),
         }
-        origin::ok(
-            b"manifest",
-            &[(
-                "Cache-Control",
-                "max-age=1, stale-while-revalidate=30, stale-if-error=60",
-            )],
-        )
     });
     let server = start(&origin, "slice_bytes = 0", "");
     assert_eq!(get(&server, "/a.m3u8", &[]).body, b"manifest");
-    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(origin.total(), 1);
     let r = get(&server, "/a.m3u8", &[]);
     assert_eq!(r.body, b"manifest");
+    assert_eq!(r.header("etag"), Some("\"m1\""));
     assert!(
         cache_status(&r).contains("stale-while-revalidate"),
         "{}",
@@ -213,12 +261,44 @@ fn stale_while_revalidate_and_stale_if_error() {
         origin.wait_count("/a.m3u8", 2, Duration::from_secs(5)),
         "background refresh"
     );
-    // Now the origin fails: stale-if-error serves the stored copy.
-    std::thread::sleep(Duration::from_millis(2100));
-    fail.store(1, Ordering::SeqCst);
+    assert_eq!(
+        origin.requests()[1].header("if-none-match"),
+        Some("\"m1\""),
+        "the background refresh revalidates"
+    );
+    // Wait until the refresh is stored (`max-stale` reads the store without going
+    // forward), so the next request cannot join it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = get(&server, "/a.m3u8", &["Cache-Control: max-stale"]);
+        if r.header("etag") == Some("\"m2\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refresh was never stored: {}",
+            cache_status(&r)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(origin.total(), 2);
+    // Now the origin fails: the revalidation gets a 503 and stale-if-error serves the
+    // stored copy.
     let r = get(&server, "/a.m3u8", &["Cache-Control: no-cache"]);
     assert_eq!(r.status, 200, "{}", cache_status(&r));
     assert_eq!(r.body, b"manifest");
+    assert_eq!(r.header("etag"), Some("\"m2\""));
+    assert_eq!(
+        origin.total(),
+        3,
+        "the failed revalidation reached the origin"
+    );
+    assert_eq!(origin.requests()[2].header("if-none-match"), Some("\"m2\""));
+    let cs = cache_status(&r);
+    assert!(
+        cs.contains("fwd=stale") && cs.contains("detail=\"origin_error\""),
+        "{cs}"
+    );
     server.stop();
 }
 
@@ -319,10 +399,12 @@ fn request_cache_control_only_if_cached_and_no_cache() {
     assert_eq!(r.status, 504);
     assert_eq!(origin.total(), 0);
     get(&server, "/o", &[]);
+    assert_eq!(origin.total(), 1);
     assert_eq!(
         get(&server, "/o", &["Cache-Control: only-if-cached"]).status,
         200
     );
+    assert_eq!(origin.total(), 1, "only-if-cached answered from the store");
     get(&server, "/o", &["Cache-Control: no-cache"]);
     assert_eq!(origin.total(), 2, "no-cache goes to the origin");
     server.stop();
@@ -370,6 +452,11 @@ fn unsafe_methods_pass_through_and_invalidate() {
     )
     .unwrap();
     assert_eq!(read_response(&mut s, false).unwrap().status, 411);
+    assert_eq!(
+        origin.total(),
+        3,
+        "two GETs and the first POST; the 411 was not sent"
+    );
     server.stop();
 }
 
@@ -430,12 +517,14 @@ fn bad_origins_get_defined_answers_and_nothing_is_cached() {
             "{path}: {}",
             cache_status(&r)
         );
+        assert_eq!(origin.count(path), 1, "{path}: one origin request");
     }
     // A body longer than its Content-Length: the declared bytes, complete (as nginx and
     // Varnish deliver), and the connection stays usable.
     let (head, body) = get_to_close(&server, "/long");
     assert!(head.starts_with("HTTP/1.1 200"), "{head:.40}");
     assert_eq!(body, vec![b'x'; 100]);
+    assert_eq!(origin.count("/long"), 1);
     // Failures after the head was sent: the connection closes short of the length.
     for path in ["/short", "/badchunk", "/drip"] {
         let (head, body) = get_to_close(&server, path);
@@ -459,14 +548,15 @@ fn bad_origins_get_defined_answers_and_nothing_is_cached() {
         } else {
             assert!(head.starts_with("HTTP/1.1 50"), "{path}: {head:.40}");
         }
+        assert_eq!(origin.count(path), 1, "{path}: one origin request");
     }
+    assert_eq!(origin.total(), 9);
     // Nothing was cached: each path goes to the origin again.
     for path in ["/short", "/long", "/badchunk"] {
-        let before = origin.count(path);
         get_to_close(&server, path);
         assert_eq!(
             origin.count(path),
-            before + 1,
+            2,
             "{path}: a failed fill left something cached; {:#?}",
             server.log.lock().unwrap()
         );
@@ -670,21 +760,54 @@ fn a_version_change_never_mixes_slices() {
     // Slice 0 of version 1 is cached.
     let r = get(&server, "/changing.mp4", &["Range: bytes=0-99"]);
     assert_eq!(r.body, &v1[..100]);
+    assert_eq!(origin.total(), 1);
+    assert_eq!(origin.requests()[0].range(), Some((0, Some(65_535))));
     // The file changes at the origin.
     let v2 = Arc::new(content(300_000, 10));
     *etag.lock().unwrap() = "\"v2\"".into();
     *current.lock().unwrap() = v2.clone();
-    // A whole-object request starts from cached slice 0 (v1); slice 1 comes back 412:
-    // the response is cut short, never completed with v2 bytes.
-    let (_, body) = get_to_close(&server, "/changing.mp4");
-    assert!(body.len() < 300_000, "a mixed body looked complete");
-    assert_eq!(&body[..65_536], &v1[..65_536]);
+    // A whole-object request starts from cached slice 0 (v1); slice 1, asked for on
+    // condition that it is still v1, comes back 412: the response is cut short, never
+    // completed with v2 bytes.
+    let (head, body) = get_to_close(&server, "/changing.mp4");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head:.60}");
+    assert_eq!(
+        origin.total(),
+        2,
+        "slice 0 from the store, then slice 1 only"
+    );
+    let slice1 = &origin.requests()[1];
+    assert_eq!(slice1.range(), Some((65_536, Some(131_071))));
+    assert_eq!(
+        slice1.header("if-match"),
+        Some("\"v1\""),
+        "the next slice must be of the same version"
+    );
+    // Cut exactly at the end of slice 0: shorter would lose stored bytes, longer would
+    // be bytes of another version (the origin has only v2 now).
+    assert_eq!(
+        body.len(),
+        65_536,
+        "a mixed body, or a cut in the wrong place"
+    );
+    assert!(body == v1[..65_536], "the cached slice 0 is version 1");
     // The next request gets version 2 whole.
     let r = get(&server, "/changing.mp4", &[]);
     assert_eq!(r.status, 200);
     assert!(
         r.body == *v2,
         "after a version change the object is v2 throughout"
+    );
+    assert_eq!(
+        origin.total(),
+        2 + 5,
+        "version 2 fetched anew: its 5 slices (300 000 bytes in 64 KiB slices)"
+    );
+    assert!(
+        origin.requests()[2..]
+            .iter()
+            .all(|q| q.header("if-match").is_none_or(|t| t == "\"v2\"")),
+        "no request for version 2 is conditional on version 1"
     );
     server.stop();
 }
@@ -697,39 +820,58 @@ fn a_single_origin_server_is_never_marked_down_and_stale_if_error_serves() {
         if f.load(Ordering::SeqCst) == 1 {
             return Reply::Reset;
         }
+        // Stale when stored (4 s past max-age), inside its stale-if-error window.
         origin::ok(
             b"kept",
-            &[("Cache-Control", "max-age=1, stale-if-error=600")],
+            &[
+                ("Cache-Control", "max-age=1, stale-if-error=600"),
+                ("Age", "5"),
+                ("ETag", "\"k\""),
+            ],
         )
     });
-    let server = start_with(
-        &origin,
-        "down_after = 3\ndown_for_ms = 60000",
-        "slice_bytes = 0",
-        "",
-    );
+    // One worker, so one pool of origin connections and exact counts: a request that
+    // meets a reset on a pooled connection is retried once on a new one (the pooled
+    // one may have been closed by the origin while idle); on a new one it is not.
+    let server = CacheConfig::new(&origin)
+        .server("workers = 1")
+        .origin("first_byte_timeout_ms = 1000\nidle_timeout_ms = 1000")
+        .origin("down_after = 3\ndown_for_ms = 60000")
+        .route("slice_bytes = 0")
+        .start();
     assert_eq!(get(&server, "/kept", &[]).body, b"kept");
+    assert_eq!(origin.total(), 1);
     failing.store(1, Ordering::SeqCst);
     // Resets are answers from a live server; and an origin with one server is never
     // skipped: every request still reaches it.
     for i in 0..5 {
-        let r = get(&server, &format!("/gone{i}"), &[]);
+        let path = format!("/gone{i}");
+        let r = get(&server, &path, &[]);
         assert_eq!(r.status, 502, "{}", cache_status(&r));
         assert!(cache_status(&r).contains("reset"), "{}", cache_status(&r));
+        // The first on /kept's pooled connection, then a new one; the others new.
+        let tries = if i == 0 { 2 } else { 1 };
+        assert_eq!(origin.count(&path), tries, "{path} reached the origin");
     }
-    assert!(
-        origin.count("/gone4") >= 1,
-        "the fifth request reached the origin"
-    );
+    assert_eq!(origin.total(), 1 + 2 + 4);
     // Answering again: served at once.
     failing.store(0, Ordering::SeqCst);
     assert_eq!(get(&server, "/back", &[]).status, 200);
-    // A stale object with stale-if-error is served while the origin fails.
+    assert_eq!(origin.count("/back"), 1);
+    // A stale object with stale-if-error is served while the origin fails, after the
+    // revalidation failed.
     failing.store(1, Ordering::SeqCst);
-    std::thread::sleep(Duration::from_millis(2100));
     let r = get(&server, "/kept", &[]);
     assert_eq!(r.status, 200, "{}", cache_status(&r));
     assert_eq!(r.body, b"kept");
+    let cs = cache_status(&r);
+    assert!(cs.contains("fwd=stale") && cs.contains("reset"), "{cs}");
+    assert_eq!(
+        origin.count("/kept"),
+        1 + 2,
+        "the revalidation reached the origin (on /back's pooled connection, then a new one)"
+    );
+    assert!(origin.requests()[origin.total() - 1].header("if-none-match") == Some("\"k\""));
     server.stop();
 }
 
@@ -816,24 +958,27 @@ fn small_objects_on_a_sliced_route_are_stored_whole_and_revalidated() {
     let b = body.clone();
     let origin = Origin::start(move |req| {
         if req.header("if-none-match") == Some("\"s\"") {
-            return origin::status(304, &[("ETag", "\"s\""), ("Cache-Control", "max-age=1")]);
+            return origin::status(304, &[("ETag", "\"s\""), MAX_AGE_4, AGED_1S]);
         }
-        origin::ranged(
-            b.clone(),
-            &[("ETag", "\"s\""), ("Cache-Control", "max-age=1")],
-        )
+        origin::ranged(b.clone(), &[("ETag", "\"s\""), MAX_AGE_4, AGED_1S])
     });
     let server = start(&origin, "slice_bytes = 65536", "");
     let r = get(&server, "/small.m3u8", &[]);
     assert_eq!(r.status, 200);
     assert!(r.body == *body);
+    assert_eq!(origin.total(), 1);
     assert_eq!(origin.requests()[0].range(), Some((0, Some(65_535))));
-    // A range of it is served from the whole object.
+    // A range of it is served from the whole object (still fresh).
     let part = get(&server, "/small.m3u8", &["Range: bytes=-100"]);
     assert_eq!(part.status, 206);
     assert_eq!(part.body, &body[9_900..]);
+    assert!(
+        cache_status(&part).starts_with("linerate; hit"),
+        "{}",
+        cache_status(&part)
+    );
     assert_eq!(origin.total(), 1);
-    std::thread::sleep(Duration::from_millis(2100));
+    outlive_freshness();
     let r = get(&server, "/small.m3u8", &[]);
     assert!(r.body == *body);
     let cs = cache_status(&r);
@@ -841,11 +986,13 @@ fn small_objects_on_a_sliced_route_are_stored_whole_and_revalidated() {
         cs.contains("fwd=stale") && cs.contains("fwd-status=304"),
         "{cs}"
     );
+    assert_eq!(origin.total(), 2);
     assert_eq!(
         origin.requests()[1].range(),
         None,
         "revalidation asks for the whole object"
     );
+    assert_eq!(origin.requests()[1].header("if-none-match"), Some("\"s\""));
     server.stop();
 }
 
@@ -885,6 +1032,8 @@ fn a_206_body_longer_than_its_range_is_refused_and_the_server_stays_up() {
         "the lying slice was not cached"
     );
     assert_eq!(get(&server, "/ok", &[]).body, b"still serving");
+    assert_eq!(origin.count("/ok"), 1);
+    assert_eq!(origin.total(), 3);
     server.stop();
 }
 
@@ -892,16 +1041,21 @@ fn a_206_body_longer_than_its_range_is_refused_and_the_server_stays_up() {
 fn expired_slices_are_fetched_again() {
     let body = Arc::new(content(200_000, 14));
     let b = body.clone();
-    let origin = Origin::start(move |_| {
+    // Each slice is stale as soon as it is stored; revalidated, it is fresh.
+    let origin = Origin::start(move |req| {
+        let age = if req.header("if-none-match").is_some() {
+            ("Age", "0")
+        } else {
+            STALE_ON_ARRIVAL
+        };
         origin::ranged(
             b.clone(),
-            &[("ETag", "\"e\""), ("Cache-Control", "max-age=1")],
+            &[("ETag", "\"e\""), ("Cache-Control", "max-age=60"), age],
         )
     });
     let server = start(&origin, "slice_bytes = 65536", "");
     assert!(get(&server, "/expiring.mp4", &[]).body == *body);
     assert_eq!(origin.total(), 4);
-    std::thread::sleep(Duration::from_millis(2100));
     for _ in 0..2 {
         let r = get(&server, "/expiring.mp4", &[]);
         assert_eq!(r.status, 200, "{}", cache_status(&r));
@@ -927,25 +1081,44 @@ fn stale_slices_stand_in_when_the_origin_fails() {
         if f.load(Ordering::SeqCst) == 1 {
             return Reply::Reset;
         }
+        // Stale as soon as stored; the route's stale_if_error_s covers it.
         origin::ranged(
             b.clone(),
-            &[("ETag", "\"f\""), ("Cache-Control", "max-age=1")],
+            &[
+                ("ETag", "\"f\""),
+                ("Cache-Control", "max-age=60"),
+                STALE_ON_ARRIVAL,
+            ],
         )
     });
-    let server = start_with(
-        &origin,
-        "down_after = 1000",
-        "slice_bytes = 65536\nstale_if_error_s = 600",
-        "",
-    );
+    // One worker: one pool of origin connections, so exact counts (see below).
+    let server = CacheConfig::new(&origin)
+        .server("workers = 1")
+        .origin("first_byte_timeout_ms = 1000\nidle_timeout_ms = 1000\ndown_after = 1000")
+        .route("slice_bytes = 65536\nstale_if_error_s = 600")
+        .start();
     assert!(get(&server, "/sie.mp4", &[]).body == *body);
-    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(origin.total(), 4, "4 slices");
     failing.store(1, Ordering::SeqCst);
     let r = get(&server, "/sie.mp4", &[]);
     assert_eq!(r.status, 200, "{}", cache_status(&r));
     assert!(
         r.body == *body,
         "stale slices served whole while the origin fails"
+    );
+    let failed = &origin.requests()[4..];
+    // Slice 0's on the pooled connection and again on a new one (a reset on a pooled
+    // connection is retried once), each other slice's on a new one.
+    assert_eq!(
+        failed.len(),
+        2 + 3,
+        "each stale slice was revalidated (and failed) before standing in"
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|q| q.header("if-none-match") == Some("\"f\"") && q.range().is_some()),
+        "conditional slice requests: {failed:#?}"
     );
     server.stop();
 }
@@ -963,6 +1136,7 @@ fn a_range_beyond_the_end_is_416_and_keeps_the_cached_slices() {
     let server = start(&origin, "slice_bytes = 65536", "");
     assert!(get(&server, "/r.mp4", &[]).body == *body);
     let before = origin.total();
+    assert_eq!(before, 4, "4 slices");
     let r = get(&server, "/r.mp4", &["Range: bytes=99999999-"]);
     assert_eq!(r.status, 416);
     assert!(get(&server, "/r.mp4", &[]).body == *body);
@@ -1023,9 +1197,9 @@ fn a_drip_that_beats_the_idle_timeout_is_cut_by_the_fill_timeout() {
         "not cut by the fill timeout"
     );
     assert!(body.len() < 20_000, "a cut fill looked complete");
-    let before = origin.total();
+    assert_eq!(origin.total(), 1);
     get_to_close(&server, "/drip");
-    assert_eq!(origin.total(), before + 1, "nothing was cached");
+    assert_eq!(origin.total(), 2, "nothing was cached");
     server.stop();
 }
 

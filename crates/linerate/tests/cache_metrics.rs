@@ -40,6 +40,24 @@ fn config(live: &Origin, dead: u16) -> CacheConfig {
         .route("slice_bytes = 0")
 }
 
+/// Every file under the disk's `objects/` directory, with its size.
+fn object_files(disk: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![disk.join("objects")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                dirs.push(entry.path());
+            } else {
+                out.push((entry.path(), meta.len()));
+            }
+        }
+    }
+    out
+}
+
 /// One admin call: (status, body).
 fn admin(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -163,14 +181,24 @@ fn disks_origins_and_cache_statuses_are_exported_exactly() {
         ),
         Some(0.0)
     );
-    let objects = value(&text, "linerate_cache_disk_objects{disk=\"d0\"}").unwrap();
-    assert!(objects >= 1.0, "objects {objects}");
-    let used = value(&text, "linerate_cache_disk_bytes_used{disk=\"d0\"}").unwrap();
-    assert!(used >= 4096.0, "used {used}");
-    let capacity = value(&text, "linerate_cache_disk_bytes_capacity{disk=\"d0\"}").unwrap();
-    assert!(
-        capacity > 0.0 && capacity <= 1_073_741_824.0,
-        "capacity {capacity}"
+    // The one object stored, its file's size charged in whole 4 KiB blocks, and the
+    // configured max_bytes capped by the filesystem's size.
+    let files = object_files(&srv.dir().join("cache"));
+    assert_eq!(files.len(), 1, "one object file: {files:?}");
+    assert_eq!(
+        value(&text, "linerate_cache_disk_objects{disk=\"d0\"}"),
+        Some(1.0)
+    );
+    let charged: u64 = files.iter().map(|(_, len)| len.div_ceil(4096) * 4096).sum();
+    assert_eq!(
+        value(&text, "linerate_cache_disk_bytes_used{disk=\"d0\"}"),
+        Some(charged as f64),
+        "{files:?}"
+    );
+    let fs_total = linerate_sys::fs::fs_space(srv.dir()).unwrap().total_bytes;
+    assert_eq!(
+        value(&text, "linerate_cache_disk_bytes_capacity{disk=\"d0\"}"),
+        Some(fs_total.min(1_073_741_824) as f64)
     );
     assert_eq!(
         value(&text, "linerate_cache_disk_errors_total{disk=\"d0\"}"),
@@ -209,6 +237,7 @@ fn disks_origins_and_cache_statuses_are_exported_exactly() {
         Some(3.0)
     );
     // The live origin is untouched.
+    assert_eq!(live.total(), 1);
     assert_eq!(
         value(&text, &format!("linerate_origin_up{{{o}}}")),
         Some(1.0)
@@ -293,5 +322,6 @@ fn health_is_503_when_no_cache_disk_is_in_service() {
         ),
         Some(0.0)
     );
+    assert_eq!(live.total(), 0, "nothing was asked of the origin");
     assert!(srv.stop().success());
 }

@@ -247,7 +247,19 @@ fn access_log_formats_rotation_and_a_vanished_directory() {
     std::fs::rename(&path, &rotated).unwrap();
     srv.signal("USR1");
     eventually("reopened", || srv.logged("reopening access logs"));
-    std::thread::sleep(Duration::from_millis(100));
+    // That line is logged before the workers act: wait until both workers (not a
+    // fixed sleep, which a loaded machine outlasts) hold the new file open, and none
+    // the rotated one.
+    let open_on = |p: &std::path::Path| {
+        std::fs::read_dir(format!("/proc/{}/fd", srv.pid()))
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l == p)
+            .count()
+    };
+    eventually("both workers reopened the log", || {
+        open_on(&path) == 2 && open_on(&rotated) == 0
+    });
     assert_eq!(srv.get("/a.ts", &[]).status, 200);
     eventually("line in the new file", || read(&path).lines().count() == 1);
     assert_eq!(read(&rotated).lines().count(), 2);

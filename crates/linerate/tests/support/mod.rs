@@ -243,14 +243,34 @@ pub fn wait_for_listening(
     rx.recv_timeout(START_TIMEOUT).ok().flatten()
 }
 
-/// Read until EOF, a reset or the read timeout.
+/// Read until the peer closes the connection (EOF) or resets it, and return every byte
+/// received. The socket's read timeout running out is a test failure, not a close:
+/// callers use this where the server must end the connection (RFC 9112 §6.3), and a
+/// server that leaves it open must not pass for one that closed it.
 pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];
     loop {
         match s.read(&mut buf) {
-            Ok(0) | Err(_) => return out,
+            Ok(0) => return out,
             Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!(
+                    "read_to_close: the connection was still open when the read timeout ({:?}) ran out; \
+                     the peer never closed it. {} bytes received: {:?}",
+                    s.read_timeout().ok().flatten(),
+                    out.len(),
+                    String::from_utf8_lossy(&out[..out.len().min(300)])
+                );
+            }
+            // A reset (or another error) ends the connection too.
+            Err(_) => return out,
         }
     }
 }

@@ -275,6 +275,11 @@ struct Shared {
     /// A clone of every open connection, so stopping can shut them down.
     open: Mutex<Vec<(u64, TcpStream)>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The message of every panic in the handler (or in the origin's own connection
+    /// code), with the request it was answering. A panicking handler looks like a
+    /// closed connection to the cache (a 502), which a test accepting 5xx would take
+    /// for a pass; [`Origin`]'s drop and [`Origin::assert_no_panics`] fail the test.
+    panics: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -319,6 +324,7 @@ impl Origin {
             wake: (Mutex::new(()), Condvar::new()),
             open: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
+            panics: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
         let acceptor = std::thread::Builder::new()
@@ -377,6 +383,19 @@ impl Origin {
         self.shared.accepted.store(0, Ordering::SeqCst);
     }
 
+    /// Fail the test now if the handler panicked on any request so far (the drop checks
+    /// this too, but only when the test gets that far without failing otherwise).
+    pub fn assert_no_panics(&self) {
+        let panics = self.shared.panics.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(
+            panics.is_empty(),
+            "the scripted origin's handler panicked ({} time(s)); the cache saw a closed \
+             connection instead of an answer:\n{}",
+            panics.len(),
+            panics.join("\n")
+        );
+    }
+
     /// Wait (at most `limit`) until `count(path) >= n`; returns whether it got there.
     pub fn wait_count(&self, path: &str, n: usize, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
@@ -402,15 +421,43 @@ impl Drop for Origin {
         // Wake the blocking accept; it sees `stopping` and returns, closing the listener.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
         if let Some(a) = self.acceptor.take() {
-            let _ = a.join();
+            if let Err(p) = a.join() {
+                self.shared
+                    .panics
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(format!("the accept thread panicked: {}", message(&*p)));
+            }
         }
         for (_, s) in self.shared.open.lock().unwrap().iter() {
             let _ = s.shutdown(Shutdown::Both);
         }
         let threads = std::mem::take(&mut *self.shared.threads.lock().unwrap());
         for t in threads {
-            let _ = t.join();
+            if let Err(p) = t.join() {
+                self.shared
+                    .panics
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(format!("a connection thread panicked: {}", message(&*p)));
+            }
         }
+        // Failing a test that already fails would abort the process (a panic while
+        // panicking) and hide its own message.
+        if !std::thread::panicking() {
+            self.assert_no_panics();
+        }
+    }
+}
+
+/// The text of a panic payload (`panic!` with a literal or a format string).
+fn message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a panic without a message)".to_owned()
     }
 }
 
@@ -436,8 +483,22 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
             })
             .unwrap();
         let mut threads = shared.threads.lock().unwrap();
-        threads.retain(|t| !t.is_finished());
+        // Join the finished ones (dropping a handle would lose a panic it carries).
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *threads)
+            .into_iter()
+            .partition(|t| t.is_finished());
+        *threads = running;
         threads.push(t);
+        drop(threads);
+        for t in done {
+            if let Err(p) = t.join() {
+                shared
+                    .panics
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(format!("a connection thread panicked: {}", message(&*p)));
+            }
+        }
     }
 }
 
@@ -461,7 +522,25 @@ fn serve_connection(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
             return Ok(());
         }
         shared.requests.lock().unwrap().push(req.clone());
-        let reply = (shared.handler)(&req);
+        let reply =
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (shared.handler)(&req)))
+            {
+                Ok(reply) => reply,
+                Err(p) => {
+                    shared
+                        .panics
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!(
+                            "handler panicked on {} {}: {}",
+                            req.method,
+                            req.target,
+                            message(&*p)
+                        ));
+                    // What a dead handler looks like from outside: the connection closes.
+                    return Ok(());
+                }
+            };
         match answer(&mut stream, shared, &req, reply)? {
             After::Close => {
                 let _ = stream.shutdown(Shutdown::Write);
@@ -1004,6 +1083,25 @@ mod tests {
         assert!(t.elapsed() >= Duration::from_millis(50) && out.ends_with(b"late"));
         assert_eq!(o.requests().last().unwrap().body, b"abc");
         assert!(get(&o, "GET /raw HTTP/1.1\r\n\r\n").ends_with(b"Length: x\r\n\r\n"));
+    }
+
+    #[test]
+    fn a_panicking_handler_fails_the_test_on_drop() {
+        let o = Origin::start(|r| {
+            assert_eq!(r.path(), "/fine", "unexpected request");
+            ok(b"fine", &[])
+        });
+        assert!(get(&o, "GET /fine HTTP/1.1\r\nConnection: close\r\n\r\n").ends_with(b"fine"));
+        o.assert_no_panics();
+        // The panicking handler's connection just closes, as the cache would see it.
+        assert!(get(&o, "GET /other HTTP/1.1\r\n\r\n").is_empty());
+        let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(o)))
+            .map_err(|p| message(&*p))
+            .expect_err("the drop did not fail");
+        assert!(
+            text.contains("handler panicked on GET /other") && text.contains("unexpected request"),
+            "{text}"
+        );
     }
 
     #[test]
