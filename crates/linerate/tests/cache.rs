@@ -296,7 +296,9 @@ fn stale_while_revalidate_and_stale_if_error() {
     assert_eq!(origin.requests()[2].header("if-none-match"), Some("\"m2\""));
     let cs = cache_status(&r);
     assert!(
-        cs.contains("fwd=stale") && cs.contains("detail=\"origin_error\""),
+        cs.contains("fwd=stale")
+            && cs.contains("fwd-status=503")
+            && cs.contains("detail=\"origin_error\""),
         "{cs}"
     );
     server.stop();
