@@ -292,6 +292,13 @@ impl Freshness {
     pub fn within_stale_if_error(&self) -> bool {
         self.may_serve_stale() && self.sie > 0 && self.staleness() <= self.sie
     }
+
+    /// Whether the stored response may answer when its validation fails: still fresh
+    /// (and not `no-cache`, which needs a successful validation), or stale within
+    /// stale-if-error.
+    pub fn stands_in_on_error(&self) -> bool {
+        (self.is_fresh() && !self.control.directives.no_cache) || self.within_stale_if_error()
+    }
 }
 
 /// What to do with a stored response for a request.
@@ -342,8 +349,8 @@ pub enum OnError {
     /// 504: must-revalidate and friends (§5.2.2.2: "if a cache ... cannot reach the
     /// origin ... it MUST generate a 504 (Gateway Timeout)").
     GatewayTimeout,
-    /// An error: 502 or 504 as the failure says (a 5xx answer to the revalidation is
-    /// treated as the origin failing, RFC 9111 §4.3.3, and also gives 502).
+    /// An error: 502 or 504 as the failure says; a 5xx answer to the revalidation is
+    /// forwarded (RFC 9111 §4.3.3 allows either).
     Fail,
 }
 
@@ -372,10 +379,11 @@ pub enum Miss {
 /// 5. `only-if-cached`: [`Decision::GatewayTimeout`];
 /// 6. validate; a failure then serves the stored response within stale-if-error (or
 ///    while still fresh), gives 504 for a stale response under must-revalidate,
-///    proxy-revalidate or s-maxage, and the origin's error otherwise.
+///    proxy-revalidate or s-maxage when the origin cannot be reached, and the origin's
+///    answer (a 5xx) or a 502/504 of the cache's own otherwise.
 pub fn decide(rc: &RequestCacheControl, f: &Freshness) -> Decision {
     let cc = &f.control.directives;
-    let on_error = if (f.is_fresh() && !cc.no_cache) || f.within_stale_if_error() {
+    let on_error = if f.stands_in_on_error() {
         OnError::ServeStored
     } else if !f.is_fresh() && (cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage.is_some())
     {

@@ -212,13 +212,21 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
         }
         return Phase::Revalidated;
     }
-    // RFC 9111 §4.3.3: a 5xx to a revalidation may be treated as the origin failing to
-    // answer, so a stored copy may stand in (stale-if-error).
-    if job.stale.is_some() && status >= 500 {
-        return Phase::Failed(Failure {
-            fwd_status: Some(status),
-            ..bad_gateway("origin_error", true)
-        });
+    // RFC 9111 §4.3.3: a 5xx to a revalidation may be forwarded, or treated as the
+    // origin failing to answer. While the stored copy may stand in (stale-if-error, or
+    // still fresh) it is a failure, so the copy answers; otherwise the origin's answer
+    // is forwarded like any response (and stored if it may be: an error with explicit
+    // freshness replaces the copy), rather than a 502 of our own in its place.
+    if let (Some(stale), true) = (&job.stale, status >= 500) {
+        if px
+            .freshness(job.fetch.route, &job.fetch.target, stale)
+            .stands_in_on_error()
+        {
+            return Phase::Failed(Failure {
+                fwd_status: Some(status),
+                ..bad_gateway("origin_error", true)
+            });
+        }
     }
 
     let asked = match &job.slice {
