@@ -48,8 +48,13 @@ pub fn is_hop_by_hop(name: &[u8], connection_tokens: &[Vec<u8>]) -> bool {
 /// request (its host, scheme, port, path or method) although they are not in the cache
 /// key: the unkeyed inputs of web cache poisoning. Never forwarded from a client; the
 /// cache sends its own `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host`.
-/// (`Forwarded`, RFC 7239, carries `host=` and `proto=` parameters as well as `for=`.)
-pub const NEVER_FORWARDED: [&str; 14] = [
+/// (`Forwarded`, RFC 7239, carries `host=` and `proto=` parameters as well as `for=`;
+/// `X-Forwarded-Ssl`, `Front-End-Https` and `X-Url-Scheme` are how Rack and IIS-era
+/// stacks learn the scheme; `X-Real-IP`, `True-Client-IP` and `Client-IP` name a client
+/// address an origin may trust.) A field name with `_` is never forwarded either:
+/// CGI-style servers read `X_Forwarded_Host` as `X-Forwarded-Host` (both become
+/// `HTTP_X_FORWARDED_HOST`); nginx drops such names by default too.
+pub const NEVER_FORWARDED: [&str; 20] = [
     "forwarded",
     "x-forwarded-for",
     "x-forwarded-host",
@@ -64,6 +69,12 @@ pub const NEVER_FORWARDED: [&str; 14] = [
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
+    "x-forwarded-ssl",
+    "front-end-https",
+    "x-url-scheme",
+    "x-real-ip",
+    "true-client-ip",
+    "client-ip",
 ];
 
 /// Request fields a fill never forwards because the cache decides them itself: the
@@ -130,15 +141,23 @@ pub fn request_fields<'a>(
     let mut via: Vec<u8> = Vec::new();
     let mut xff: Vec<u8> = Vec::new();
     for (name, value) in head.fields() {
+        // Named in `Connection`: meant for us only, so not even the client's entries of
+        // the lists we extend go on (RFC 9110 §7.6.1).
+        let hop = is_hop_by_hop(name, &tokens);
         if name.eq_ignore_ascii_case(b"via") {
-            join(&mut via, value);
+            if !hop {
+                join(&mut via, value);
+            }
             continue;
         }
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
-            join(&mut xff, value);
+            if !hop {
+                join(&mut xff, value);
+            }
             continue;
         }
-        let dropped = is_hop_by_hop(name, &tokens)
+        let dropped = hop
+            || name.contains(&b'_')
             || named(&NEVER_FORWARDED, name)
             || named(&FRAMING, name)
             || (purpose == Purpose::Fill && named(&DECIDED_BY_THE_CACHE, name));
@@ -272,7 +291,9 @@ mod tests {
             b"GET /a HTTP/1.1\r\nHost: CDN.example:8443\r\nX-Forwarded-Host: evil.example\r\n\
               Forwarded: host=evil;proto=http\r\nX-Forwarded-Proto: http\r\nX-Original-URL: /admin\r\n\
               X-HTTP-Method-Override: DELETE\r\nX-Forwarded-For: 10.0.0.1\r\nx-forwarded-for: 10.0.0.2\r\n\
-              Accept: */*\r\nVia: 1.0 browser-proxy\r\n\r\n",
+              Accept: */*\r\nVia: 1.0 browser-proxy\r\nX-Forwarded-Ssl: on\r\nFront-End-Https: on\r\n\
+              X-Url-Scheme: https\r\nX_Forwarded_Host: evil.example\r\nX-Real-IP: 10.9.9.9\r\n\
+              True-Client-IP: 10.9.9.9\r\nClient-IP: 10.9.9.9\r\n\r\n",
             Purpose::Fill,
             Some("192.0.2.7".parse().unwrap()),
         );
@@ -316,6 +337,19 @@ mod tests {
                 "X-Forwarded-Host"
             ]
         );
+    }
+
+    #[test]
+    fn lists_named_in_connection_are_not_extended() {
+        let got = forwarded(
+            b"GET /a HTTP/1.1\r\nHost: h\r\nConnection: X-Forwarded-For, Via\r\n\
+              X-Forwarded-For: 1.1.1.1\r\nVia: 1.0 p\r\n\r\n",
+            Purpose::Fill,
+            Some("192.0.2.7".parse().unwrap()),
+        );
+        let value = |n: &str| got.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        assert_eq!(value("X-Forwarded-For"), Some("192.0.2.7"));
+        assert_eq!(value("Via"), Some("1.1 edge"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ fn reflecting(req: &Request) -> origin::Reply {
 
 /// Client fields that override a request's host, scheme, path or method in some
 /// servers and frameworks; none may reach the origin.
-const SPOOFING: [(&str, &str); 13] = [
+const SPOOFING: [(&str, &str); 20] = [
     ("Forwarded", "for=192.0.2.1;host=evil.example;proto=https"),
     ("X-Forwarded-Host", "evil.example"),
     ("X-Forwarded-Proto", "https"),
@@ -34,6 +34,13 @@ const SPOOFING: [(&str, &str); 13] = [
     ("X-HTTP-Method-Override", "DELETE"),
     ("X-HTTP-Method", "DELETE"),
     ("X-Method-Override", "DELETE"),
+    ("X-Forwarded-Ssl", "on"),
+    ("Front-End-Https", "on"),
+    ("X-Url-Scheme", "https"),
+    ("X_Forwarded_Host", "evil.example"),
+    ("X-Real-IP", "10.9.9.9"),
+    ("True-Client-IP", "10.9.9.9"),
+    ("Client-IP", "10.9.9.9"),
 ];
 
 matrix! {
@@ -73,12 +80,19 @@ matrix! {
         assert_response(&cache.get("/a", &["X-Forwarded-For: 203.0.113.7"]), 200, b"ok");
         let req = last_request(&origin, "/a");
         assert_eq!(joined(&req, "x-forwarded-for"), "203.0.113.7, 127.0.0.1");
+        // Named in Connection: for this hop only, so not extended but dropped (RFC 9110
+        // §7.6.1).
+        let hop = ["Connection: X-Forwarded-For, Via", "X-Forwarded-For: 1.1.1.1", "Via: 1.0 p"];
+        assert_response(&cache.get("/hop", &hop), 200, b"ok");
+        let req = last_request(&origin, "/hop");
+        assert_eq!(joined(&req, "x-forwarded-for"), "127.0.0.1");
+        assert!(!joined(&req, "via").contains("1.0 p"), "{:?}", req.headers);
         assert_response(&cache.get("/b", &["Host: Media.Example.COM:8080"]), 200, b"ok");
         let req = last_request(&origin, "/b");
         assert_eq!(joined(&req, "x-forwarded-for"), "127.0.0.1");
         assert_eq!(joined(&req, "x-forwarded-proto"), "http");
         assert_eq!(joined(&req, "x-forwarded-host"), "media.example.com");
-        assert_eq!(origin.total(), 2);
+        assert_eq!(origin.total(), 3);
     }
 
     /// RFC 9110 §7.6.3: "A proxy MUST send an appropriate Via header field ... in each
