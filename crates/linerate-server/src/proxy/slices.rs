@@ -199,6 +199,12 @@ impl SliceCtx {
                 Lookup::Miss(_) => None,
             };
             if let Some(h) = usable {
+                if forwarded {
+                    // What the origin answered this request's fill (RFC 9211 §2.3): only
+                    // a 206 of exactly this slice is stored under a slice key (the
+                    // stored status is the whole response's, 200).
+                    trace.fwd_status.get_or_insert(206);
+                }
                 let Some(v) = version_of(&h) else {
                     return Err(SliceError::Failed(StatusCode::BadGateway, "bad_slice"));
                 };

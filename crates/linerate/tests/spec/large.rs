@@ -92,6 +92,11 @@ matrix! {
         let cs = CacheStatus::of(&first);
         assert_eq!(cs.fwd.as_deref(), Some("uri-miss"), "{:?}", first.headers);
         assert!(cs.stored, "{:?}", first.headers);
+        // RFC 9211 §2.3: what the origin answered the cache's request (a slice's 206
+        // from an origin that honours Range; the client still gets the whole 200).
+        let next_hop = if v.ranges == RangeSupport::Honoured && ranged(v) { 206 } else { 200 };
+        assert_eq!(cs.fwd_status, Some(next_hop), "{:?}", first.headers);
+        assert_eq!(first.status, 200);
         for range in [None, Some("Range: bytes=150000-150099")] {
             let r = cache.get("/big", range.as_slice());
             let age: u64 = r.header("age").unwrap().parse().unwrap();
