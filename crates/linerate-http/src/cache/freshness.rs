@@ -93,12 +93,36 @@ pub fn freshness_lifetime(
     0
 }
 
-/// The `Age` value of a response's `Age` field lines (RFC 9111 §5.1): "a cache
-/// encountering a message with a list-based Age field value SHOULD use the first member
-/// of the field value, discarding subsequent ones. If the field value (after discarding
-/// additional members ...) is invalid ..., a cache SHOULD ignore the field." So
-/// `7200, 0` and the two lines `7200` then `0` are 7200; `abc`, `-5`, `7.0` are `None`.
-pub fn age_value<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Option<u64> {
+/// What a response's `Age` field lines say (RFC 9111 §5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgeField {
+    /// No `Age` (or only empty members).
+    Absent,
+    /// `delta-seconds` (capped at [`crate::cache::DELTA_SECONDS_MAX`]).
+    Seconds(u64),
+    /// Something else: "a cache SHOULD consider the response to be stale".
+    Invalid,
+}
+
+impl AgeField {
+    /// The `age_value` of RFC 9111 §4.2.3 (0 when absent or invalid; an invalid one
+    /// makes the response stale instead, see [`AgeField::Invalid`]).
+    pub fn seconds(self) -> Option<u64> {
+        match self {
+            AgeField::Seconds(n) => Some(n),
+            AgeField::Absent | AgeField::Invalid => None,
+        }
+    }
+}
+
+/// The `Age` of a response's `Age` field lines (RFC 9111 §5.1): "a cache encountering a
+/// message with a list-based Age field value SHOULD use the first member of the field
+/// value, discarding subsequent ones. If the field value (after discarding additional
+/// members, as per above) is invalid (e.g., it contains something other than a
+/// non-negative integer), a cache SHOULD consider the response to be stale." So
+/// `7200, 0` and the two lines `7200` then `0` are 7200; `abc`, `-5`, `7.0`, `old, 0`
+/// are [`AgeField::Invalid`].
+pub fn age_field<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> AgeField {
     let mut first = None;
     for line in lines {
         crate::syntax::for_each_member(line, |m| {
@@ -108,7 +132,10 @@ pub fn age_value<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Option<u64> {
             break;
         }
     }
-    parse_delta_seconds(first?)
+    match first {
+        None => AgeField::Absent,
+        Some(m) => parse_delta_seconds(m).map_or(AgeField::Invalid, AgeField::Seconds),
+    }
 }
 
 /// Current age in whole seconds, rounded down (RFC 9111 §4.2.3):
@@ -239,17 +266,24 @@ mod tests {
     }
 
     #[test]
-    fn age_is_the_first_member_or_ignored() {
-        let age = |lines: &[&str]| age_value(lines.iter().map(|l| l.as_bytes()));
-        assert_eq!(age(&["7200, 0"]), Some(7200));
-        assert_eq!(age(&["7200", "0"]), Some(7200));
-        assert_eq!(age(&["0,7200"]), Some(0));
-        assert_eq!(age(&[" , 30"]), Some(30), "empty members are not members");
-        for bad in ["abc", "-7200", "7200.0", "abc, 5"] {
-            assert_eq!(age(&[bad]), None, "{bad}");
+    fn age_is_the_first_member_and_invalid_is_said() {
+        let age = |lines: &[&str]| age_field(lines.iter().map(|l| l.as_bytes()));
+        assert_eq!(age(&["7200, 0"]), AgeField::Seconds(7200));
+        assert_eq!(age(&["7200", "0"]), AgeField::Seconds(7200));
+        assert_eq!(age(&["0,7200"]), AgeField::Seconds(0));
+        assert_eq!(
+            age(&[" , 30"]),
+            AgeField::Seconds(30),
+            "empty members are not members"
+        );
+        for bad in ["abc", "-7200", "7200.0", "abc, 5", "old, 0"] {
+            assert_eq!(age(&[bad]), AgeField::Invalid, "{bad}");
         }
-        assert_eq!(age(&[]), None);
-        assert_eq!(age(&["99999999999"]), Some(crate::cache::DELTA_SECONDS_MAX));
+        assert_eq!(age(&[]), AgeField::Absent);
+        assert_eq!(
+            age(&["99999999999"]),
+            AgeField::Seconds(crate::cache::DELTA_SECONDS_MAX)
+        );
     }
 
     #[test]

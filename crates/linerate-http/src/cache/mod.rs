@@ -26,7 +26,7 @@ pub use control::{
     parse_delta_seconds, Control, ControlSource, RequestCacheControl, ResponseCacheControl,
     DELTA_SECONDS_MAX,
 };
-pub use freshness::{age_value, current_age, freshness_lifetime, Heuristic};
+pub use freshness::{age_field, current_age, freshness_lifetime, AgeField, Heuristic};
 pub use partial::{classify, parse_content_range, same_version, Answer, Asked, ContentRange};
 pub use policy::{
     admit, decide, decide_miss, freshen, to_store, Decision, Freshness, Miss, NotStorable, OnError,

@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use crate::common::{
-    age_of, assert_response, date, expect_not_reused, expect_reused, fields, now, numbered,
-    parse_http_date,
+    age_of, assert_response, date, expect_not_reused, expect_reused, fields, last_request, now,
+    numbered, parse_http_date,
 };
 use crate::matrix;
+use crate::support::kit::CacheStatus;
 use crate::support::origin;
 
 matrix! {
@@ -135,22 +136,46 @@ matrix! {
         expect_not_reused(&cache, &origin, "/two-lines", 200);
     }
 
-    /// RFC 9111 §5.1: an `Age` that is not delta-seconds (`1*DIGIT`) is invalid;
-    /// linerate ignores it (age_value 0, §4.2.3), so a `max-age=3600` response stays
-    /// fresh despite `Age: abc`, `Age: -7200` or `Age: 7200.0`.
-    fn invalid_age_is_ignored(v) {
+    /// RFC 9111 §5.1: "If the field value (after discarding additional members ...) is
+    /// invalid (e.g., it contains something other than a non-negative integer), a cache
+    /// SHOULD consider the response to be stale." A `max-age=3600` response with `Age:
+    /// abc`, `-7200`, `7200.0` or `old, 0` is not reused without validation (it has no
+    /// validator, so the second request fetches it again).
+    fn invalid_age_makes_the_response_stale(v) {
         let origin = v.origin(numbered(|req| {
             let age = match req.path() {
                 "/alpha" => "abc",
                 "/negative" => "-7200",
+                "/list" => "old, 0",
                 _ => "7200.0",
             };
             (200, fields(&[("Cache-Control", "max-age=3600"), ("Age", age)]))
         }));
         let cache = v.start(&origin);
-        for p in ["/alpha", "/negative", "/float"] {
-            expect_reused(&cache, &origin, p, 200);
+        for p in ["/alpha", "/negative", "/list", "/float"] {
+            expect_not_reused(&cache, &origin, p, 200);
         }
+    }
+
+    /// The same with a validator: stored, and revalidated before reuse (a 304 from the
+    /// origin confirms it, and the stored body is served).
+    fn invalid_age_is_revalidated(v) {
+        let origin = v.origin(|req: &origin::Request| {
+            let fields = [("Cache-Control", "max-age=3600"), ("Age", "old, 0"), ("ETag", "\"a\"")];
+            if req.header("if-none-match") == Some("\"a\"") {
+                origin::status(304, &fields)
+            } else {
+                origin::ok(b"aged", &fields)
+            }
+        });
+        let cache = v.start(&origin);
+        assert_response(&cache.get("/v", &[]), 200, b"aged");
+        assert_eq!(origin.count("/v"), 1);
+        let r = cache.get("/v", &[]);
+        assert_response(&r, 200, b"aged");
+        assert_eq!(origin.count("/v"), 2, "validated, not reused as it was");
+        assert_eq!(last_request(&origin, "/v").header("if-none-match"), Some("\"a\""));
+        assert_eq!(CacheStatus::of(&r).fwd_status, Some(304), "{:?}", r.headers);
     }
 
     /// RFC 9111 §4 (constructing responses from caches) and RFC 9110 §6.6.1: the stored
