@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use crate::common::{
-    age_of, assert_response, date, expect_not_reused, expect_reused, fields, last_request, now,
-    numbered, parse_http_date,
+    age_of, assert_response, date, expect_not_reused, fields, last_request, now, numbered,
+    parse_http_date,
 };
 use crate::matrix;
 use crate::support::kit::CacheStatus;
