@@ -142,7 +142,7 @@ pub fn run_until(
 }
 
 fn run_controlled(
-    options: ServerOptions,
+    mut options: ServerOptions,
     reloader: Option<Reloader>,
     on_started: impl FnOnce(&Started),
     wait_for_stop: impl FnOnce(&Control),
@@ -171,7 +171,20 @@ fn run_controlled(
         None => open_root(&options.root)?,
     };
     match linerate_sys::limits::raise_nofile_limit() {
-        Ok(n) => tracing::debug!(nofile = n, "file descriptor limit"),
+        Ok(n) => {
+            tracing::debug!(nofile = n, "file descriptor limit");
+            // Cached open files may take at most a quarter of the descriptors: the
+            // connections need the rest.
+            let cap = usize::try_from(n / 4).unwrap_or(usize::MAX) / options.workers;
+            if options.open_file_cache > cap {
+                tracing::warn!(
+                    configured = options.open_file_cache,
+                    cap,
+                    "appliance.open_file_cache capped to a quarter of the descriptor limit per worker"
+                );
+                options.open_file_cache = cap;
+            }
+        }
         Err(e) => tracing::warn!(error = %e, "could not raise the file descriptor limit"),
     }
     let probe = linerate_sys::pagecache::PageCacheProbe::detect(root.as_fd());
