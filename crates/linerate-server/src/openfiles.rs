@@ -8,7 +8,8 @@
 //! Correctness comes first: an entry is trusted for `valid` (default 1 s) after it was
 //! opened or last checked; the first use after that re-`stat`s the *path*
 //! ([`linerate_sys::fs::version_at`], one syscall) and keeps the entry only if device,
-//! inode, size and mtime are all unchanged. Revalidating by path, not by the cached
+//! inode, size, mtime and ctime are all unchanged (ctime: a `chmod` that should now
+//! answer 403). Revalidating by path, not by the cached
 //! descriptor, is what catches a rename-replace or a delete: the descriptor keeps the
 //! old inode alive and would serve it forever. A file that a transfer finds shorter than
 //! promised is dropped at once ([`OpenFiles::forget_fd`]). What this leaves, within
@@ -71,6 +72,7 @@ impl OpenFile {
             size: meta.len(),
             mtime_sec: u64::try_from(meta.mtime()).unwrap_or(0),
             mtime_nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
+            ctime_nanos: linerate_sys::fs::nanos(meta.ctime(), meta.ctime_nsec()),
             regular: meta.is_file(),
         };
         if !version.regular {

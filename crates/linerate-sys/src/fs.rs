@@ -78,6 +78,9 @@ pub struct FileVersion {
     pub mtime_sec: u64,
     /// `st_mtime_nsec`.
     pub mtime_nsec: u32,
+    /// `st_ctime` and `st_ctime_nsec` as nanoseconds: the inode changed (mode, owner,
+    /// links), which mtime does not show; a `chmod 000` must not keep being served.
+    pub ctime_nanos: u128,
     /// Whether it is a regular file (`S_ISREG`).
     pub regular: bool,
 }
@@ -103,8 +106,14 @@ pub fn version_at(dir: BorrowedFd<'_>, path: &[u8]) -> io::Result<FileVersion> {
         size: u64::try_from(st.st_size).unwrap_or(0),
         mtime_sec: u64::try_from(st.st_mtime).unwrap_or(0),
         mtime_nsec: u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+        ctime_nanos: nanos(st.st_ctime, st.st_ctime_nsec),
         regular: st.st_mode & libc::S_IFMT == libc::S_IFREG,
     })
+}
+
+/// Seconds and nanoseconds since the epoch as nanoseconds (0 before it).
+pub fn nanos(sec: i64, nsec: i64) -> u128 {
+    u128::try_from(sec).unwrap_or(0) * 1_000_000_000 + u128::try_from(nsec).unwrap_or(0)
 }
 
 /// Whether an error from [`preallocate`] only means "this filesystem cannot
