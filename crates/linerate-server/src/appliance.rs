@@ -4,11 +4,11 @@
 //! the transfer needs (head bytes, the open file, the ranges), so sending it involves no
 //! further decisions.
 //!
-//! Not here: sockets. Opening and `fstat`ing the file are the only I/O.
+//! Not here: sockets, or opening the file (the worker's open-file cache, `openfiles`,
+//! gives it with its validators).
 
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
 
 use linerate_http::conditional::{self, IfRange, Precondition, Validators};
 use linerate_http::multipart;
@@ -16,6 +16,7 @@ use linerate_http::range::{self, ByteRange, RangeOutcome};
 use linerate_http::{mime, path, HeadWriter, Method, Persistence, RequestHead, StatusCode};
 
 use crate::context::Worker;
+use crate::openfiles::OpenError;
 use crate::response::{error, persistence_field, simple, Body, Response, SERVER};
 use crate::stats::CacheStatus;
 
@@ -38,30 +39,30 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
         // Directories are never listed.
         return error(worker, StatusCode::NotFound, persistence);
     }
-    let file = match linerate_sys::open::open_beneath(worker.shared.root.as_fd(), &target.relative)
+    let open = match worker
+        .open_files
+        .open(worker.shared.root.as_fd(), &target.relative)
     {
         Ok(f) => f,
-        Err(e) => return error(worker, open_error_status(&e, &target.relative), persistence),
-    };
-    let meta = match file.metadata() {
-        Ok(m) if m.is_file() => m,
-        Ok(_) => return error(worker, StatusCode::NotFound, persistence),
-        Err(e) => {
+        Err(OpenError::Open(e)) => {
+            return error(worker, open_error_status(&e, &target.relative), persistence)
+        }
+        Err(OpenError::NotAFile) => return error(worker, StatusCode::NotFound, persistence),
+        Err(OpenError::Stat(e)) => {
             tracing::warn!(error = %e, "fstat failed");
             return error(worker, StatusCode::InternalServerError, persistence);
         }
     };
-    let len = meta.len();
-    let mtime = u64::try_from(meta.mtime()).unwrap_or(0);
-    let mtime_nanos =
-        u128::from(mtime) * 1_000_000_000 + u128::try_from(meta.mtime_nsec()).unwrap_or(0);
-    let etag = conditional::file_etag(len, mtime_nanos);
+    let len = open.len();
+    let mtime = open.mtime();
+    let etag = &open.etag;
     let validators = Validators {
-        etag: &etag,
+        etag,
         last_modified: mtime,
     };
-    let last_modified = linerate_http::date::format(mtime);
-    let content_type = mime::content_type(&target.relative);
+    let last_modified = &open.last_modified;
+    let content_type = open.content_type;
+    let file = open.file.clone();
     let live = worker.live();
     let cache_control = mime::extension(&target.relative)
         .and_then(|ext| live.cache_control.get(&ext.to_ascii_lowercase()))

@@ -18,6 +18,7 @@ mod conn;
 mod context;
 mod exchange;
 mod handler;
+mod openfiles;
 pub mod operate;
 pub mod options;
 mod origin;

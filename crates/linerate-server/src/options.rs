@@ -49,6 +49,18 @@ pub const DEFAULT_COLD_THREADS_PER_DISK: usize = 8;
 /// in sync; larger bodies get 413 and the connection closes.
 pub const DEFAULT_MAX_DISCARDED_BODY: u64 = 64 * 1024;
 
+/// Default open files cached per worker (appliance mode). Each holds one descriptor;
+/// 1024 covers the hot segments of hundreds of live channels on one core, and 1024 per
+/// worker stays far below the descriptor limit linerate raises at start-up (the
+/// connections need most of it). nginx's `open_file_cache max` has no default (off).
+pub const DEFAULT_OPEN_FILE_CACHE: usize = 1024;
+
+/// Default time a cached open file is trusted before its path is checked again (one
+/// `stat`): the longest a replaced, deleted or modified file may still be served as it
+/// was. Live manifests change every segment duration (2-6 s), so 1 s; nginx's
+/// `open_file_cache_valid` default is 60 s.
+pub const DEFAULT_OPEN_FILE_CACHE_VALID: Duration = Duration::from_secs(1);
+
 /// Everything a server run needs. Build with [`ServerOptions::new`] and adjust fields.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -64,6 +76,10 @@ pub struct ServerOptions {
     pub backlog: u32,
     /// The directory served (appliance mode).
     pub root: PathBuf,
+    /// Open files cached per worker (appliance mode); 0 disables the cache.
+    pub open_file_cache: usize,
+    /// How long a cached open file is trusted before its path is checked again.
+    pub open_file_cache_valid: Duration,
     /// Connection timeouts.
     pub timeouts: Timeouts,
     /// `Cache-Control` per lower-case file extension (no dot).
@@ -216,6 +232,8 @@ impl ServerOptions {
             max_connections_per_worker: DEFAULT_MAX_CONNECTIONS_PER_WORKER,
             backlog: DEFAULT_BACKLOG,
             root,
+            open_file_cache: DEFAULT_OPEN_FILE_CACHE,
+            open_file_cache_valid: DEFAULT_OPEN_FILE_CACHE_VALID,
             timeouts: Timeouts::default(),
             cache_control: default_cache_control(),
             default_cache_control: None,

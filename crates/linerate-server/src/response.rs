@@ -12,6 +12,7 @@ use std::fs::File;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::rc::Rc;
 
 use linerate_http::multipart::MultipartPlan;
 use linerate_http::range::ByteRange;
@@ -43,15 +44,15 @@ pub(crate) enum Body {
     Empty,
     /// One range of a file (the whole file for 200).
     File {
-        /// The open file.
-        file: File,
+        /// The open file (appliance mode: shared with its open-file cache entry).
+        file: Rc<File>,
         /// What to send of it.
         range: ByteRange,
     },
     /// multipart/byteranges parts of a file.
     Multipart {
-        /// The open file.
-        file: File,
+        /// The open file (shared like [`Body::File`]'s).
+        file: Rc<File>,
         /// Part heads, ranges and trailer.
         plan: MultipartPlan,
     },

@@ -142,7 +142,7 @@ pub fn run_until(
 }
 
 fn run_controlled(
-    options: ServerOptions,
+    mut options: ServerOptions,
     reloader: Option<Reloader>,
     on_started: impl FnOnce(&Started),
     wait_for_stop: impl FnOnce(&Control),
@@ -170,10 +170,16 @@ fn run_controlled(
         Some(c) => open_root(&c.store.disks[0].path)?,
         None => open_root(&options.root)?,
     };
-    match linerate_sys::limits::raise_nofile_limit() {
-        Ok(n) => tracing::debug!(nofile = n, "file descriptor limit"),
-        Err(e) => tracing::warn!(error = %e, "could not raise the file descriptor limit"),
-    }
+    let nofile = match linerate_sys::limits::raise_nofile_limit() {
+        Ok(n) => {
+            tracing::debug!(nofile = n, "file descriptor limit");
+            Some(n)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not raise the file descriptor limit");
+            None
+        }
+    };
     let probe = linerate_sys::pagecache::PageCacheProbe::detect(root.as_fd());
     let cold = ColdPool::start(options.cold_threads_per_disk).map_err(ServerError::Runtime)?;
     let tls = start_tls(&options)?;
@@ -199,6 +205,20 @@ fn run_controlled(
     let stats: Vec<Arc<WorkerStats>> = (0..options.workers)
         .map(|_| Arc::new(WorkerStats::new()))
         .collect();
+    // Cached open files may take at most a quarter of the descriptors: the connections
+    // need the rest. Capped only here, after the control copy, so a reload compares
+    // the configured value and does not report it as changed.
+    if let Some(n) = nofile {
+        let cap = usize::try_from(n / 4).unwrap_or(usize::MAX) / options.workers;
+        if options.open_file_cache > cap {
+            tracing::warn!(
+                configured = options.open_file_cache,
+                cap,
+                "appliance.open_file_cache capped to a quarter of the descriptor limit per worker"
+            );
+            options.open_file_cache = cap;
+        }
+    }
     let shared = Arc::new(Shared::new(options, root, probe, cold, tls));
 
     let mut threads = Vec::new();

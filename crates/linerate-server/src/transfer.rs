@@ -11,7 +11,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use linerate_http::range::ByteRange;
 use linerate_sys::net::{self, Flush};
@@ -160,7 +160,11 @@ impl Sender<'_> {
             match self.stream.try_io(Interest::WRITABLE, || {
                 net::sendfile(sock, fd, &mut offset, count)
             }) {
-                Ok(0) => return Err(TransferError::Truncated),
+                Ok(0) => {
+                    // Shorter than its cached length says: never serve that entry again.
+                    self.worker.open_files.forget_fd(fd.as_raw_fd());
+                    return Err(TransferError::Truncated);
+                }
                 Ok(n) => self.sent += n as u64,
                 Err(e) => self.on_error(e).await?,
             }

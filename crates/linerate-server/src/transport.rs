@@ -8,6 +8,7 @@
 
 use std::io;
 
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::context::Worker;
@@ -37,10 +38,25 @@ impl Transport {
         }
     }
 
-    /// Append request bytes to `buf`: `Ok(0)` at end of stream, `WouldBlock` if none.
+    /// Append request bytes to `buf` (into its spare capacity): `Ok(0)` at end of
+    /// stream, `WouldBlock` if none.
     pub(crate) fn try_read_buf(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         match self {
-            Transport::Plain(s) => s.try_read_buf(buf),
+            Transport::Plain(s) => {
+                let room = buf.capacity() - buf.len();
+                let n = s.try_read_buf(buf)?;
+                if n > 0 && n < room {
+                    // A short read emptied the receive queue, so the next `recv` could
+                    // only say EAGAIN; tokio keeps the socket "readable" until one does,
+                    // which cost one wasted `recv` per keep-alive request. Clear the
+                    // readiness here instead. Safe with edge-triggered epoll: bytes that
+                    // arrive after the `recv` raise a new edge, which sets it again.
+                    let _ = s.try_io(Interest::READABLE, || {
+                        Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                    });
+                }
+                Ok(n)
+            }
             Transport::Ktls(k) => k.try_read_buf(buf),
             Transport::Tls(t) => t.try_read_buf(buf),
         }

@@ -1,5 +1,6 @@
-//! Filesystem syscalls the object store needs and std does not offer: free space of a
-//! filesystem (`statvfs(3)`) and space preallocation (`fallocate(2)`).
+//! Filesystem syscalls the object store and appliance mode need and std does not offer:
+//! free space of a filesystem (`statvfs(3)`), space preallocation (`fallocate(2)`) and
+//! the identity of a path relative to a directory descriptor (`fstatat(2)`).
 //!
 //! One thin wrapper per call, borrowed descriptors or paths in, `io::Result` out; no
 //! retries and no policy. Page-cache advice lives in [`crate::pagecache`]; directory
@@ -62,6 +63,59 @@ pub fn preallocate(file: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// What identifies one version of a file: which inode, how long, when last modified.
+/// Two equal values mean "same file, presumably unchanged" (the test nginx's
+/// `open_file_cache` and every HTTP validator built from size and mtime rely on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileVersion {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_size`, bytes.
+    pub size: u64,
+    /// `st_mtime`, seconds since the epoch (0 before it).
+    pub mtime_sec: u64,
+    /// `st_mtime_nsec`.
+    pub mtime_nsec: u32,
+    /// `st_ctime` and `st_ctime_nsec` as nanoseconds: the inode changed (mode, owner,
+    /// links), which mtime does not show; a `chmod 000` must not keep being served.
+    pub ctime_nanos: u128,
+    /// Whether it is a regular file (`S_ISREG`).
+    pub regular: bool,
+}
+
+/// `fstatat(2)` of `path` (relative, no NUL) under `dir`, following symlinks like the
+/// open that `path` stands for would. No `RESOLVE_BENEATH` exists for stat: callers
+/// must only compare the answer with a file they opened beneath `dir`, never trust the
+/// path because of it. Cost: one syscall and a path walk (no open, no close).
+pub fn version_at(dir: BorrowedFd<'_>, path: &[u8]) -> io::Result<FileVersion> {
+    let c_path = CString::new(path)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    // SAFETY: `stat` is plain old data; all-zero is a valid value for every field.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is a borrowed, open descriptor, `c_path` a NUL-terminated string and
+    // `st` a writable `stat`, all live for the duration of the call.
+    let ret = unsafe { libc::fstatat(dir.as_raw_fd(), c_path.as_ptr(), &mut st, 0) };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(FileVersion {
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+        size: u64::try_from(st.st_size).unwrap_or(0),
+        mtime_sec: u64::try_from(st.st_mtime).unwrap_or(0),
+        mtime_nsec: u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+        ctime_nanos: nanos(st.st_ctime, st.st_ctime_nsec),
+        regular: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+    })
+}
+
+/// Seconds and nanoseconds since the epoch as nanoseconds (0 before it).
+pub fn nanos(sec: i64, nsec: i64) -> u128 {
+    u128::try_from(sec).unwrap_or(0) * 1_000_000_000 + u128::try_from(nsec).unwrap_or(0)
+}
+
 /// Whether an error from [`preallocate`] only means "this filesystem cannot
 /// preallocate" (tmpfs before 3.5, some FUSE filesystems), as opposed to a disk error.
 pub fn is_unsupported(err: &io::Error) -> bool {
@@ -88,6 +142,27 @@ mod tests {
     fn statvfs_of_missing_path_is_enoent() {
         let err = fs_space(Path::new("/nonexistent/linerate-test")).err();
         assert_eq!(err.and_then(|e| e.raw_os_error()), Some(libc::ENOENT));
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used, reason = "test on a temp dir we just created")]
+    fn version_at_sees_replacement_and_size() {
+        let dir = std::env::temp_dir().join(format!("linerate-ver-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a"), b"12345").unwrap();
+        let d = std::fs::File::open(&dir).unwrap();
+        let v1 = version_at(d.as_fd(), b"a").unwrap();
+        assert!(v1.regular);
+        assert_eq!(v1.size, 5);
+        std::fs::write(dir.join("b"), b"123").unwrap();
+        std::fs::rename(dir.join("b"), dir.join("a")).unwrap();
+        let v2 = version_at(d.as_fd(), b"a").unwrap();
+        assert_ne!((v1.dev, v1.ino), (v2.dev, v2.ino));
+        assert_eq!(v2.size, 3);
+        assert!(!version_at(d.as_fd(), b".").unwrap().regular);
+        let err = version_at(d.as_fd(), b"missing").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -135,12 +135,20 @@ impl Default for TimeoutsSection {
 pub struct ApplianceSection {
     /// Directory served. Default: the bundled sample library.
     pub root: PathBuf,
+    /// Open files cached per worker; 0 disables the cache. Default 1024.
+    #[serde(deserialize_with = "open_file_cache")]
+    pub open_file_cache: u64,
+    /// Milliseconds a cached open file is trusted before its path is checked again.
+    /// Default 1000.
+    pub open_file_cache_valid_ms: u64,
 }
 
 impl Default for ApplianceSection {
     fn default() -> Self {
         ApplianceSection {
             root: PathBuf::from(SAMPLE_ROOT),
+            open_file_cache: defaults::DEFAULT_OPEN_FILE_CACHE as u64,
+            open_file_cache_valid_ms: defaults::DEFAULT_OPEN_FILE_CACHE_VALID.as_millis() as u64,
         }
     }
 }
@@ -293,6 +301,8 @@ impl Config {
             shutdown_grace: Duration::from_millis(self.timeouts.shutdown_grace_ms),
         };
         o.park_idle_after = Duration::from_millis(self.timeouts.park_idle_after_ms);
+        o.open_file_cache = usize::try_from(self.appliance.open_file_cache).unwrap_or(usize::MAX);
+        o.open_file_cache_valid = Duration::from_millis(self.appliance.open_file_cache_valid_ms);
         o.cache_control = self
             .cache_control
             .extensions
@@ -336,6 +346,20 @@ fn workers<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     if n > MAX_WORKERS {
         return Err(serde::de::Error::custom(format!(
             "must be between 0 (one per CPU) and {MAX_WORKERS}"
+        )));
+    }
+    Ok(n)
+}
+
+/// Largest `appliance.open_file_cache`: one descriptor each, per worker; the server
+/// also caps it at start-up to a quarter of the descriptor limit shared by the workers.
+const MAX_OPEN_FILE_CACHE: u64 = 1 << 20;
+
+fn open_file_cache<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n > MAX_OPEN_FILE_CACHE {
+        return Err(serde::de::Error::custom(format!(
+            "must be between 0 (off) and {MAX_OPEN_FILE_CACHE}"
         )));
     }
     Ok(n)

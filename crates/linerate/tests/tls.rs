@@ -212,7 +212,7 @@ fn bad_input_gets_defined_answers_and_leaks_nothing() {
     assert_eq!(get(&mut s, "/a.ts", &[]).body, b"abc");
     drop(s);
     std::thread::sleep(Duration::from_millis(200));
-    let baseline = open_fds(srv.pid());
+    let baseline = open_fds(srv.pid(), lib.path());
 
     // Plain HTTP to the TLS port: a plain 400 that says so, then close.
     let mut t = std::net::TcpStream::connect(addr).unwrap();
@@ -290,7 +290,7 @@ fn bad_input_gets_defined_answers_and_leaks_nothing() {
     drop(s);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let now = open_fds(srv.pid());
+        let now = open_fds(srv.pid(), lib.path());
         if now <= baseline {
             break;
         }

@@ -213,6 +213,9 @@ fn merge_reloadable(
     keep!(backlog, "server.backlog");
     keep!(cold_threads_per_disk, "server.cold_threads_per_disk");
     keep!(root, "appliance.root");
+    // Each worker builds its open-file cache once, at start.
+    keep!(open_file_cache, "appliance.open_file_cache");
+    keep!(open_file_cache_valid, "appliance.open_file_cache_valid_ms");
     keep!(admin.listen, "admin.listen");
     keep!(admin.metrics, "admin.metrics");
     // Set on the listener sockets, which stay open across a reload.

@@ -15,6 +15,7 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 use linerate_http::range::ByteRange;
@@ -120,6 +121,8 @@ impl Writer<'_> {
             match file.read_at(&mut self.plain[len..], offset) {
                 Ok(0) => {
                     self.plain.truncate(len);
+                    // Shorter than its cached length says: never serve that entry again.
+                    self.worker.open_files.forget_fd(file.as_raw_fd());
                     return Err(TransferError::Truncated);
                 }
                 Ok(n) => {

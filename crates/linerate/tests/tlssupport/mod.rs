@@ -246,9 +246,14 @@ pub fn get(s: &mut Tls, path: &str, headers: &[&str]) -> Resp {
     read_resp(s).unwrap()
 }
 
-/// Open file descriptors of process `pid` (Linux).
-pub fn open_fds(pid: u32) -> usize {
+/// Descriptors the process has open, except files under `root`: those are appliance
+/// mode's open-file cache, held on purpose (bounded by `appliance.open_file_cache`),
+/// not leaked.
+pub fn open_fds(pid: u32, root: &std::path::Path) -> usize {
+    let root = root.canonicalize().unwrap();
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| !target.starts_with(&root))
         .count()
 }

@@ -1,0 +1,332 @@
+//! Appliance mode's per-worker open-file cache: normalized relative path → the open
+//! file, its version (device, inode, size, mtime) and the header values derived from it
+//! (`ETag`, `Last-Modified`, `Content-Type`). A hit saves the `openat2` path walk, the
+//! `fstat` and the `close` of every request for a hot segment (nginx's
+//! `open_file_cache`). One per worker, so no lock: `RefCell`, and `Rc` for the entries a
+//! response is still sending from.
+//!
+//! Correctness comes first: an entry is trusted for `valid` (default 1 s) after it was
+//! opened or last checked; the first use after that re-`stat`s the *path*
+//! ([`linerate_sys::fs::version_at`], one syscall) and keeps the entry only if device,
+//! inode, size, mtime and ctime are all unchanged (ctime: a `chmod` that should now
+//! answer 403). Revalidating by path, not by the cached
+//! descriptor, is what catches a rename-replace or a delete: the descriptor keeps the
+//! old inode alive and would serve it forever. A file that a transfer finds shorter than
+//! promised is dropped at once ([`OpenFiles::forget_fd`]). What this leaves, within
+//! `valid` of a change: a file written *in place* sends its new bytes (same inode) under
+//! the old length and validators (a shrink ends the response early, never padded, and
+//! drops the entry); a replaced or deleted file is still served as it was. Publishing by
+//! rename, as packagers do, is never mixed: each response is one inode's bytes.
+//!
+//! The stat is not confined to the root like `openat2(RESOLVE_BENEATH)` is, which is
+//! harmless: its answer is only compared with an inode already opened beneath the root,
+//! and any difference reopens through `openat2`.
+//!
+//! Bounded by entry count (`open_file_cache`, default 1024, each one descriptor),
+//! evicted by CLOCK (second chance): a hit sets a bit, the hand clears bits until it
+//! finds an unreferenced entry. Not here: negative caching (a missing file costs one
+//! failed `openat2`, as before) and deciding the response (`appliance`).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use linerate_http::{conditional, mime};
+use linerate_sys::fs::FileVersion;
+
+/// One open file and what the response head needs from it.
+pub(crate) struct OpenFile {
+    /// The open descriptor (shared with responses still sending from it).
+    pub(crate) file: Rc<File>,
+    /// Its version when opened.
+    version: FileVersion,
+    /// `ETag` value (size and mtime, see `conditional::file_etag`).
+    pub(crate) etag: String,
+    /// `Last-Modified` value (IMF-fixdate).
+    pub(crate) last_modified: String,
+    /// `Content-Type` by extension.
+    pub(crate) content_type: &'static str,
+}
+
+impl OpenFile {
+    /// Length in bytes when opened.
+    pub(crate) fn len(&self) -> u64 {
+        self.version.size
+    }
+
+    /// Modification time, seconds since the epoch.
+    pub(crate) fn mtime(&self) -> u64 {
+        self.version.mtime_sec
+    }
+
+    fn new(file: File, rel: &[u8]) -> Result<OpenFile, OpenError> {
+        let meta = file.metadata().map_err(OpenError::Stat)?;
+        let version = FileVersion {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_sec: u64::try_from(meta.mtime()).unwrap_or(0),
+            mtime_nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
+            ctime_nanos: linerate_sys::fs::nanos(meta.ctime(), meta.ctime_nsec()),
+            regular: meta.is_file(),
+        };
+        if !version.regular {
+            return Err(OpenError::NotAFile);
+        }
+        let mtime_nanos =
+            u128::from(version.mtime_sec) * 1_000_000_000 + u128::from(version.mtime_nsec);
+        Ok(OpenFile {
+            file: Rc::new(file),
+            etag: conditional::file_etag(version.size, mtime_nanos),
+            last_modified: linerate_http::date::format(version.mtime_sec),
+            content_type: mime::content_type(rel),
+            version,
+        })
+    }
+}
+
+/// Why a file could not be given.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// `openat2` failed (missing, outside the root, permission...).
+    Open(io::Error),
+    /// `fstat` of the opened file failed.
+    Stat(io::Error),
+    /// Not a regular file (a directory, a FIFO...).
+    NotAFile,
+}
+
+/// One cache slot.
+struct Slot {
+    key: Box<[u8]>,
+    entry: Rc<OpenFile>,
+    /// When the entry was opened or last revalidated.
+    checked: Instant,
+    /// CLOCK's reference bit: used since the hand last passed.
+    referenced: bool,
+}
+
+#[derive(Default)]
+struct Table {
+    /// Path → index in `slots`.
+    index: HashMap<Box<[u8]>, usize>,
+    slots: Vec<Slot>,
+    /// CLOCK hand: the next slot considered for eviction.
+    hand: usize,
+}
+
+impl Table {
+    fn remove(&mut self, at: usize) {
+        let slot = self.slots.swap_remove(at);
+        self.index.remove(&slot.key);
+        if let Some(moved) = self.slots.get(at) {
+            self.index.insert(moved.key.clone(), at);
+        }
+        if self.hand >= self.slots.len() {
+            self.hand = 0;
+        }
+    }
+
+    /// The slot CLOCK gives up: the first unreferenced one from the hand, clearing
+    /// reference bits on the way (at most one full turn plus one).
+    fn victim(&mut self) -> usize {
+        loop {
+            let at = self.hand;
+            self.hand = (self.hand + 1) % self.slots.len();
+            let slot = &mut self.slots[at];
+            if !slot.referenced {
+                return at;
+            }
+            slot.referenced = false;
+        }
+    }
+}
+
+/// The cache. Capacity 0 disables it: every request opens and closes its file.
+pub(crate) struct OpenFiles {
+    capacity: usize,
+    valid: Duration,
+    table: RefCell<Table>,
+}
+
+impl OpenFiles {
+    /// A cache of at most `capacity` open files, each trusted for `valid` between
+    /// checks of its path.
+    pub(crate) fn new(capacity: usize, valid: Duration) -> OpenFiles {
+        OpenFiles {
+            capacity,
+            valid,
+            table: RefCell::new(Table::default()),
+        }
+    }
+
+    /// The file at `rel` beneath `root`: cached if its entry is fresh or still matches
+    /// the path, else opened (and cached).
+    pub(crate) fn open(&self, root: BorrowedFd<'_>, rel: &[u8]) -> Result<Rc<OpenFile>, OpenError> {
+        if self.capacity == 0 {
+            return open_new(root, rel).map(Rc::new);
+        }
+        let now = Instant::now();
+        let mut table = self.table.borrow_mut();
+        if let Some(&at) = table.index.get(rel) {
+            let slot = &mut table.slots[at];
+            if now.saturating_duration_since(slot.checked) < self.valid {
+                slot.referenced = true;
+                return Ok(slot.entry.clone());
+            }
+            match linerate_sys::fs::version_at(root, rel) {
+                Ok(v) if v == slot.entry.version => {
+                    slot.checked = now;
+                    slot.referenced = true;
+                    return Ok(slot.entry.clone());
+                }
+                // Replaced, modified, deleted or unreadable: open afresh (which
+                // answers the 404 or 403 too).
+                _ => table.remove(at),
+            }
+        }
+        let entry = Rc::new(open_new(root, rel)?);
+        let slot = Slot {
+            key: rel.into(),
+            entry: entry.clone(),
+            checked: now,
+            referenced: false,
+        };
+        if table.slots.len() < self.capacity {
+            let at = table.slots.len();
+            table.index.insert(slot.key.clone(), at);
+            table.slots.push(slot);
+        } else {
+            let at = table.victim();
+            let old = std::mem::replace(&mut table.slots[at], slot);
+            table.index.remove(&old.key);
+            let key = table.slots[at].key.clone();
+            table.index.insert(key, at);
+        }
+        Ok(entry)
+    }
+
+    /// Drop the entry whose descriptor is `fd`, if any: a transfer found the file
+    /// shorter than its entry says (truncated in place). Rare, so a linear scan; the
+    /// descriptor number is unique while the caller holds the file open.
+    pub(crate) fn forget_fd(&self, fd: RawFd) {
+        let mut table = self.table.borrow_mut();
+        if let Some(at) = table
+            .slots
+            .iter()
+            .position(|s| s.entry.file.as_fd().as_raw_fd() == fd)
+        {
+            table.remove(at);
+        }
+    }
+
+    /// Entries held now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.table.borrow().slots.len()
+    }
+}
+
+fn open_new(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OpenFile, OpenError> {
+    let file = linerate_sys::open::open_beneath(root, rel).map_err(OpenError::Open)?;
+    OpenFile::new(file, rel)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests on a temp dir they create")]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn setup(name: &str) -> (std::path::PathBuf, File) {
+        let dir = std::env::temp_dir().join(format!("linerate-of-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let root = File::open(&dir).unwrap();
+        (dir, root)
+    }
+
+    fn body(e: &OpenFile) -> Vec<u8> {
+        let mut s = Vec::new();
+        (&*e.file).read_to_end(&mut s).unwrap();
+        s
+    }
+
+    #[test]
+    fn hit_within_valid_and_revalidated_after() {
+        let (dir, root) = setup("reval");
+        std::fs::write(dir.join("a.ts"), b"one").unwrap();
+        let cache = OpenFiles::new(4, Duration::from_millis(50));
+        let first = cache.open(root.as_fd(), b"a.ts").unwrap();
+        assert_eq!(first.content_type, "video/mp2t");
+        let again = cache.open(root.as_fd(), b"a.ts").unwrap();
+        assert!(Rc::ptr_eq(&first, &again), "a hit within `valid`");
+        // Replaced by rename: trusted until `valid` passes, then reopened.
+        std::fs::write(dir.join("tmp"), b"second").unwrap();
+        std::fs::rename(dir.join("tmp"), dir.join("a.ts")).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        let new = cache.open(root.as_fd(), b"a.ts").unwrap();
+        assert!(!Rc::ptr_eq(&first, &new));
+        assert_eq!(new.len(), 6);
+        assert_eq!(body(&new), b"second");
+        // Unchanged after `valid`: the same entry, checked again.
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(Rc::ptr_eq(
+            &new,
+            &cache.open(root.as_fd(), b"a.ts").unwrap()
+        ));
+        // Deleted: gone after `valid`.
+        std::fs::remove_file(dir.join("a.ts")).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(matches!(
+            cache.open(root.as_fd(), b"a.ts"),
+            Err(OpenError::Open(_))
+        ));
+        assert_eq!(cache.len(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bounded_by_count_and_clock_keeps_the_hot_entry() {
+        let (dir, root) = setup("clock");
+        for i in 0..10 {
+            std::fs::write(dir.join(format!("{i}")), format!("{i}")).unwrap();
+        }
+        let cache = OpenFiles::new(3, Duration::from_secs(60));
+        let hot = cache.open(root.as_fd(), b"0").unwrap();
+        for i in 1..10 {
+            let _ = cache.open(root.as_fd(), b"0").unwrap();
+            let name = format!("{i}");
+            let e = cache.open(root.as_fd(), name.as_bytes()).unwrap();
+            assert_eq!(body(&e), name.as_bytes());
+            assert!(cache.len() <= 3);
+        }
+        assert!(Rc::ptr_eq(&hot, &cache.open(root.as_fd(), b"0").unwrap()));
+        cache.forget_fd(hot.file.as_raw_fd());
+        assert!(!Rc::ptr_eq(&hot, &cache.open(root.as_fd(), b"0").unwrap()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn disabled_and_not_a_file() {
+        let (dir, root) = setup("off");
+        std::fs::create_dir_all(dir.join("d")).unwrap();
+        std::fs::write(dir.join("f"), b"x").unwrap();
+        let cache = OpenFiles::new(0, Duration::from_secs(60));
+        let a = cache.open(root.as_fd(), b"f").unwrap();
+        let b = cache.open(root.as_fd(), b"f").unwrap();
+        assert!(!Rc::ptr_eq(&a, &b));
+        assert_eq!(cache.len(), 0);
+        let on = OpenFiles::new(2, Duration::from_secs(60));
+        assert!(matches!(
+            on.open(root.as_fd(), b"d"),
+            Err(OpenError::NotAFile)
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
