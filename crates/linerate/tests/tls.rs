@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use support::{content, library, Server};
 use tlssupport::{
-    client, client_with_suite, connect, get, https_addr, open_fds, read_resp, recording_client,
-    send_get, tls_section, Recorder, TestCert, Versions,
+    cached_files, client, client_with_suite, connect, get, https_addr, open_fds, read_resp,
+    recording_client, send_get, tls_section, Recorder, TestCert, Versions,
 };
 
 const BOTH: [Versions; 2] = [Versions::Tls13, Versions::Tls12];
@@ -300,6 +300,12 @@ fn bad_input_gets_defined_answers_and_leaks_nothing() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Files stay open only in the open-file cache: at most one per file per worker.
+    let cached = cached_files(srv.pid(), lib.path());
+    assert!(
+        cached <= 2 * 2,
+        "{cached} descriptors on the library's two files"
+    );
     // Every outcome above is counted by the server, and the kTLS probe is exported.
     let mut m = std::net::TcpStream::connect(srv.admin_addr()).unwrap();
     m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

@@ -248,12 +248,25 @@ pub fn get(s: &mut Tls, path: &str, headers: &[&str]) -> Resp {
 
 /// Descriptors the process has open, except files under `root`: those are appliance
 /// mode's open-file cache, held on purpose (bounded by `appliance.open_file_cache`),
-/// not leaked.
+/// not leaked; [`cached_files`] counts them.
 pub fn open_fds(pid: u32, root: &std::path::Path) -> usize {
-    let root = root.canonicalize().unwrap();
+    fd_targets(pid)
+        .into_iter()
+        .filter(|t| !t.starts_with(root.canonicalize().unwrap()))
+        .count()
+}
+
+/// Descriptors the process has open on files under `root` (its open-file cache).
+pub fn cached_files(pid: u32, root: &std::path::Path) -> usize {
+    fd_targets(pid)
+        .into_iter()
+        .filter(|t| t.starts_with(root.canonicalize().unwrap()))
+        .count()
+}
+
+fn fd_targets(pid: u32) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter(|target| !target.starts_with(&root))
-        .count()
+        .collect()
 }
