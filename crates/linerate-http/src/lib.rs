@@ -17,6 +17,7 @@ pub mod cache;
 pub mod conditional;
 pub mod date;
 pub mod forward;
+pub mod hls;
 pub mod mime;
 pub mod multipart;
 pub mod path;

@@ -1,0 +1,389 @@
+//! HLS media playlists (RFC 8216) as cache mode's segment prefetch reads them: the
+//! segment URIs in playlist order ([`parse_media`]), and where a relative URI points,
+//! resolved against the playlist's own target (RFC 3986 §5.2, [`resolve`]).
+//!
+//! Deliberately narrow: a playlist this module is not sure about gives nothing (no
+//! prefetch), never a guess. Master playlists, byte-range segments
+//! (`#EXT-X-BYTERANGE`), and a URI line without its `#EXTINF` are refused whole;
+//! `#EXT-X-GAP` segments are left out (there is nothing to fetch); low-latency parts
+//! (`#EXT-X-PART`) are ignored. References with a scheme or an authority (another
+//! host, or the same one spelled absolutely) resolve to nothing: only references
+//! relative to the playlist's own host are followed.
+
+/// Largest playlist body parsed, bytes. A media playlist of a few thousand segments is
+/// far below it; anything larger is not a playlist worth the memory.
+pub const MAX_PLAYLIST_BYTES: usize = 1 << 20;
+
+/// The media types a playlist is served with (RFC 8216 §4, and the older name).
+pub const MEDIA_TYPES: [&[u8]; 2] = [b"application/vnd.apple.mpegurl", b"application/x-mpegurl"];
+
+/// Whether a `Content-Type` value names a playlist (parameters and case ignored).
+pub fn is_playlist_type(content_type: &[u8]) -> bool {
+    let essence = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or(b"")
+        .trim_ascii();
+    MEDIA_TYPES.iter().any(|t| essence.eq_ignore_ascii_case(t))
+}
+
+/// Whether a path (no query) ends in `.m3u8`, case ignored.
+pub fn is_playlist_path(path: &[u8]) -> bool {
+    path.len() >= 5 && path[path.len() - 5..].eq_ignore_ascii_case(b".m3u8")
+}
+
+/// A media playlist: its segments' URIs, as written, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaPlaylist<'a> {
+    /// The URI line of each segment (gaps left out).
+    pub segments: Vec<&'a [u8]>,
+    /// `#EXT-X-ENDLIST`: no segment will be added.
+    pub ended: bool,
+}
+
+/// Parse a media playlist; `None` when `body` is not one this module handles (see the
+/// module comment), or is larger than [`MAX_PLAYLIST_BYTES`].
+pub fn parse_media(body: &[u8]) -> Option<MediaPlaylist<'_>> {
+    if body.len() > MAX_PLAYLIST_BYTES {
+        return None;
+    }
+    let mut lines = body
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    // RFC 8216 §4.3.1.1: the first line is #EXTM3U.
+    if lines.next()?.trim_ascii_end() != b"#EXTM3U" {
+        return None;
+    }
+    let mut out = MediaPlaylist {
+        segments: Vec::new(),
+        ended: false,
+    };
+    let mut inf = false;
+    let mut gap = false;
+    for line in lines {
+        let line = line.trim_ascii();
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with(b"#") {
+            let tag = |name: &[u8]| {
+                line.strip_prefix(name)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(b":"))
+            };
+            if tag(b"#EXT-X-STREAM-INF")
+                || tag(b"#EXT-X-I-FRAME-STREAM-INF")
+                || tag(b"#EXT-X-MEDIA")
+                || tag(b"#EXT-X-BYTERANGE")
+            {
+                return None;
+            }
+            if tag(b"#EXTINF") {
+                inf = true;
+            } else if tag(b"#EXT-X-GAP") {
+                gap = true;
+            } else if tag(b"#EXT-X-ENDLIST") {
+                out.ended = true;
+            }
+            // Every other tag, and comments, change nothing here.
+            continue;
+        }
+        // A URI line: a segment, which RFC 8216 §4.3.2.1 requires #EXTINF for.
+        if !inf {
+            return None;
+        }
+        if !gap {
+            out.segments.push(line);
+        }
+        inf = false;
+        gap = false;
+    }
+    Some(out)
+}
+
+/// Resolve `reference` (a URI line) against `base`, the origin-form target
+/// (`/path[?query]`) the playlist was requested with (RFC 3986 §5.2.2, dot segments
+/// removed per §5.2.4). Returns the origin-form target it names on the same host, or
+/// `None` for a reference with a scheme or an authority, with bytes outside visible
+/// ASCII, with a backslash, or with a percent-encoded `.` or `/` (which could hide a
+/// dot segment from §5.2.4 and from the caller's prefix check). The fragment is
+/// dropped; a result starting `//` is refused too. `..` above the root stays at the root, as §5.2.4 says; whether the result
+/// is inside the part of the site the caller allows is the caller's check.
+pub fn resolve(base: &[u8], reference: &[u8]) -> Option<Vec<u8>> {
+    if !base.starts_with(b"/") {
+        return None;
+    }
+    let reference = match reference.iter().position(|&b| b == b'#') {
+        Some(i) => &reference[..i],
+        None => reference,
+    };
+    if reference
+        .iter()
+        .any(|&b| !(0x21..=0x7e).contains(&b) || b == b'\\')
+    {
+        return None;
+    }
+    let lower = reference.to_ascii_lowercase();
+    if lower.windows(3).any(|w| w == b"%2e" || w == b"%2f") {
+        return None;
+    }
+    if reference.starts_with(b"//") {
+        return None;
+    }
+    let (ref_path, ref_query) = split_query(reference);
+    // §4.2: a colon in the first segment means a scheme (a relative path would have to
+    // be written `./a:b`).
+    let first = ref_path.split(|&b| b == b'/').next().unwrap_or(b"");
+    if first.contains(&b':') {
+        return None;
+    }
+    let (base_path, base_query) = split_query(base);
+    let (path, query) = if ref_path.is_empty() {
+        // §5.2.2 takes the base path as it is; a base with dot segments (never one the
+        // server parsed) is normalised too, so no result has any.
+        (remove_dot_segments(base_path), ref_query.or(base_query))
+    } else if ref_path.starts_with(b"/") {
+        (remove_dot_segments(ref_path), ref_query)
+    } else {
+        // §5.2.3: the base path up to its last '/', then the reference.
+        let dir = match base_path.iter().rposition(|&b| b == b'/') {
+            Some(i) => &base_path[..=i],
+            None => b"/",
+        };
+        (remove_dot_segments(&[dir, ref_path].concat()), ref_query)
+    };
+    // §5.2.4 keeps an empty segment, so `/.//g` becomes `//g`: read again as a
+    // reference that would name a host.
+    if path.starts_with(b"//") {
+        return None;
+    }
+    let mut out = path;
+    if let Some(q) = query {
+        out.push(b'?');
+        out.extend_from_slice(q);
+    }
+    Some(out)
+}
+
+fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match target.iter().position(|&b| b == b'?') {
+        Some(i) => (&target[..i], Some(&target[i + 1..])),
+        None => (target, None),
+    }
+}
+
+/// RFC 3986 §5.2.4 for an absolute path: `.` segments go, `..` removes the segment
+/// before it (none above the root), and a path ending in either ends in `/`.
+fn remove_dot_segments(path: &[u8]) -> Vec<u8> {
+    let rest = path.strip_prefix(b"/").unwrap_or(path);
+    let segments: Vec<&[u8]> = rest.split(|&b| b == b'/').collect();
+    let mut out: Vec<&[u8]> = Vec::with_capacity(segments.len());
+    let mut trailing_slash = false;
+    for (i, s) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match *s {
+            b"." => trailing_slash |= last,
+            b".." => {
+                out.pop();
+                trailing_slash |= last;
+            }
+            s => out.push(s),
+        }
+    }
+    let mut r = Vec::with_capacity(path.len());
+    for s in &out {
+        r.push(b'/');
+        r.extend_from_slice(s);
+    }
+    if trailing_slash || r.is_empty() {
+        r.push(b'/');
+    }
+    r
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test, with its location.
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn segs<'a>(p: &MediaPlaylist<'a>) -> Vec<&'a str> {
+        p.segments
+            .iter()
+            .map(|s| std::str::from_utf8(s).unwrap_or("?"))
+            .collect()
+    }
+
+    #[test]
+    fn a_vod_playlist_lists_its_segments_in_order() {
+        let body = b"#EXTM3U\r\n#EXT-X-VERSION:3\r\n#EXT-X-TARGETDURATION:4\r\n\
+            #EXTINF:4.0,\r\nseg0.ts\r\n#EXTINF:4.0,\r\n\r\nseg1.ts?x=1\r\n\
+            # a comment\r\n#EXT-X-DISCONTINUITY\r\n#EXTINF:3.2,\r\nsub/seg2.ts\r\n#EXT-X-ENDLIST\r\n";
+        let p = parse_media(body).expect("a media playlist");
+        assert_eq!(segs(&p), ["seg0.ts", "seg1.ts?x=1", "sub/seg2.ts"]);
+        assert!(p.ended);
+    }
+
+    #[test]
+    fn a_live_playlist_has_no_end_and_gaps_are_left_out() {
+        let body = b"#EXTM3U\n#EXT-X-MEDIA-SEQUENCE:7\n#EXTINF:2,\na.ts\n#EXT-X-GAP\n#EXTINF:2,\nb.ts\n#EXTINF:2,\nc.ts\n";
+        let p = parse_media(body).expect("a media playlist");
+        assert_eq!(segs(&p), ["a.ts", "c.ts"]);
+        assert!(!p.ended);
+    }
+
+    #[test]
+    fn what_is_not_a_plain_media_playlist_gives_nothing() {
+        // Master playlist.
+        assert!(parse_media(b"#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\nlow.m3u8\n").is_none());
+        assert!(parse_media(b"#EXTM3U\n#EXT-X-MEDIA:TYPE=AUDIO\n").is_none());
+        // Byte ranges.
+        assert!(parse_media(b"#EXTM3U\n#EXTINF:4,\n#EXT-X-BYTERANGE:100@0\nall.ts\n").is_none());
+        // No #EXTM3U first, or something else.
+        assert!(parse_media(b"\n#EXTM3U\n#EXTINF:4,\na.ts\n").is_none());
+        assert!(parse_media(b"<html>").is_none());
+        assert!(parse_media(b"").is_none());
+        // A URI without #EXTINF.
+        assert!(parse_media(b"#EXTM3U\na.ts\n").is_none());
+        // Too large.
+        let mut big = b"#EXTM3U\n".to_vec();
+        big.resize(MAX_PLAYLIST_BYTES + 1, b'\n');
+        assert!(parse_media(&big).is_none());
+        // A tag whose name only starts like a refused one is not refused.
+        assert!(parse_media(b"#EXTM3U\n#EXT-X-MEDIA-SEQUENCE:1\n").is_some());
+    }
+
+    #[test]
+    fn playlist_types_and_paths() {
+        assert!(is_playlist_type(b"application/vnd.apple.mpegurl"));
+        assert!(is_playlist_type(b"Application/X-MpegURL; charset=utf-8"));
+        assert!(!is_playlist_type(b"video/mp2t"));
+        assert!(is_playlist_path(b"/live/index.M3U8"));
+        assert!(!is_playlist_path(b"/live/seg.ts"));
+        assert!(!is_playlist_path(b"m3u8"));
+    }
+
+    /// RFC 3986 §5.4 (base `http://a/b/c/d;p?q`), the references without a scheme or
+    /// authority, as origin-form targets.
+    #[test]
+    fn rfc3986_examples() {
+        let base = b"/b/c/d;p?q";
+        let cases: &[(&str, &str)] = &[
+            ("g", "/b/c/g"),
+            ("./g", "/b/c/g"),
+            ("g/", "/b/c/g/"),
+            ("/g", "/g"),
+            ("?y", "/b/c/d;p?y"),
+            ("g?y", "/b/c/g?y"),
+            ("#s", "/b/c/d;p?q"),
+            ("g#s", "/b/c/g"),
+            ("g?y#s", "/b/c/g?y"),
+            (";x", "/b/c/;x"),
+            ("g;x", "/b/c/g;x"),
+            ("g;x?y#s", "/b/c/g;x?y"),
+            ("", "/b/c/d;p?q"),
+            (".", "/b/c/"),
+            ("./", "/b/c/"),
+            ("..", "/b/"),
+            ("../", "/b/"),
+            ("../g", "/b/g"),
+            ("../..", "/"),
+            ("../../", "/"),
+            ("../../g", "/g"),
+            ("../../../g", "/g"),
+            ("../../../../g", "/g"),
+            ("/./g", "/g"),
+            ("/../g", "/g"),
+            ("g.", "/b/c/g."),
+            (".g", "/b/c/.g"),
+            ("g..", "/b/c/g.."),
+            ("..g", "/b/c/..g"),
+            ("./../g", "/b/g"),
+            ("./g/.", "/b/c/g/"),
+            ("g/./h", "/b/c/g/h"),
+            ("g/../h", "/b/c/h"),
+            ("g;x=1/./y", "/b/c/g;x=1/y"),
+            ("g;x=1/../y", "/b/c/y"),
+            ("g?y/./x", "/b/c/g?y/./x"),
+            ("g?y/../x", "/b/c/g?y/../x"),
+            ("g#s/./x", "/b/c/g"),
+            ("g#s/../x", "/b/c/g"),
+        ];
+        for (r, want) in cases {
+            let got = resolve(base, r.as_bytes()).map(|v| String::from_utf8(v).unwrap());
+            assert_eq!(got.as_deref(), Some(*want), "reference {r:?}");
+        }
+    }
+
+    #[test]
+    fn other_hosts_and_disguised_dots_resolve_to_nothing() {
+        let base = b"/v/index.m3u8";
+        for r in [
+            "g:h",
+            "http://a/g",
+            "https://other.example/seg.ts",
+            "//other.example/seg.ts",
+            "http:g",
+            "%2e%2e/secret",
+            "a/%2E%2E/b",
+            "a%2fb",
+            "a\\..\\b",
+            "seg 1.ts",
+            "s\u{e9}g.ts",
+        ] {
+            assert_eq!(resolve(base, r.as_bytes()), None, "reference {r:?}");
+        }
+        // A colon after the first segment is no scheme.
+        assert_eq!(
+            resolve(base, b"./a:b/c.ts").as_deref(),
+            Some(&b"/v/a:b/c.ts"[..])
+        );
+        assert_eq!(resolve(b"relative", b"g"), None);
+    }
+
+    proptest! {
+        /// Whatever the reference, a resolved target is an absolute path with no dot
+        /// segment left in its path, and resolving it again (it is an absolute-path
+        /// reference) gives itself.
+        #[test]
+        fn resolved_paths_have_no_dot_segments(
+            base_dir in proptest::collection::vec("[a-z.]{1,3}", 0..4),
+            reference in "[a-z./?;%2eE]{0,16}",
+        ) {
+            let base: String = base_dir.iter().map(|d| format!("/{d}")).collect::<String>() + "/index.m3u8";
+            if let Some(t) = resolve(base.as_bytes(), reference.as_bytes()) {
+                prop_assert!(t.starts_with(b"/"));
+                let (path, _) = split_query(&t);
+                for seg in path.split(|&b| b == b'/') {
+                    prop_assert!(seg != b"." && seg != b"..", "{:?}", String::from_utf8_lossy(&t));
+                }
+                prop_assert_eq!(resolve(b"/x/y", &t), Some(t.clone()));
+            }
+        }
+
+        /// A reference of plain names (no dots, slashes first or query) lands in the
+        /// playlist's directory.
+        #[test]
+        fn plain_names_stay_in_the_playlist_directory(
+            dir in "(/[a-z0-9]{1,4}){0,3}",
+            name in "[a-z0-9_-]{1,8}(/[a-z0-9_-]{1,8}){0,2}",
+        ) {
+            let base = format!("{dir}/index.m3u8");
+            let got = resolve(base.as_bytes(), name.as_bytes());
+            prop_assert_eq!(got, Some(format!("{dir}/{name}").into_bytes()));
+        }
+
+        /// The parser never panics, and what it returns is lines of the body.
+        #[test]
+        fn parse_never_panics(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let mut with_header = b"#EXTM3U\n".to_vec();
+            with_header.extend_from_slice(&body);
+            for b in [&body, &with_header] {
+                if let Some(p) = parse_media(b) {
+                    for s in p.segments {
+                        prop_assert!(!s.is_empty() && !s.starts_with(b"#"));
+                    }
+                }
+            }
+        }
+    }
+}
