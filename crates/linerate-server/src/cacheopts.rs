@@ -23,6 +23,11 @@ pub const DEFAULT_ORIGIN_MAX_CONNECTIONS: usize = 64;
 pub const DEFAULT_DOWN_AFTER: u32 = 3;
 /// Default time an origin server stays marked down before it is tried again.
 pub const DEFAULT_DOWN_FOR: Duration = Duration::from_secs(10);
+/// Prefetch fills in flight per origin, at most (all workers together).
+pub const DEFAULT_PREFETCH_IN_FLIGHT: u32 = 4;
+/// Most segments a route may prefetch ahead: more is a playlist's worth of bandwidth
+/// spent on a guess.
+pub const MAX_PREFETCH_SEGMENTS: u32 = 16;
 /// Default slice size for large objects (nginx's slice module is usually run at 1 MiB;
 /// 4 MiB keeps a typical 2-6 s HLS/DASH segment in one slice and one origin request).
 pub const DEFAULT_SLICE_BYTES: u64 = 4 * 1024 * 1024;
@@ -56,6 +61,10 @@ pub struct CacheOptions {
     pub heuristic_max: Duration,
     /// Largest request body forwarded (buffered) for unsafe methods; larger get 413.
     pub max_forwarded_body: u64,
+    /// Prefetch fills (HLS segments fetched ahead of the clients) in flight per origin,
+    /// all workers together; a prefetch that would exceed it is skipped, never queued.
+    /// Client fills are never counted nor held back. Default 4.
+    pub prefetch_in_flight: u32,
     /// Name in `Via` and `Cache-Status` (RFC 9211 §2). Default `linerate`.
     pub cache_name: String,
     /// Targeted cache-control fields this cache obeys, in order (RFC 9213 §2.2): the
@@ -253,6 +262,10 @@ pub struct RouteOptions {
     /// Serve stale when the origin fails, for this long past expiry, when the response
     /// does not say (`stale-if-error` wins). Default 0.
     pub stale_if_error: Duration,
+    /// HLS segment prefetch: when a client is served a segment of a media playlist
+    /// cache mode has read, fetch the next this many segments in the background; 0
+    /// (the default) turns it off, and playlists on the route are not read either.
+    pub prefetch_segments: u32,
 }
 
 impl RouteOptions {
@@ -269,6 +282,7 @@ impl RouteOptions {
             slice_bytes: DEFAULT_SLICE_BYTES,
             stale_while_revalidate: Duration::ZERO,
             stale_if_error: Duration::ZERO,
+            prefetch_segments: 0,
         }
     }
 }
@@ -311,6 +325,7 @@ impl CacheOptions {
             heuristic_fraction: 0.1,
             heuristic_max: Duration::from_secs(86_400),
             max_forwarded_body: DEFAULT_MAX_FORWARDED_BODY,
+            prefetch_in_flight: DEFAULT_PREFETCH_IN_FLIGHT,
             cache_name: "linerate".to_owned(),
             targeted_fields: DEFAULT_TARGETED_FIELDS
                 .iter()

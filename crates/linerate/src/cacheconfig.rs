@@ -65,6 +65,8 @@ pub struct CacheSection {
     /// Largest request body forwarded for unsafe methods, bytes. Default 1048576.
     #[serde(deserialize_with = "size")]
     pub max_forwarded_body: u64,
+    /// Prefetch fills in flight per origin, all workers together. Default 4.
+    pub prefetch_in_flight: u32,
     /// Name in `Via` and `Cache-Status`. Default `linerate`.
     #[serde(deserialize_with = "cache_name")]
     pub cache_name: String,
@@ -95,6 +97,7 @@ impl Default for CacheSection {
             heuristic_fraction: o.heuristic_fraction,
             heuristic_max_s: o.heuristic_max.as_secs(),
             max_forwarded_body: o.max_forwarded_body,
+            prefetch_in_flight: o.prefetch_in_flight,
             cache_name: o.cache_name,
             targeted_cache_control: o.targeted_fields,
             durability: DurabilityName::from(store.durability),
@@ -259,6 +262,9 @@ pub struct RouteSection {
     /// Serve stale when the origin fails, s past expiry. Default 0.
     #[serde(default, deserialize_with = "lifetime_s")]
     pub stale_if_error_s: u64,
+    /// HLS segments fetched ahead of a client, 0 = off. Default 0.
+    #[serde(default, deserialize_with = "prefetch_segments")]
+    pub prefetch_segments: u32,
     /// `[route.ttl_s]`: extension → freshness, s, for responses that carry none. When
     /// given it replaces the profile's table entirely. Default: the profile's table
     /// (none for `standard`).
@@ -387,6 +393,7 @@ impl RouteSection {
             slice_bytes: default_slice_bytes(),
             stale_while_revalidate_s: 0,
             stale_if_error_s: 0,
+            prefetch_segments: 0,
             ttl_s: None,
         }
     }
@@ -420,6 +427,7 @@ impl RouteSection {
         r.slice_bytes = self.slice_bytes;
         r.stale_while_revalidate = Duration::from_secs(self.stale_while_revalidate_s);
         r.stale_if_error = Duration::from_secs(self.stale_if_error_s);
+        r.prefetch_segments = self.prefetch_segments;
         r
     }
 }
@@ -582,6 +590,7 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
         o.heuristic_fraction = cache.heuristic_fraction;
         o.heuristic_max = Duration::from_secs(cache.heuristic_max_s);
         o.max_forwarded_body = cache.max_forwarded_body;
+        o.prefetch_in_flight = cache.prefetch_in_flight;
         o.cache_name = cache.cache_name.clone();
         o.targeted_fields = cache.targeted_cache_control.clone();
         Ok(o)
@@ -705,6 +714,17 @@ fn size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         }
     }
     d.deserialize_any(Size)
+}
+
+fn prefetch_segments<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n > cacheopts::MAX_PREFETCH_SEGMENTS {
+        return Err(serde::de::Error::custom(format!(
+            "must be at most {}",
+            cacheopts::MAX_PREFETCH_SEGMENTS
+        )));
+    }
+    Ok(n)
 }
 
 fn positive_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -940,6 +960,7 @@ honour_request_cache_control = false
 heuristic_fraction = 0.05
 heuristic_max_s = 3600
 max_forwarded_body = "2M"
+prefetch_in_flight = 2
 cache_name = "edge-1"
 durability = "no_sync"
 high_watermark_percent = 90
@@ -982,6 +1003,7 @@ query = "ignore"
 slice_bytes = "1M"
 stale_while_revalidate_s = 10
 stale_if_error_s = 600
+prefetch_segments = 3
 
 [route.ttl_s]
 M3U8 = 2
@@ -1006,6 +1028,7 @@ profile = "video"
         assert_eq!(o.heuristic_fraction, 0.05);
         assert_eq!(o.heuristic_max, Duration::from_secs(3600));
         assert_eq!(o.max_forwarded_body, 2 << 20);
+        assert_eq!(o.prefetch_in_flight, 2);
         assert_eq!(o.cache_name, "edge-1");
         assert_eq!(o.store.durability, Durability::NoSync);
         assert_eq!(
@@ -1052,6 +1075,8 @@ profile = "video"
             ("/vod/", "vod")
         );
         assert_eq!(r.default_ttl, Some(Duration::from_secs(300)));
+        assert_eq!(r.prefetch_segments, 3);
+        assert_eq!(o.routes[1].prefetch_segments, 0);
         assert_eq!(r.profile, Profile::Standard);
         assert_eq!(r.query, QueryKey::Ignore);
         assert_eq!(r.slice_bytes, 1 << 20);
@@ -1207,6 +1232,7 @@ profile = "video"
             ("[[route]]\norigin = \"o\"\nhost = \"a.com:80\"\n", "line 3", "without port"),
             ("[[route]]\norigin = \"o\"\nquery = \"some\"\n", "line 3", "include"),
             ("[[route]]\norigin = \"o\"\nslice_bytes = 100\n", "line 3", "at least"),
+            ("[[route]]\norigin = \"o\"\nprefetch_segments = 17\n", "line 3", "at most 16"),
             ("[[route]]\norigin = \"o\"\n[route.ttl_s]\n\"m.ts\" = 1\n", "line 4", "no dot"),
             ("[[route]]\norigin = \"o\"\n[route.ttl_s]\nts = -1\n", "line 4", ""),
             ("[cache]\nheuristic_fraction = 2.0\n", "line 2", "between 0.0"),
