@@ -55,6 +55,21 @@ pub(crate) struct CacheFacts {
     pub(crate) disks: Vec<DiskStats>,
     /// Per origin, in configuration order.
     pub(crate) origins: Vec<OriginSnapshot>,
+    /// HLS segment prefetch, all workers together.
+    pub(crate) prefetch: PrefetchCounts,
+}
+
+/// HLS segment prefetch's counters (cache mode).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PrefetchCounts {
+    /// Prefetch fills started.
+    pub(crate) issued: u64,
+    /// Prefetched objects a client then asked for.
+    pub(crate) used: u64,
+    /// Prefetches skipped because the origin's budget was full.
+    pub(crate) skipped: u64,
+    /// Media playlist copies read.
+    pub(crate) playlists: u64,
 }
 
 /// What `/health` tells a load balancer, and why.
@@ -377,6 +392,7 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
     if let Some(cache) = &facts.cache {
         disk_families(&mut out, &cache.disks);
         origin_families(&mut out, &cache.origins);
+        prefetch_families(&mut out, &cache.prefetch);
     }
     counter(
         &mut out,
@@ -581,6 +597,35 @@ fn disk_families(out: &mut String, disks: &[DiskStats]) {
 
 /// Per-origin-server families (cache mode): labelled `origin` (its configured name) and
 /// `server` (`host:port` as sent in `Host`).
+fn prefetch_families(out: &mut String, p: &PrefetchCounts) {
+    let families: [(&str, &str, u64); 4] = [
+        (
+            "linerate_cache_prefetch_issued_total",
+            "HLS segment prefetch fills started (route prefetch_segments).",
+            p.issued,
+        ),
+        (
+            "linerate_cache_prefetch_used_total",
+            "Prefetched segments a client then asked for (served from the store, or joined while the prefetch ran).",
+            p.used,
+        ),
+        (
+            "linerate_cache_prefetch_skipped_total",
+            "Prefetches not started because the origin had cache.prefetch_in_flight prefetches running.",
+            p.skipped,
+        ),
+        (
+            "linerate_cache_prefetch_playlists_read_total",
+            "Stored media playlist copies read to learn their segments.",
+            p.playlists,
+        ),
+    ];
+    for (name, help, v) in families {
+        family(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+}
+
 fn origin_families(out: &mut String, origins: &[OriginSnapshot]) {
     let servers = || {
         origins.iter().flat_map(|o| {
@@ -866,6 +911,12 @@ mod tests {
                         connections_reused: 2,
                     }],
                 }],
+                prefetch: PrefetchCounts {
+                    issued: 4,
+                    used: 3,
+                    skipped: 1,
+                    playlists: 2,
+                },
             }),
         }
     }
@@ -888,6 +939,8 @@ mod tests {
         let text = prometheus(&[a], &facts);
         for line in [
             "linerate_cache_hit_ratio 0.5\n",
+            "linerate_cache_prefetch_issued_total 4\n",
+            "linerate_cache_prefetch_used_total 3\n",
             "linerate_cache_disk_state{disk=\"d0\",state=\"in_service\"} 1\n",
             "linerate_cache_disk_state{disk=\"d0\",state=\"out_of_service\"} 0\n",
             "linerate_cache_disk_state{disk=\"d1\",state=\"out_of_service\"} 1\n",

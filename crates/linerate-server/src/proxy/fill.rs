@@ -117,11 +117,12 @@ pub(crate) fn revalidate_in_background(
     });
 }
 
-/// Run one fill to its end and publish how it ended.
-pub(crate) async fn run(pw: Rc<ProxyWorker>, mut job: Job) {
+/// Run one fill to its end and publish how it ended (also returned).
+pub(crate) async fn run(pw: Rc<ProxyWorker>, mut job: Job) -> Phase {
     let end = fetch(&pw, &mut job).await;
     tracing::trace!(phase = end.as_str(), "fill over");
-    job.guard.finish(end);
+    job.guard.finish(end.clone());
+    end
 }
 
 fn failed(e: &OriginError, stale_ok: bool) -> Phase {

@@ -11,6 +11,8 @@
 //!   follower reads;
 //! - `fill`: one fill's I/O: the origin request, the storing decision
 //!   (`linerate_http::cache::admit`), the store write;
+//! - `prefetch`: HLS segments fetched ahead of the clients, as fills (its memory:
+//!   `ahead`);
 //! - `slices`: large objects in fixed-size slices fetched with `Range`;
 //! - `relay`: the client's own request to the origin, uncached;
 //! - `head` and `body`: the response head and body a client gets;
@@ -21,11 +23,13 @@
 //! Every caching rule lives in `linerate_http::cache` (pure, unit- and property-tested);
 //! this module does I/O with its answers.
 
+mod ahead;
 pub(crate) mod body;
 mod fill;
 pub(crate) mod fills;
 mod flow;
 mod head;
+mod prefetch;
 mod relay;
 mod request;
 mod shared;
@@ -100,7 +104,11 @@ pub(crate) async fn respond(
         head_only: head.method == Method::Head,
     };
     match head.method {
-        Method::Get | Method::Head => flow::get(worker, pw, &req, &mut interim).await,
+        Method::Get | Method::Head => {
+            let response = flow::get(worker, pw, &req, &mut interim).await;
+            prefetch::after_get(pw, &req, &response);
+            response
+        }
         _ => {
             let sent = relay::send(pw, &req, &body, &mut interim).await;
             let mut trace = Trace::default();

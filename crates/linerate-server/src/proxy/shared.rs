@@ -13,6 +13,7 @@ use linerate_cache::{Lookup, ObjectHandle, ObjectMeta, Store};
 use linerate_http::cache::key::{self, Scheme};
 use linerate_http::cache::{Freshness, Heuristic, Settings};
 
+use super::ahead;
 use super::fills::Fills;
 use crate::cacheopts::{CacheOptions, QueryKey, RouteOptions};
 use crate::origin::{Origin, OriginShared};
@@ -89,6 +90,8 @@ pub(crate) struct ProxyShared {
     pub(crate) routes: Vec<Route>,
     /// The targeted cache-control fields obeyed, lower-case, in order.
     targets: Vec<Vec<u8>>,
+    /// Segment prefetch's memory and counters (`prefetch`).
+    pub(crate) prefetch: ahead::Memory,
     /// Keys whose last response could not be stored, until when (Unix ms).
     passes: Mutex<HashMap<Box<[u8]>, u64>>,
 }
@@ -148,6 +151,7 @@ impl ProxyShared {
                 .map(|f| f.to_ascii_lowercase().into_bytes())
                 .collect(),
             writes,
+            prefetch: ahead::Memory::new(origins.len()),
             opts,
             store,
             fills: Arc::new(Fills::default()),

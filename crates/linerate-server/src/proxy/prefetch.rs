@@ -1,0 +1,280 @@
+//! HLS segment prefetch: when a route has `prefetch_segments = k`, a media playlist
+//! served on it is read (once per stored copy), and a client served segment `i` of it
+//! starts fills of segments `i+1..=i+k` in the background, so sequential playback hits.
+//!
+//! A prefetch is an ordinary fill: it claims its key in the one table every worker
+//! uses (`fills`), so a client asking meanwhile joins it, and a key already stored,
+//! being written or being fetched is never fetched again. It never waits: at most
+//! `cache.prefetch_in_flight` prefetches run per origin, and one that would exceed that
+//! is skipped. Client fills take no slot and are never held back.
+//!
+//! What is followed: only URIs relative to the playlist's host (no scheme, no
+//! authority), resolved per RFC 3986 (`linerate_http::hls::resolve`), whose path stays
+//! under the playlist route's `path_prefix` and which a route serves. The parsing is
+//! `linerate_http::hls` (pure, tested); the memory is `ahead`.
+//!
+//! Not prefetched: a segment whose URL has a `Vary` stub or anything stored (even
+//! stale: prefetch never revalidates), a URL remembered as uncacheable, requests with
+//! `no-store`. On a sliced route the first slice is prefetched (the whole segment when
+//! it fits one slice, as segments usually do).
+
+use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use linerate_cache::Lookup;
+use linerate_http::cache::key::{self, Scheme};
+use linerate_http::cache::RequestCacheControl;
+use linerate_http::forward::Purpose;
+use linerate_http::{hls, Method};
+
+use super::ahead::{Next, Target};
+use super::fill::{self, Job, SliceJob};
+use super::fills::{Claim, Phase};
+use super::request::{CacheRequest, Fetch};
+use super::shared::{ProxyShared, ProxyWorker, VARY_STUB};
+use crate::response::Response;
+
+/// After a GET or HEAD was answered: count a prefetched object's use, read a playlist
+/// that was served, or prefetch the segments after one that was.
+pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: &Response) {
+    let px = &pw.shared;
+    let status = response.status.code();
+    if !(200..300).contains(&status) {
+        return;
+    }
+    px.prefetch.served(&req.key);
+    let k = px.routes[req.route].opts.prefetch_segments;
+    if k == 0 || req.head.method != Method::Get || req.cc.no_store {
+        return;
+    }
+    let path = req.target.split(|&b| b == b'?').next().unwrap_or(b"");
+    let playlist = hls::is_playlist_path(path)
+        || response_field(&response.head, b"content-type").is_some_and(hls::is_playlist_type);
+    if playlist {
+        if status == 200 {
+            tokio::task::spawn_local(read_playlist(
+                Rc::clone(pw),
+                req.scheme,
+                req.host.clone(),
+                req.target.clone(),
+                req.key.clone(),
+                req.route,
+            ));
+        }
+        return;
+    }
+    if let Some(next) = px.prefetch.next(&req.key) {
+        for t in next.iter().take(k as usize) {
+            start(pw, req, t);
+        }
+    }
+}
+
+/// A field of an encoded response head (the first one named `name`).
+fn response_field<'h>(head: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
+    head.split(|&b| b == b'\n').skip(1).find_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        line[..colon]
+            .eq_ignore_ascii_case(name)
+            .then(|| line[colon + 1..].trim_ascii())
+    })
+}
+
+/// Read the stored copy of the playlist keyed `key` (requested as `target` on `route`)
+/// once it is complete, and remember what follows each of its segments.
+async fn read_playlist(
+    pw: Rc<ProxyWorker>,
+    scheme: Scheme,
+    host: Vec<u8>,
+    target: Vec<u8>,
+    key: Vec<u8>,
+    route: usize,
+) {
+    let px = &pw.shared;
+    // Just filled by this request: wait for the copy to be complete.
+    if let Some(mut rx) = px.fills.watch(&key) {
+        super::fills::finished(&mut rx).await;
+    }
+    let Lookup::Hit(h) = px.store.lookup(&key) else {
+        return;
+    };
+    let Some(len) = h.body_len() else {
+        return;
+    };
+    if h.meta.status != 200
+        || h.meta.header(VARY_STUB).is_some()
+        || len > hls::MAX_PLAYLIST_BYTES as u64
+        || !px.prefetch.first_read(&key, h.created_ms)
+    {
+        return;
+    }
+    let body = tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0; usize::try_from(len).ok()?];
+        h.file.read_exact_at(&mut buf, h.body_offset).ok()?;
+        Some(buf)
+    })
+    .await;
+    let Ok(Some(body)) = body else {
+        return;
+    };
+    let Some(playlist) = hls::parse_media(&body) else {
+        tracing::debug!(key = %String::from_utf8_lossy(&key), "not a media playlist prefetch reads");
+        return;
+    };
+    let opts = &px.routes[route].opts;
+    let targets: Vec<Option<Arc<Target>>> = playlist
+        .segments
+        .iter()
+        .map(|uri| segment(px, scheme, &host, &target, opts.path_prefix.as_bytes(), uri))
+        .collect();
+    let k = opts.prefetch_segments as usize;
+    for (i, t) in targets.iter().enumerate() {
+        let Some(t) = t else { continue };
+        let next: Next = targets[i + 1..].iter().take(k).flatten().cloned().collect();
+        if !next.is_empty() {
+            px.prefetch.set_next(&t.key, next);
+        }
+    }
+}
+
+/// The segment `uri` names in a playlist requested as `base` on `host`, when prefetch
+/// may fetch it: relative to that host, under `prefix`, served by a route.
+fn segment(
+    px: &ProxyShared,
+    scheme: Scheme,
+    host: &[u8],
+    base: &[u8],
+    prefix: &[u8],
+    uri: &[u8],
+) -> Option<Arc<Target>> {
+    let target = hls::resolve(base, uri)?;
+    let (path, query) = match target.iter().position(|&b| b == b'?') {
+        Some(i) => (&target[..i], &target[i + 1..]),
+        None => (&target[..], &b""[..]),
+    };
+    if !path.starts_with(prefix) {
+        return None;
+    }
+    let (key, route) = px.key_for(scheme, host, path, query)?;
+    Some(Arc::new(Target {
+        target: target.into(),
+        key: key.into(),
+        route,
+    }))
+}
+
+/// Start the prefetch of `t` unless it is stored, being fetched, uncacheable, or over
+/// its origin's budget. `req`: the client request whose segment came before, whose
+/// fields the prefetch sends (as that client's own request for `t` would).
+fn start(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, t: &Arc<Target>) {
+    let px = &pw.shared;
+    let route = &px.routes[t.route];
+    if route.opts.prefetch_segments == 0 || px.is_pass(&t.key) {
+        return;
+    }
+    if !matches!(px.store.lookup(&t.key), Lookup::Miss(_)) {
+        return;
+    }
+    let slice_bytes = route.opts.slice_bytes;
+    let claim_key = if slice_bytes > 0 {
+        let first = key::slice(&t.key, 0);
+        if !matches!(px.store.lookup(&first), Lookup::Miss(_)) {
+            return;
+        }
+        first
+    } else {
+        t.key.to_vec()
+    };
+    if px.fills.watch(&claim_key).is_some() {
+        return;
+    }
+    let origin = route.origin;
+    if !px.prefetch.try_acquire(origin, px.opts.prefetch_in_flight) {
+        return;
+    }
+    let slot = Slot {
+        px: Arc::clone(px),
+        origin,
+    };
+    let Claim::Leader(guard) = px.fills.claim(&claim_key) else {
+        return;
+    };
+    px.prefetch.issued(&t.key);
+    let fetch = Fetch {
+        origin,
+        route: t.route,
+        primary: t.key.to_vec(),
+        target: t.target.to_vec(),
+        fields: req
+            .forwarded(Purpose::Fill)
+            .into_iter()
+            .map(|(n, v)| (n.into_owned(), v.into_owned()))
+            .collect(),
+        request_fields: req
+            .head
+            .fields()
+            .map(|(n, v)| (n.to_vec(), v.to_vec()))
+            .collect(),
+        policy: linerate_http::cache::policy::Request {
+            method: Method::Get,
+            cc: RequestCacheControl::default(),
+            authorization: req.head.field(b"authorization").is_some(),
+        },
+    };
+    let job = Job {
+        px: Arc::clone(px),
+        guard,
+        fetch: Rc::new(fetch),
+        base: t.key.to_vec(),
+        stale: None,
+        slice: (slice_bytes > 0).then_some(SliceJob {
+            index: 0,
+            start: 0,
+            len: slice_bytes,
+            if_match: None,
+            total: None,
+        }),
+        handoff: None,
+        interim: None,
+    };
+    tracing::debug!(key = %String::from_utf8_lossy(&t.key), "prefetch");
+    let pw = Rc::clone(pw);
+    let key = t.key.clone();
+    tokio::task::spawn_local(async move {
+        let px = Arc::clone(&pw.shared);
+        let end = fill::run(pw, job).await;
+        if !matches!(end, Phase::Stored | Phase::Writing | Phase::Elsewhere) {
+            px.prefetch.failed(&key);
+        }
+        drop(slot);
+    });
+}
+
+/// One prefetch slot of an origin, given back on drop (however the fill ends).
+struct Slot {
+    px: Arc<ProxyShared>,
+    origin: usize,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.px.prefetch.release(self.origin);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::response_field;
+
+    #[test]
+    fn fields_of_an_encoded_head() {
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\ncontent-type:  application/x-mpegURL \r\n\r\n";
+        assert_eq!(
+            response_field(head, b"Content-Type"),
+            Some(&b"application/x-mpegURL"[..])
+        );
+        assert_eq!(response_field(head, b"etag"), None);
+    }
+}

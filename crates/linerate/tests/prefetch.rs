@@ -1,0 +1,282 @@
+//! HLS segment prefetch end to end (route `prefetch_segments`): the real binary in front
+//! of a counting origin. A client served segment `i` of a media playlist the cache has
+//! read makes the cache fetch segments `i+1..=i+k` as fills, once each, so the client's
+//! next requests hit; a client arriving while one runs joins it.
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed step should fail loudly"
+)]
+
+mod support;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use support::kit::{CacheConfig, CacheStatus, Variant};
+use support::origin::{self, Origin, Reply, Request};
+use support::{read_to_close, Server};
+
+const WAIT: Duration = Duration::from_secs(10);
+const PLAYLIST_TYPE: (&str, &str) = ("Content-Type", "application/vnd.apple.mpegurl");
+
+/// A media playlist of `uris`, each a 4 s segment, ended.
+fn playlist(uris: &[&str]) -> Vec<u8> {
+    let mut p = String::from("#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:4\n");
+    for u in uris {
+        p.push_str(&format!("#EXTINF:4.0,\n{u}\n"));
+    }
+    p.push_str("#EXT-X-ENDLIST\n");
+    p.into_bytes()
+}
+
+fn segment_body(path: &str) -> Vec<u8> {
+    path.as_bytes().repeat(100)
+}
+
+/// `/v/index.m3u8` lists `seg0.ts`..`seg9.ts`; every segment is cacheable with
+/// `segment_fields`.
+fn handler(
+    segment_fields: &'static [(&'static str, &'static str)],
+) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
+    move |r: &Request| {
+        let path = r.path().to_owned();
+        if path == "/v/index.m3u8" {
+            let uris: Vec<String> = (0..10).map(|i| format!("seg{i}.ts")).collect();
+            let uris: Vec<&str> = uris.iter().map(String::as_str).collect();
+            return origin::ok(
+                &playlist(&uris),
+                &[PLAYLIST_TYPE, ("Cache-Control", "max-age=60")],
+            );
+        }
+        origin::ok(&segment_body(&path), segment_fields)
+    }
+}
+
+const CACHEABLE: &[(&str, &str)] = &[("Cache-Control", "max-age=3600")];
+
+fn admin(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    let out = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
+
+fn metric(srv: &Server, series: &str) -> u64 {
+    let text = admin(srv.admin_addr(), "/metrics");
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l[series.len() + 1..].trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Wait until `series` is at least `n`.
+fn wait_metric(srv: &Server, series: &str, n: u64) {
+    let deadline = Instant::now() + WAIT;
+    while metric(srv, series) < n {
+        assert!(Instant::now() < deadline, "{series} never reached {n}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// GET the playlist and wait until the cache has read it.
+fn load_playlist(srv: &Server) {
+    let r = srv.get("/v/index.m3u8", &[]);
+    assert_eq!(r.status, 200);
+    wait_metric(srv, "linerate_cache_prefetch_playlists_read_total", 1);
+}
+
+fn get_segment(srv: &Server, path: &str) -> CacheStatus {
+    let r = srv.get(path, &[]);
+    assert_eq!(r.status, 200, "{path}");
+    assert_eq!(r.body, segment_body(path), "{path}");
+    CacheStatus::of(&r)
+}
+
+/// Give a prefetch that should not happen the time to show up.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(400));
+}
+
+fn config(v: Variant, origin: &Origin, k: u32) -> CacheConfig {
+    v.config(origin).route(&format!("prefetch_segments = {k}"))
+}
+
+matrix! {
+    /// Segment 0 makes the cache fetch 1..=3, once each; the client's requests for them
+    /// then hit, and each of those moves the window on.
+    fn next_segments_are_fetched_once_and_hit(v) {
+        let origin = v.origin(handler(CACHEABLE));
+        let cache = config(v, &origin, 3).start();
+        load_playlist(&cache);
+        assert!(!get_segment(&cache, "/v/seg0.ts").is_hit());
+        for i in 1..=3 {
+            let p = format!("/v/seg{i}.ts");
+            assert!(origin.wait_count(&p, 1, WAIT), "{p} prefetched");
+        }
+        settle();
+        for i in 1..=3 {
+            assert_eq!(origin.count(&format!("/v/seg{i}.ts")), 1);
+        }
+        assert_eq!(origin.count("/v/seg4.ts"), 0, "only k ahead");
+        for i in 1..=3 {
+            let p = format!("/v/seg{i}.ts");
+            let cs = get_segment(&cache, &p);
+            assert!(cs.is_hit(), "{p}: {cs:?}");
+            assert_eq!(origin.count(&p), 1, "{p}");
+        }
+        // Segment 3 asked for 4..=6.
+        for i in 4..=6 {
+            assert!(origin.wait_count(&format!("/v/seg{i}.ts"), 1, WAIT));
+        }
+        settle();
+        for i in 0..=6 {
+            assert_eq!(origin.count(&format!("/v/seg{i}.ts")), 1, "seg{i}");
+        }
+        assert_eq!(origin.count("/v/seg7.ts"), 0);
+        assert_eq!(origin.count("/v/index.m3u8"), 1);
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 6);
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 3);
+        origin.assert_no_panics();
+    }
+
+    /// A client asking for a segment while its prefetch waits for the origin joins it:
+    /// one origin request.
+    fn a_client_joins_a_running_prefetch(v) {
+        let origin = v.origin(|r: &Request| {
+            let reply = handler(CACHEABLE)(r);
+            if r.path() == "/v/seg1.ts" {
+                Reply::Delayed { delay: Duration::from_millis(1000), reply: Box::new(reply) }
+            } else {
+                reply
+            }
+        });
+        let cache = config(v, &origin, 1).start();
+        load_playlist(&cache);
+        get_segment(&cache, "/v/seg0.ts");
+        assert!(origin.wait_count("/v/seg1.ts", 1, WAIT));
+        let cs = get_segment(&cache, "/v/seg1.ts");
+        assert!(cs.collapsed || cs.is_hit(), "{cs:?}");
+        settle();
+        assert_eq!(origin.count("/v/seg1.ts"), 1);
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 1);
+        origin.assert_no_panics();
+    }
+}
+
+/// `prefetch_segments = 0` (the default): the playlist is not read and nothing is
+/// fetched ahead.
+#[test]
+fn off_by_default() {
+    let origin = Origin::start(handler(CACHEABLE));
+    let cache = CacheConfig::new(&origin).route("slice_bytes = 0").start();
+    assert_eq!(cache.get("/v/index.m3u8", &[]).status, 200);
+    settle();
+    get_segment(&cache, "/v/seg0.ts");
+    settle();
+    assert_eq!(origin.total(), 2, "{:?}", origin.requests());
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_playlists_read_total"),
+        0
+    );
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 0);
+}
+
+/// Only URIs relative to the playlist's host and under its route's prefix are
+/// fetched: not another host (absolute or network-path), not `..` out of the prefix
+/// (plain or percent-encoded), even when another route would serve it.
+#[test]
+fn other_hosts_and_escapes_are_not_fetched() {
+    let origin = Origin::start(|r: &Request| {
+        if r.path() == "/v/index.m3u8" {
+            return origin::ok(
+                &playlist(&[
+                    "seg0.ts",
+                    "http://other.example/v/seg1.ts",
+                    "//other.example/v/seg2.ts",
+                    "../outside/seg3.ts",
+                    "%2E%2E/outside/seg4.ts",
+                    "seg5.ts",
+                ]),
+                &[PLAYLIST_TYPE, ("Cache-Control", "max-age=60")],
+            );
+        }
+        origin::ok(&segment_body(r.path()), CACHEABLE)
+    });
+    let cache = CacheConfig::new(&origin)
+        .route("path_prefix = \"/v/\"\nslice_bytes = 0\nprefetch_segments = 5")
+        .extra("[[route]]\npath_prefix = \"/\"\norigin = \"o\"\nslice_bytes = 0\nprefetch_segments = 5")
+        .start();
+    load_playlist(&cache);
+    get_segment(&cache, "/v/seg0.ts");
+    assert!(origin.wait_count("/v/seg5.ts", 1, WAIT));
+    settle();
+    let paths: Vec<String> = origin
+        .requests()
+        .iter()
+        .map(|r| r.path().to_owned())
+        .collect();
+    assert_eq!(paths, ["/v/index.m3u8", "/v/seg0.ts", "/v/seg5.ts"]);
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 1);
+}
+
+/// An uncacheable segment (`no-store`) is prefetched at most once while its URL is
+/// remembered as uncacheable (hit-for-pass, 30 s): the prefetch's answer is dropped,
+/// the client's own request then goes to the origin, and later segments' requests do
+/// not prefetch it again.
+#[test]
+fn uncacheable_segments_are_prefetched_at_most_once() {
+    let origin = Origin::start(handler(&[("Cache-Control", "no-store")]));
+    let cache = CacheConfig::new(&origin)
+        .route("slice_bytes = 0\nprefetch_segments = 2")
+        .start();
+    load_playlist(&cache);
+    get_segment(&cache, "/v/seg0.ts");
+    assert!(origin.wait_count("/v/seg1.ts", 1, WAIT));
+    assert!(origin.wait_count("/v/seg2.ts", 1, WAIT));
+    settle();
+    // Relayed: its own origin request. It asks for 2 (remembered: skipped) and 3.
+    let cs = get_segment(&cache, "/v/seg1.ts");
+    assert!(!cs.is_hit(), "{cs:?}");
+    assert!(origin.wait_count("/v/seg3.ts", 1, WAIT));
+    settle();
+    assert_eq!(origin.count("/v/seg1.ts"), 2);
+    assert_eq!(origin.count("/v/seg2.ts"), 1);
+    assert_eq!(origin.count("/v/seg3.ts"), 1);
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 3);
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 0);
+}
+
+/// With `cache.prefetch_in_flight = 1` and a slow origin, one prefetch runs and the
+/// others are skipped, never queued; the client is not held back.
+#[test]
+fn the_budget_skips_rather_than_queues() {
+    let origin = Origin::start(|r: &Request| {
+        let reply = handler(CACHEABLE)(r);
+        if r.path() != "/v/index.m3u8" && r.path() != "/v/seg0.ts" {
+            Reply::Delayed {
+                delay: Duration::from_millis(1500),
+                reply: Box::new(reply),
+            }
+        } else {
+            reply
+        }
+    });
+    let cache = CacheConfig::new(&origin)
+        .cache("prefetch_in_flight = 1")
+        .route("slice_bytes = 0\nprefetch_segments = 3")
+        .start();
+    load_playlist(&cache);
+    let started = Instant::now();
+    get_segment(&cache, "/v/seg0.ts");
+    assert!(started.elapsed() < Duration::from_millis(1000));
+    assert!(origin.wait_count("/v/seg1.ts", 1, WAIT));
+    settle();
+    assert_eq!(origin.count("/v/seg2.ts"), 0);
+    assert_eq!(origin.count("/v/seg3.ts"), 0);
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 1);
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_skipped_total"), 2);
+}
