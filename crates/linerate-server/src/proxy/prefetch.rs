@@ -35,6 +35,10 @@ use super::request::{CacheRequest, Fetch};
 use super::shared::{ProxyShared, ProxyWorker, VARY_STUB};
 use crate::response::Response;
 
+/// Longest segment target remembered, bytes: what the memory holds per segment is
+/// bounded, whatever a playlist says.
+const MAX_TARGET: usize = 2048;
+
 /// After a GET or HEAD was answered: count a prefetched object's use, read a playlist
 /// that was served, or prefetch the segments after one that was.
 pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: &Response) {
@@ -43,9 +47,13 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
     if !(200..300).contains(&status) {
         return;
     }
-    px.prefetch.served(&req.key);
     let k = px.routes[req.route].opts.prefetch_segments;
-    if k == 0 || req.head.method != Method::Get || req.cc.no_store {
+    if k == 0 {
+        // Nothing on this route is ever prefetched: no shared lock on its requests.
+        return;
+    }
+    px.prefetch.served(&req.key);
+    if req.head.method != Method::Get || req.cc.no_store {
         return;
     }
     let path = req.target.split(|&b| b == b'?').next().unwrap_or(b"");
@@ -149,7 +157,7 @@ fn segment(
     prefix: &[u8],
     uri: &[u8],
 ) -> Option<Arc<Target>> {
-    let target = hls::resolve(base, uri)?;
+    let target = hls::resolve(base, uri).filter(|t| t.len() <= MAX_TARGET)?;
     let (path, query) = match target.iter().position(|&b| b == b'?') {
         Some(i) => (&target[..i], &target[i + 1..]),
         None => (&target[..], &b""[..]),
