@@ -21,8 +21,8 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
-echo "== dashboard in headless Chromium"
-# The browser test is #[ignore]d in plain `cargo test` (reported as ignored, never as
+echo "== dashboard and player in headless Chromium"
+# The browser tests are #[ignore]d in plain `cargo test` (reported as ignored, never as
 # passed); here it runs for real. Install Debian's chromium when it is missing and we can.
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     # A fresh machine has empty package lists: update once, then install.

@@ -77,6 +77,9 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
         if let Some(cc) = cache_control {
             w.field("Cache-Control", cc.as_bytes());
         }
+        if let Some(origin) = &live.options.cors_allow_origin {
+            w.field("Access-Control-Allow-Origin", origin.as_bytes());
+        }
         persistence_field(w, req, persistence);
     };
 

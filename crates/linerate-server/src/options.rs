@@ -61,6 +61,12 @@ pub const DEFAULT_OPEN_FILE_CACHE: usize = 1024;
 /// `open_file_cache_valid` default is 60 s.
 pub const DEFAULT_OPEN_FILE_CACHE_VALID: Duration = Duration::from_secs(1);
 
+/// Default `Access-Control-Allow-Origin` of appliance mode: any origin. Its files are
+/// public to anyone who can reach the port (no authentication, no cookies, nothing
+/// per user), `*` never lets a browser send credentials, and web players on other
+/// origins (the admin dashboard's player among them) need it, as from any video CDN.
+pub const DEFAULT_CORS_ALLOW_ORIGIN: &str = "*";
+
 /// Everything a server run needs. Build with [`ServerOptions::new`] and adjust fields.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -80,6 +86,10 @@ pub struct ServerOptions {
     pub open_file_cache: usize,
     /// How long a cached open file is trusted before its path is checked again.
     pub open_file_cache_valid: Duration,
+    /// `Access-Control-Allow-Origin` sent on appliance mode's file responses (so a web
+    /// player on another origin, such as the admin dashboard's, may read them); `None`
+    /// sends none. Default `*`.
+    pub cors_allow_origin: Option<String>,
     /// Connection timeouts.
     pub timeouts: Timeouts,
     /// `Cache-Control` per lower-case file extension (no dot).
@@ -234,6 +244,7 @@ impl ServerOptions {
             root,
             open_file_cache: DEFAULT_OPEN_FILE_CACHE,
             open_file_cache_valid: DEFAULT_OPEN_FILE_CACHE_VALID,
+            cors_allow_origin: Some(DEFAULT_CORS_ALLOW_ORIGIN.to_owned()),
             timeouts: Timeouts::default(),
             cache_control: default_cache_control(),
             default_cache_control: None,

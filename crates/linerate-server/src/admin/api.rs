@@ -1,5 +1,6 @@
 //! The admin API, on its own address and its own thread (never a worker's): metrics,
-//! health, a live stats document, the dashboard, and the token-protected commands
+//! health, a live stats document, the dashboard and its HLS player (with the hls.js it
+//! loads, all embedded in the binary), and the token-protected commands
 //! (drain, reload, reopen logs). One request per connection, `Connection: close`; it is
 //! scraped every few seconds, not served at line rate.
 //!
@@ -39,6 +40,19 @@ const RATE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The dashboard page, embedded in the binary.
 const DASHBOARD: &str = include_str!("../../assets/dashboard.html");
+
+/// The player page (linked from the dashboard), embedded in the binary. Its
+/// `__LINERATE_LISTEN__` is replaced by the first plain listener's address.
+const PLAYER: &str = include_str!("../../assets/player.html");
+
+/// hls.js (vendored from npm; version, source and digest in
+/// `assets/vendor/hls.js/README.md`), embedded so the player needs no network access
+/// beyond this server.
+const HLS_JS: &str = include_str!("../../assets/vendor/hls.js/hls.light.min.js");
+
+/// `Cache-Control` of the embedded hls.js: a year. The player page asks for it with the
+/// version in the query (`?v=1.7.4`), so a binary with a newer copy is a new URL.
+const ASSET_CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
 
 /// Bind the admin listener (at start-up, so a bad address fails before serving).
 pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -198,6 +212,8 @@ struct Reply {
     content_type: &'static str,
     body: String,
     extra: &'static str,
+    /// `no-store` except for the embedded static assets.
+    cache_control: &'static str,
 }
 
 impl Reply {
@@ -207,6 +223,7 @@ impl Reply {
             content_type,
             body,
             extra: "",
+            cache_control: "no-store",
         }
     }
 
@@ -248,11 +265,12 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
         }
     };
     let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n{}\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: {}\r\nConnection: close\r\n{}\r\n",
         reply.status,
         reason(reply.status),
         reply.content_type,
         reply.body.len(),
+        reply.cache_control,
         reply.extra
     );
     let _ = stream.write_all(head.as_bytes()).await;
@@ -339,12 +357,35 @@ fn route(
             metrics::stats_json(&admin.stats, &facts, &admin.rates.borrow()),
         ),
         "/" | "/dashboard" => Reply::new(200, "text/html; charset=utf-8", DASHBOARD.to_owned()),
+        "/player" => Reply::new(
+            200,
+            "text/html; charset=utf-8",
+            player_page(&admin.control.options().listen),
+        ),
+        "/assets/hls.min.js" => {
+            let mut r = Reply::new(200, "application/javascript", HLS_JS.to_owned());
+            r.cache_control = ASSET_CACHE_CONTROL;
+            r
+        }
         _ => return Reply::text(404, "not found"),
     };
     if !read_only {
         return method_not_allowed("GET, HEAD");
     }
     reply
+}
+
+/// The player page with the first plain listener's address filled in (empty when there
+/// is none, or when its port is 0: the configured address, not the bound one, is all the
+/// admin thread knows). An unspecified host (`0.0.0.0`, `::`) stays as it is; the page
+/// then uses the host name it was loaded from.
+fn player_page(listen: &[SocketAddr]) -> String {
+    let addr = listen
+        .first()
+        .filter(|a| a.port() != 0)
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    PLAYER.replace("__LINERATE_LISTEN__", &addr)
 }
 
 fn method_not_allowed(allow: &'static str) -> Reply {
@@ -470,8 +511,21 @@ fn authorized(header: Option<&[u8]>, token: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
+
+    #[test]
+    fn player_page_names_the_first_plain_listener() {
+        let listen =
+            |s: &[&str]| -> Vec<SocketAddr> { s.iter().map(|a| a.parse().unwrap()).collect() };
+        assert!(player_page(&listen(&["127.0.0.1:8080", "[::1]:8081"]))
+            .contains("content=\"127.0.0.1:8080\""));
+        assert!(player_page(&listen(&["[::]:80"])).contains("content=\"[::]:80\""));
+        assert!(player_page(&listen(&["127.0.0.1:0"]))
+            .contains("name=\"linerate-listen\" content=\"\""));
+        assert!(!player_page(&[]).contains("__LINERATE_LISTEN__"));
+    }
 
     #[test]
     fn bearer_token_check() {
