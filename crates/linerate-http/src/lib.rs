@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod cmcd;
 pub mod conditional;
 pub mod date;
 pub mod forward;

@@ -280,3 +280,61 @@ fn the_budget_skips_rather_than_queues() {
     assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 1);
     assert_eq!(metric(&cache, "linerate_cache_prefetch_skipped_total"), 2);
 }
+
+/// CTA-5004 `nor` in `CMCD-Request`: the player names its next object, URL-encoded and
+/// relative to the request; the cache fetches it once (no playlist needed), the
+/// player's request for it then hits. A `nor` to another host or out of the route's
+/// prefix is not fetched, and a route with prefetch off ignores the hint.
+#[test]
+fn cmcd_next_object_request_is_prefetched() {
+    let origin = Origin::start(|r: &Request| origin::ok(&segment_body(r.path()), CACHEABLE));
+    let cache = CacheConfig::new(&origin)
+        .route("path_prefix = \"/v/\"\nslice_bytes = 0\nprefetch_segments = 2")
+        .extra("[[route]]\npath_prefix = \"/\"\norigin = \"o\"\nslice_bytes = 0")
+        .start();
+    let hint = |nor: &str| format!("CMCD-Request: bl=21300,nor=\"{nor}\"");
+    let r = cache.get("/v/720p/seg0.ts", &[&hint("..%2F1080p%2Fseg1.ts")]);
+    assert_eq!(r.status, 200);
+    assert!(
+        origin.wait_count("/v/1080p/seg1.ts", 1, WAIT),
+        "the hinted object was not fetched"
+    );
+    // The prefetch may still be writing: a request joins it (collapsed) until it is
+    // stored, then hits; never a second origin request.
+    let deadline = Instant::now() + WAIT;
+    while !get_segment(&cache, "/v/1080p/seg1.ts").is_hit() {
+        assert!(
+            Instant::now() < deadline,
+            "the prefetched object never became a hit"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 1);
+    assert_eq!(origin.count("/v/1080p/seg1.ts"), 1);
+    // Out of bounds: another host, an escape from /v/, and a route without prefetch.
+    for nor in [
+        "%2F%2Fother.example%2Fv%2Fx.ts",
+        "http%3A%2F%2Fother.example%2Fv%2Fy.ts",
+        "..%2F..%2Foutside%2Fz.ts",
+    ] {
+        assert_eq!(cache.get("/v/720p/seg2.ts", &[&hint(nor)]).status, 200);
+    }
+    assert_eq!(cache.get("/other/a.ts", &[&hint("b.ts")]).status, 200);
+    settle();
+    let paths: Vec<String> = origin
+        .requests()
+        .iter()
+        .map(|r| r.path().to_owned())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/v/720p/seg0.ts",
+            "/v/1080p/seg1.ts",
+            "/v/720p/seg2.ts",
+            "/other/a.ts"
+        ],
+        "only the in-bounds hint was fetched"
+    );
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 1);
+}

@@ -13,6 +13,9 @@
 //! under the playlist route's `path_prefix` and which a route serves. The parsing is
 //! `linerate_http::hls` (pure, tested); the memory is `ahead`.
 //!
+//! A request's CMCD `nor` hint (`CMCD-Request` header, CTA-5004) names one more object
+//! to prefetch, under the same rules.
+//!
 //! Not prefetched: a segment whose URL has a `Vary` stub or anything stored (even
 //! stale: prefetch never revalidates), a URL remembered as uncacheable, requests with
 //! `no-store`. On a sliced route the first slice is prefetched (the whole segment when
@@ -75,6 +78,14 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
     if let Some(next) = px.prefetch.next(&req.key) {
         for t in next.iter().take(k as usize) {
             start(pw, req, t);
+        }
+    }
+    // CTA-5004 `nor`: the player names its next object itself (a rendition switch, a
+    // playlist the cache has not read). Held to the same rules as a playlist's URIs.
+    if let Some(nor) = linerate_http::cmcd::next_object(req.head.values(b"cmcd-request")) {
+        let prefix = px.routes[req.route].opts.path_prefix.as_bytes();
+        if let Some(t) = segment(px, req.scheme, &req.host, &req.target, prefix, &nor) {
+            start(pw, req, &t);
         }
     }
 }

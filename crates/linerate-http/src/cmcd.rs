@@ -1,0 +1,95 @@
+//! Common Media Client Data (CTA-5004): the one key cache mode reads, `nor` ("next
+//! object request": the relative path of the object the player will ask for next),
+//! from the `CMCD-Request` header, an RFC 8941 Dictionary. CTA-5004 §3.3: its value is
+//! a String holding a URL-encoded path relative to the current request URL, so it is
+//! percent-decoded once here; resolving it (and refusing another host, an escape, or a
+//! percent-encoded `.` or `/` left after decoding) is `hls::resolve`'s job.
+//!
+//! Not read: CMCD sent as a `CMCD=` query argument (it would also make every request's
+//! cache key different unless the route ignores queries), and every other key.
+
+/// The `nor` of a request's `CMCD-Request` field lines, decoded; `None` when absent,
+/// not a String, empty, or not valid percent-encoding of UTF-8.
+pub fn next_object<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Option<Vec<u8>> {
+    let mut joined = Vec::new();
+    for line in lines {
+        if !joined.is_empty() {
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(line);
+    }
+    let dict: sfv::Dictionary = sfv::Parser::new(&joined).parse().ok()?;
+    let (_, member) = dict.iter().find(|(k, _)| k.as_str() == "nor")?;
+    let sfv::ListEntry::Item(item) = member else {
+        return None;
+    };
+    let encoded = item.bare_item.as_string()?.as_str().as_bytes();
+    let decoded = percent_decode(encoded)?;
+    (!decoded.is_empty()).then_some(decoded)
+}
+
+/// `%XX` decoded once; `None` for a bad escape or a decoded NUL.
+fn percent_decode(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            let v = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+            if v == 0 {
+                return None;
+            }
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test, with its location.
+mod tests {
+    use super::*;
+
+    fn nor(lines: &[&str]) -> Option<String> {
+        next_object(lines.iter().map(|l| l.as_bytes())).map(|v| String::from_utf8(v).unwrap())
+    }
+
+    #[test]
+    fn reads_nor_from_cmcd_request() {
+        // CTA-5004's own example shape: URL-encoded relative path.
+        assert_eq!(
+            nor(&[r#"bl=21300,nor="..%2F300kbps%2Fsegment35.m4v""#]).as_deref(),
+            Some("../300kbps/segment35.m4v")
+        );
+        assert_eq!(
+            nor(&["nor=\"seg7.ts\", mtp=25400"]).as_deref(),
+            Some("seg7.ts")
+        );
+        assert_eq!(
+            nor(&["bl=100", "nor=\"a.ts\""]).as_deref(),
+            Some("a.ts"),
+            "two lines"
+        );
+    }
+
+    #[test]
+    fn anything_else_is_none() {
+        for bad in [
+            "",
+            "bl=100",
+            "nor=seg7",
+            "nor=7",
+            "nor=\"\"",
+            "nor=\"%zz\"",
+            "nor=\"a%00b\"",
+            "nor=(\"a\")",
+            "garbage =",
+        ] {
+            assert_eq!(nor(&[bad]), None, "{bad}");
+        }
+    }
+}
