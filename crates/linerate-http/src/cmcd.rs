@@ -11,13 +11,7 @@
 /// The `nor` of a request's `CMCD-Request` field lines, decoded; `None` when absent,
 /// not a String, empty, or not valid percent-encoding of UTF-8.
 pub fn next_object<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Option<Vec<u8>> {
-    let mut joined = Vec::new();
-    for line in lines {
-        if !joined.is_empty() {
-            joined.extend_from_slice(b", ");
-        }
-        joined.extend_from_slice(line);
-    }
+    let joined = crate::syntax::combine_lines(lines);
     let dict: sfv::Dictionary = sfv::Parser::new(&joined).parse().ok()?;
     let (_, member) = dict.iter().find(|(k, _)| k.as_str() == "nor")?;
     let sfv::ListEntry::Item(item) = member else {

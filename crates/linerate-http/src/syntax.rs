@@ -2,6 +2,20 @@
 //! tokens and decimal numbers. Private to the crate; each caller decides what an invalid
 //! value means for its field.
 
+/// Field lines joined into one field value (RFC 9110 §5.3: "a recipient MAY combine
+/// multiple field lines ... into one field line ... by appending each subsequent field
+/// line value to the combined field line value in order, separated by a comma").
+pub(crate) fn combine_lines<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut joined = Vec::new();
+    for line in lines {
+        if !joined.is_empty() {
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(line);
+    }
+    joined
+}
+
 /// Strip OWS (`*( SP / HTAB )`, RFC 9110 §5.6.3) from both ends.
 pub(crate) fn trim_ows(s: &[u8]) -> &[u8] {
     let is_ows = |b: &u8| *b == b' ' || *b == b'\t';

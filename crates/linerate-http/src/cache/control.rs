@@ -129,13 +129,7 @@ impl ResponseCacheControl {
     /// unqualified, as for `Cache-Control`); the others a Boolean (`?0` is the same as
     /// absent). Unknown keys and parameters are ignored (RFC 9111 §5.2.3).
     pub fn from_targeted<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Option<Self> {
-        let mut joined = Vec::new();
-        for line in lines {
-            if !joined.is_empty() {
-                joined.extend_from_slice(b", ");
-            }
-            joined.extend_from_slice(line);
-        }
+        let joined = crate::syntax::combine_lines(lines);
         let dict: sfv::Dictionary = sfv::Parser::new(&joined).parse().ok()?;
         if dict.is_empty() {
             return None;

@@ -28,13 +28,12 @@ use std::sync::Arc;
 use linerate_cache::Lookup;
 use linerate_http::cache::key::{self, Scheme};
 use linerate_http::cache::RequestCacheControl;
-use linerate_http::forward::Purpose;
 use linerate_http::{hls, Method};
 
 use super::ahead::{Next, Target};
 use super::fill::{self, Job, SliceJob};
 use super::fills::{Claim, Phase};
-use super::request::{CacheRequest, Fetch};
+use super::request::CacheRequest;
 use super::shared::{ProxyShared, ProxyWorker, VARY_STUB};
 use crate::response::Response;
 
@@ -221,27 +220,7 @@ fn start(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, t: &Arc<Target>) {
         return;
     };
     px.prefetch.issued(&t.key);
-    let fetch = Fetch {
-        origin,
-        route: t.route,
-        primary: t.key.to_vec(),
-        target: t.target.to_vec(),
-        fields: req
-            .forwarded(Purpose::Fill)
-            .into_iter()
-            .map(|(n, v)| (n.into_owned(), v.into_owned()))
-            .collect(),
-        request_fields: req
-            .head
-            .fields()
-            .map(|(n, v)| (n.to_vec(), v.to_vec()))
-            .collect(),
-        policy: linerate_http::cache::policy::Request {
-            method: Method::Get,
-            cc: RequestCacheControl::default(),
-            authorization: req.head.field(b"authorization").is_some(),
-        },
-    };
+    let fetch = req.fetch_of(t.route, &t.key, &t.target, RequestCacheControl::default());
     let job = Job {
         px: Arc::clone(px),
         guard,

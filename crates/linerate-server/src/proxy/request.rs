@@ -54,17 +54,29 @@ impl CacheRequest<'_> {
 
     /// What a fill of this request needs, owned.
     pub(crate) fn fetch(&self) -> Fetch {
-        let fields = self
-            .forwarded(Purpose::Fill)
-            .into_iter()
-            .map(|(n, v)| (n.into_owned(), v.into_owned()))
-            .collect();
+        self.fetch_of(self.route, &self.key, &self.target, self.cc.clone())
+    }
+
+    /// What a fill of another URL on this request's behalf needs (a prefetch): the
+    /// route, primary key and target are that URL's; the forwarded fields and what the
+    /// storing decision reads of the request are this request's, with directives `cc`.
+    pub(crate) fn fetch_of(
+        &self,
+        route: usize,
+        primary: &[u8],
+        target: &[u8],
+        cc: RequestCacheControl,
+    ) -> Fetch {
         Fetch {
-            origin: self.px.routes[self.route].origin,
-            route: self.route,
-            primary: self.key.clone(),
-            target: self.target.clone(),
-            fields,
+            origin: self.px.routes[route].origin,
+            route,
+            primary: primary.to_vec(),
+            target: target.to_vec(),
+            fields: self
+                .forwarded(Purpose::Fill)
+                .into_iter()
+                .map(|(n, v)| (n.into_owned(), v.into_owned()))
+                .collect(),
             request_fields: self
                 .head
                 .fields()
@@ -72,7 +84,7 @@ impl CacheRequest<'_> {
                 .collect(),
             policy: linerate_http::cache::policy::Request {
                 method: Method::Get,
-                cc: self.cc.clone(),
+                cc,
                 authorization: self.head.field(b"authorization").is_some(),
             },
         }
