@@ -229,15 +229,7 @@ fn default_serve_plays_the_bundled_sample() {
             "the sample library has HLS and DASH manifests"
         );
     });
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let status = wait_timeout(&mut child, std::time::Duration::from_secs(20));
-    if let Err(p) = result {
-        std::panic::resume_unwind(p);
-    }
-    assert!(status.unwrap().success());
+    stop_then_check(child, result);
 }
 
 /// README's cache-mode quick start, flags and all, in front of an origin that behaves
@@ -314,12 +306,19 @@ fn the_readme_cache_quick_start_shows_a_miss_then_a_hit() {
         assert!(third.body == body, "the stored body is the origin's");
         assert_eq!(origin.total(), 1, "one origin request for all three");
     }));
+    stop_then_check(child, result);
+}
+
+/// SIGTERM the server, wait for it, then re-raise a failure of the checks made while
+/// it ran (after the server is gone, so no test leaves one behind), and require a
+/// clean exit.
+fn stop_then_check(mut child: std::process::Child, checks: std::thread::Result<()>) {
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
         .status();
     let status = wait_timeout(&mut child, std::time::Duration::from_secs(20));
-    if let Err(p) = result {
+    if let Err(p) = checks {
         std::panic::resume_unwind(p);
     }
     assert!(status.unwrap().success());
