@@ -192,15 +192,7 @@ fn a_port_already_served_is_refused_even_by_a_reuseport_listener() {
 /// 127.0.0.1:8080 (README's first command). Needs port 8080 free on this machine.
 #[test]
 fn default_serve_plays_the_bundled_sample() {
-    let mut child = Command::new(binary())
-        .arg("serve")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .env("RUST_LOG", "info")
-        .spawn()
-        .unwrap();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let addr = wait_for_listening(child.stderr.take().unwrap(), log.clone());
+    let (child, addr, log) = serve(Command::new(binary()).arg("serve"));
     let result = std::panic::catch_unwind(|| {
         assert_eq!(
             addr,
@@ -262,19 +254,14 @@ fn the_readme_cache_quick_start_shows_a_miss_then_a_hit() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = tempfile::NamedTempFile::new().unwrap();
     writeln!(config, "[admin]\nlisten = \"127.0.0.1:0\"").unwrap();
-    let mut child = Command::new(binary())
-        .args(["serve", "--config"])
-        .arg(config.path())
-        .args(["--listen", "127.0.0.1:0", "--origin", &origin.url()])
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .env("RUST_LOG", "info")
-        .spawn()
-        .unwrap();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let addr = wait_for_listening(child.stderr.take().unwrap(), log.clone());
+    let (child, addr, log) = serve(
+        Command::new(binary())
+            .args(["serve", "--config"])
+            .arg(config.path())
+            .args(["--listen", "127.0.0.1:0", "--origin", &origin.url()])
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache")),
+    );
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let addr = addr.unwrap_or_else(|| panic!("log: {:?}", log.lock().unwrap()));
         let ask = |method: &str| {
@@ -307,6 +294,26 @@ fn the_readme_cache_quick_start_shows_a_miss_then_a_hit() {
         assert_eq!(origin.total(), 1, "one origin request for all three");
     }));
     stop_then_check(child, result);
+}
+
+/// The server `cmd` starts, with its log collected, and the address it announced
+/// listening on (`None` if it did not within the kit's start timeout).
+fn serve(
+    cmd: &mut Command,
+) -> (
+    std::process::Child,
+    Option<std::net::SocketAddr>,
+    Arc<Mutex<Vec<String>>>,
+) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("RUST_LOG", "info")
+        .spawn()
+        .unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let addr = wait_for_listening(child.stderr.take().unwrap(), log.clone());
+    (child, addr, log)
 }
 
 /// SIGTERM the server, wait for it, then re-raise a failure of the checks made while

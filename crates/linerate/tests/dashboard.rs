@@ -34,14 +34,19 @@ fn chromium() -> Option<PathBuf> {
         })
 }
 
+/// Chromium without a display, sandbox or GPU, in a fixed window (every browser test).
+const HEADLESS: [&str; 5] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--window-size=1200,800",
+];
+
 fn headless(browser: &PathBuf, extra: &[&str], url: &str) -> std::process::Output {
     Command::new(browser)
+        .args(HEADLESS)
         .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--window-size=1200,800",
             // Virtual time runs the page's 1 s poll several times without waiting for
             // it; each poll is a real fetch from the server.
             "--virtual-time-budget=5000",
@@ -388,12 +393,8 @@ fn player_plays_the_sample_with_hls_js_in_chromium() {
     );
     let profile = tempfile::tempdir().unwrap();
     let mut child = Command::new(&browser)
+        .args(HEADLESS)
         .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--window-size=1200,800",
             "--autoplay-policy=no-user-gesture-required",
             "--remote-debugging-port=0",
         ])

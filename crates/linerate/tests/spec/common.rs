@@ -2,7 +2,6 @@
 //! what a fill may cost in each cell, and assertions that print something useful.
 
 use std::collections::HashMap;
-use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -180,12 +179,6 @@ pub fn slices(len: usize) -> usize {
 /// `v`, exactly: one with slicing off; one per slice from an origin that honours
 /// `Range`; one from an origin that ignores it (its `200` to the first slice's request
 /// is the whole object, stored whole).
-pub fn fill_cost(v: Variant, len: usize) -> RangeInclusive<usize> {
-    let n = fill_requests(v, len);
-    n..=n
-}
-
-/// [`fill_cost`] as a number.
 pub fn fill_requests(v: Variant, len: usize) -> usize {
     match (v.slicing, v.ranges) {
         (Slicing::Off, _) | (Slicing::On, RangeSupport::Ignored) => 1,
@@ -200,8 +193,8 @@ pub fn fill_requests(v: Variant, len: usize) -> usize {
 /// the response was not storable, the origin's `206` for that slice does not answer a
 /// request for the whole, so the client's own request follows. (An origin answers a
 /// ranged request for an error with the whole error, which answers the client.)
-pub fn first_relay_cost(v: Variant, status: u16, len: usize) -> RangeInclusive<usize> {
-    let n = if v.slicing == Slicing::On
+pub fn first_relay_cost(v: Variant, status: u16, len: usize) -> usize {
+    if v.slicing == Slicing::On
         && v.ranges == RangeSupport::Honoured
         && status == 200
         && len > SLICE as usize
@@ -209,8 +202,7 @@ pub fn first_relay_cost(v: Variant, status: u16, len: usize) -> RangeInclusive<u
         2
     } else {
         1
-    };
-    n..=n
+    }
 }
 
 /// Requests the origin received for `path` with `method`.
@@ -231,12 +223,6 @@ pub fn last_request(origin: &Origin, path: &str) -> Request {
         .rev()
         .find(|r| r.path() == path)
         .unwrap_or_else(|| panic!("the origin never received {path}"))
-}
-
-/// Assert that `n` lies in `range`.
-#[track_caller]
-pub fn assert_in(n: usize, range: RangeInclusive<usize>, what: &str) {
-    assert!(range.contains(&n), "{what}: {n} not in {range:?}");
 }
 
 /// Assert a response's status and exact body (without dumping large bodies).

@@ -6,9 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::common::{
-    assert_in, assert_response, count_method, fill_cost, send_with_body, Phase, BIG,
-};
+use crate::common::{assert_response, count_method, fill_requests, send_with_body, Phase, BIG};
 use crate::matrix;
 use crate::support::content;
 use crate::support::origin::{self, Reply, Request};
@@ -202,7 +200,7 @@ matrix! {
         assert_response(&cache.get("/big", &[]), 200, &old);
         assert_response(&cache.get("/big", &[]), 200, &old);
         let filled = count_method(&origin, "GET", "/big");
-        assert_in(filled, fill_cost(v, BIG), "fill");
+        assert_eq!(filled, fill_requests(v, BIG), "fill");
         phase.set(2);
         assert_eq!(send_with_body(&cache, "DELETE", "/big", &[], b"").status, 204);
         let r = cache.get("/big", &["Range: bytes=-100"]);

@@ -6,7 +6,7 @@
 //! first slice before it knew the response was not storable); every later request
 //! costs exactly one (hit-for-pass, or an error's whole answer handed over).
 
-use crate::common::{assert_in, assert_response, first_relay_cost, BIG};
+use crate::common::{assert_response, first_relay_cost, BIG};
 use crate::matrix;
 use crate::support::content;
 use crate::support::kit::Variant;
@@ -32,10 +32,10 @@ fn relays_every_time(
     let first = cache.get("/u", &[]);
     assert_response(&first, status, &body);
     let after_first = origin.count("/u");
-    assert_in(
+    assert_eq!(
         after_first,
         first_relay_cost(v, status, len),
-        "origin requests for the first client request",
+        "origin requests for the first client request"
     );
     for i in 1..=2 {
         let r = cache.get("/u", &[]);
