@@ -22,9 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::admin::control::{Control, ReloadOutcome, RunState};
-use crate::admin::metrics::{
-    self, CacheFacts, Facts, HealthVerdict, PrefetchCounts, Rates, Scrape,
-};
+use crate::admin::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrape};
 use crate::operate::Metrics;
 use crate::stats::WorkerStats;
 
@@ -151,15 +149,7 @@ impl Admin {
             cache: self.cache.as_ref().map(|c| CacheFacts {
                 disks: c.store.stats(),
                 origins: c.origins.iter().map(|o| o.snapshot()).collect(),
-                prefetch: {
-                    let p = c.prefetch.counts();
-                    PrefetchCounts {
-                        issued: p.issued,
-                        used: p.used,
-                        skipped: p.skipped,
-                        playlists: p.playlists,
-                    }
-                },
+                prefetch: c.prefetch.counts(),
             }),
         }
     }

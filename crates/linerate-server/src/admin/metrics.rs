@@ -16,6 +16,7 @@ use linerate_cache::{DiskState, DiskStats};
 use crate::admin::control::RunState;
 use crate::operate::Metrics;
 use crate::origin::{OriginSnapshot, ServerSnapshot, ServerState};
+use crate::proxy::PrefetchCounts;
 use crate::stats::{
     CacheStatus, CloseReason, DeliveryPath, Histogram, Snapshot, StatusClass, TlsOutcome,
     WorkerStats,
@@ -57,19 +58,6 @@ pub(crate) struct CacheFacts {
     pub(crate) origins: Vec<OriginSnapshot>,
     /// HLS segment prefetch, all workers together.
     pub(crate) prefetch: PrefetchCounts,
-}
-
-/// HLS segment prefetch's counters (cache mode).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct PrefetchCounts {
-    /// Prefetch fills started.
-    pub(crate) issued: u64,
-    /// Prefetched objects a client then asked for.
-    pub(crate) used: u64,
-    /// Prefetches skipped because the origin's budget was full.
-    pub(crate) skipped: u64,
-    /// Media playlist copies read.
-    pub(crate) playlists: u64,
 }
 
 /// What `/health` tells a load balancer, and why.

@@ -168,9 +168,7 @@ pub(crate) async fn get(
                         return head::serve(worker, req, h, &fresh, trace, CacheStatus::Hit);
                     }
                     Phase::Failed(f) => {
-                        if f.fwd_status.is_some() {
-                            trace.fwd_status = f.fwd_status;
-                        }
+                        trace.fill_failed(&f);
                         return match on_error {
                             OnError::ServeStored if f.stale_ok => {
                                 trace.detail = Some(f.detail);
@@ -290,9 +288,7 @@ pub(crate) async fn get(
                 let (phase, handoff) =
                     follow(pw, req, &found.base, None, &mut trace, forwarded, interim).await;
                 if let Phase::Failed(f) = phase {
-                    if f.fwd_status.is_some() {
-                        trace.fwd_status = f.fwd_status;
-                    }
+                    trace.fill_failed(&f);
                     return head::error(worker, req, f.status, trace, f.detail);
                 }
                 match after_fill(worker, pw, req, phase, handoff, &mut trace, interim).await {
@@ -357,9 +353,7 @@ async fn after_fill(
             })
         }
         Phase::Failed(f) => {
-            if f.fwd_status.is_some() {
-                trace.fwd_status = f.fwd_status;
-            }
+            trace.fill_failed(&f);
             Next::Answer(head::error(worker, req, f.status, trace.clone(), f.detail))
         }
     }

@@ -45,6 +45,7 @@ use linerate_http::{Method, Persistence, StatusCode, TargetForm};
 use crate::cacheopts::QueryKey;
 use crate::context::Worker;
 use crate::response::Response;
+pub(crate) use ahead::Counts as PrefetchCounts;
 use request::{CacheRequest, Trace};
 pub(crate) use shared::{ProxyShared, ProxyWorker};
 

@@ -12,6 +12,7 @@ use linerate_http::cache::{Fwd, RequestCacheControl};
 use linerate_http::forward::{self, Client, Purpose};
 use linerate_http::{Method, Persistence, RequestHead};
 
+use super::fills::Failure;
 use super::shared::ProxyShared;
 
 /// One request in cache mode.
@@ -163,5 +164,13 @@ impl Trace {
     /// Record why the request goes forward, unless it already went for another reason.
     pub(crate) fn forward(&mut self, why: Fwd) {
         self.fwd.get_or_insert(why);
+    }
+
+    /// Record what the origin answered a failed fill, when it did answer (a 5xx to a
+    /// revalidation, RFC 9211 §2.3).
+    pub(crate) fn fill_failed(&mut self, f: &Failure) {
+        if let Some(status) = f.fwd_status {
+            self.fwd_status = Some(status);
+        }
     }
 }

@@ -288,9 +288,7 @@ impl SliceCtx {
                 }
                 Phase::Uncacheable => return Err(SliceError::Uncacheable(handoff.map(Box::new))),
                 Phase::Failed(f) => {
-                    if f.fwd_status.is_some() {
-                        trace.fwd_status = f.fwd_status;
-                    }
+                    trace.fill_failed(&f);
                     // stale-if-error: the stored slice stands in.
                     if let Some((h, on_error)) = stale {
                         match on_error {
