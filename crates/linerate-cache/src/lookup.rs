@@ -131,6 +131,17 @@ impl Store {
         Self::follow_inflight(inner, key, hash, inflight)
     }
 
+    /// Whether the index holds `key`, stored or being written, without opening its file
+    /// or counting a use for the eviction policy (a lookup does both). For callers that
+    /// only need to know whether fetching `key` would be redundant, such as prefetch; an
+    /// object the index still names on a disk out of service counts as held.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        let hash = KeyHash::of(key);
+        let shard = self.inner.index.shard(hash);
+        shard.objects.get(&hash.0).is_some_and(|e| *e.key == *key)
+            || shard.inflight.get(&hash.0).is_some_and(|w| *w.key == *key)
+    }
+
     /// Like [`Store::lookup`], but an object being written wins over a stored one of the
     /// same key: for a client whose own fill is replacing a stale copy.
     pub fn lookup_latest(&self, key: &[u8]) -> Lookup {

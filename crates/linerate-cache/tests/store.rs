@@ -422,3 +422,20 @@ fn eviction_runs_ahead_and_keeps_used_bytes_under_the_high_watermark() {
         "every evicted object's file is gone"
     );
 }
+
+#[test]
+fn contains_answers_from_the_index_for_stored_and_in_flight_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), &[("d0", 64 * MIB)])).unwrap();
+    assert!(!store.contains(b"k"));
+    put(&store, b"k", &body_for(b"k", 1000));
+    assert!(store.contains(b"k"));
+    assert!(!store.contains(b"k2"), "another key");
+    let mut w = store.begin_write(b"live", meta(), Some(10)).unwrap();
+    assert!(store.contains(b"live"), "being written");
+    w.append(&[1u8; 10]).unwrap();
+    w.finish().unwrap();
+    assert!(store.contains(b"live"));
+    assert!(store.purge(b"k"));
+    assert!(!store.contains(b"k"), "purged");
+}

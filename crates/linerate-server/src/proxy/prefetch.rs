@@ -192,13 +192,15 @@ fn start(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, t: &Arc<Target>) {
     if route.opts.prefetch_segments == 0 || px.is_pass(&t.key) {
         return;
     }
-    if !matches!(px.store.lookup(&t.key), Lookup::Miss(_)) {
+    // Index only: a lookup would open each stored segment's file on the event loop and
+    // count a use for eviction, for every segment a client is served.
+    if px.store.contains(&t.key) {
         return;
     }
     let slice_bytes = route.opts.slice_bytes;
     let claim_key = if slice_bytes > 0 {
         let first = key::slice(&t.key, 0);
-        if !matches!(px.store.lookup(&first), Lookup::Miss(_)) {
+        if px.store.contains(&first) {
             return;
         }
         first
