@@ -121,12 +121,17 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
             Body::File {
                 file,
                 range: ByteRange { start: 0, len },
+                hot: open.hot.clone(),
             },
             len,
         ),
         RangeOutcome::Single(r) => (
             StatusCode::PartialContent,
-            Body::File { file, range: r },
+            Body::File {
+                file,
+                range: r,
+                hot: open.hot.clone(),
+            },
             r.len,
         ),
         RangeOutcome::Multi(ranges) => {

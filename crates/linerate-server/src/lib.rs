@@ -16,6 +16,7 @@ mod clock;
 mod coldpool;
 mod conn;
 mod context;
+mod dirwatch;
 mod exchange;
 mod handler;
 mod openfiles;

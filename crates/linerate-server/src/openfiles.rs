@@ -22,10 +22,23 @@
 //! harmless: its answer is only compared with an inode already opened beneath the root,
 //! and any difference reopens through `openat2`.
 //!
+//! Layered invalidation: with `open_file_cache_watch` on (the default), each worker
+//! watches the directories leading to its cached files with inotify (`dirwatch`); an
+//! event drops the entries at or below the path it names before the next request is
+//! answered, so a watched entry is trusted without any `stat` for
+//! [`WATCHED_VALID`] (a backstop for what inotify cannot see: mounts, hard links
+//! written elsewhere, network filesystems). An entry whose directories could not be
+//! watched (past the watch budget, or inotify unavailable) keeps the `valid` time
+//! above. Lost events (queue overflow) drop everything.
+//!
+//! A short negative cache: a path that does not exist (`ENOENT`, `ENOTDIR`) answers
+//! 404 from memory for `valid`, or until an event in its directory says otherwise, so
+//! a player or a scanner asking for a missing segment over and over costs no path walk.
+//! Bounded by `open_file_cache` names (forgotten all at once when full).
+//!
 //! Bounded by entry count (`open_file_cache`, default 1024, each one descriptor),
 //! evicted by CLOCK (second chance): a hit sets a bit, the hand clears bits until it
-//! finds an unreferenced entry. Not here: negative caching (a missing file costs one
-//! failed `openat2`, as before) and deciding the response (`appliance`).
+//! finds an unreferenced entry. Not here: deciding the response (`appliance`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -39,6 +52,16 @@ use std::time::{Duration, Instant};
 use linerate_http::{conditional, mime};
 use linerate_sys::fs::FileVersion;
 
+use crate::dirwatch::{is_under, Change, DirWatch};
+
+/// How long an entry whose directories are all watched is trusted without a `stat`:
+/// inotify reports the changes that matter sooner; this only bounds what it cannot see.
+pub(crate) const WATCHED_VALID: Duration = Duration::from_secs(60);
+
+/// Most directories one worker watches (each one inotify watch); lowered to a share of
+/// `fs.inotify.max_user_watches` when that is smaller.
+const WATCH_BUDGET: usize = 8192;
+
 /// One open file and what the response head needs from it.
 pub(crate) struct OpenFile {
     /// The open descriptor (shared with responses still sending from it).
@@ -51,6 +74,37 @@ pub(crate) struct OpenFile {
     pub(crate) last_modified: String,
     /// `Content-Type` by extension.
     pub(crate) content_type: &'static str,
+    /// When its bytes were last found in the page cache.
+    pub(crate) hot: Rc<Hot>,
+}
+
+/// How long bytes found in the page cache are assumed to still be there, so a
+/// response for them skips the `cachestat` before its `sendfile`. Pages just read sit
+/// at the young end of the kernel's LRU lists, and reclaim takes the old end first, so
+/// within this the guess is wrong only under memory pressure severe enough to reclaim
+/// what was read a moment ago; then one `sendfile` reads from disk on the event loop,
+/// as nginx's every `sendfile` may. Each entry is checked again at least this often.
+pub(crate) const HOT_RECHECK: Duration = Duration::from_millis(500);
+
+/// The last byte range of one open file proven resident, and when.
+#[derive(Default)]
+pub(crate) struct Hot {
+    proven: std::cell::Cell<Option<(Instant, u64, u64)>>,
+}
+
+impl Hot {
+    /// Whether `[start, end)` lies within the range proven resident less than
+    /// [`HOT_RECHECK`] before `now`.
+    pub(crate) fn covers(&self, now: Instant, start: u64, end: u64) -> bool {
+        self.proven.get().is_some_and(|(at, s, e)| {
+            now.saturating_duration_since(at) < HOT_RECHECK && s <= start && end <= e
+        })
+    }
+
+    /// `[start, end)` was just made or found resident (as of `at`).
+    pub(crate) fn proved(&self, at: Instant, start: u64, end: u64) {
+        self.proven.set(Some((at, start, end)));
+    }
 }
 
 impl OpenFile {
@@ -85,6 +139,7 @@ impl OpenFile {
             etag: conditional::file_etag(version.size, mtime_nanos),
             last_modified: linerate_http::date::format(version.mtime_sec),
             content_type: mime::content_type(rel),
+            hot: Rc::new(Hot::default()),
             version,
         })
     }
@@ -109,6 +164,8 @@ struct Slot {
     checked: Instant,
     /// CLOCK's reference bit: used since the hand last passed.
     referenced: bool,
+    /// Every directory on its path was watched when it was opened.
+    watched: bool,
 }
 
 #[derive(Default)]
@@ -118,9 +175,34 @@ struct Table {
     slots: Vec<Slot>,
     /// CLOCK hand: the next slot considered for eviction.
     hand: usize,
+    /// Paths known missing → when that was seen.
+    missing: HashMap<Box<[u8]>, Instant>,
 }
 
 impl Table {
+    /// Forget what a change invalidates.
+    fn apply(&mut self, change: &Change) {
+        match change {
+            Change::All => {
+                self.index.clear();
+                self.slots.clear();
+                self.hand = 0;
+                self.missing.clear();
+            }
+            Change::Under(prefix) => {
+                let mut at = 0;
+                while at < self.slots.len() {
+                    if is_under(&self.slots[at].key, prefix) {
+                        self.remove(at);
+                    } else {
+                        at += 1;
+                    }
+                }
+                self.missing.retain(|k, _| !is_under(k, prefix));
+            }
+        }
+    }
+
     fn remove(&mut self, at: usize) {
         let slot = self.slots.swap_remove(at);
         self.index.remove(&slot.key);
@@ -152,6 +234,8 @@ pub(crate) struct OpenFiles {
     capacity: usize,
     valid: Duration,
     table: RefCell<Table>,
+    /// Set by [`OpenFiles::watch`] once its inotify instance is up.
+    watch: RefCell<Option<std::rc::Rc<DirWatch>>>,
 }
 
 impl OpenFiles {
@@ -162,6 +246,41 @@ impl OpenFiles {
             capacity,
             valid,
             table: RefCell::new(Table::default()),
+            watch: RefCell::new(None),
+        }
+    }
+
+    /// Watch the directories of cached files for changes (inotify) until the worker
+    /// stops; returns at once when the cache is off, and early (leaving time-based
+    /// revalidation alone in charge) when inotify cannot be used.
+    pub(crate) async fn watch(&self, root: BorrowedFd<'_>, workers: usize) {
+        if self.capacity == 0 {
+            return;
+        }
+        let budget = watch_budget(workers);
+        let watch = match DirWatch::new(root, budget) {
+            Ok(w) => std::rc::Rc::new(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "inotify unavailable: open files are revalidated by stat only");
+                return;
+            }
+        };
+        self.watch.replace(Some(watch.clone()));
+        loop {
+            match watch.next().await {
+                Ok(changes) => {
+                    let mut table = self.table.borrow_mut();
+                    for c in &changes {
+                        table.apply(c);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "inotify failed: open files are revalidated by stat only");
+                    self.watch.replace(None);
+                    self.table.borrow_mut().apply(&Change::All);
+                    return;
+                }
+            }
         }
     }
 
@@ -172,10 +291,21 @@ impl OpenFiles {
             return open_new(root, rel).map(Rc::new);
         }
         let now = Instant::now();
+        let watch = self.watch.borrow().clone();
         let mut table = self.table.borrow_mut();
+        if let Some(w) = &watch {
+            for c in w.pending() {
+                table.apply(&c);
+            }
+        }
         if let Some(&at) = table.index.get(rel) {
             let slot = &mut table.slots[at];
-            if now.saturating_duration_since(slot.checked) < self.valid {
+            let valid = if slot.watched {
+                WATCHED_VALID
+            } else {
+                self.valid
+            };
+            if now.saturating_duration_since(slot.checked) < valid {
                 slot.referenced = true;
                 return Ok(slot.entry.clone());
             }
@@ -190,12 +320,31 @@ impl OpenFiles {
                 _ => table.remove(at),
             }
         }
-        let entry = Rc::new(open_new(root, rel)?);
+        if let Some(&seen) = table.missing.get(rel) {
+            if now.saturating_duration_since(seen) < self.valid {
+                return Err(OpenError::Open(io::Error::from_raw_os_error(libc::ENOENT)));
+            }
+            table.missing.remove(rel);
+        }
+        // Watch before opening: a change between the two is then reported, never missed.
+        let watched = watch.as_ref().is_some_and(|w| w.watch_parents(rel));
+        let entry = match open_new(root, rel) {
+            Ok(e) => Rc::new(e),
+            Err(OpenError::Open(e)) if is_missing(&e) => {
+                if table.missing.len() >= self.capacity {
+                    table.missing.clear();
+                }
+                table.missing.insert(rel.into(), now);
+                return Err(OpenError::Open(e));
+            }
+            Err(e) => return Err(e),
+        };
         let slot = Slot {
             key: rel.into(),
             entry: entry.clone(),
             checked: now,
             referenced: false,
+            watched,
         };
         if table.slots.len() < self.capacity {
             let at = table.slots.len();
@@ -230,6 +379,21 @@ impl OpenFiles {
     fn len(&self) -> usize {
         self.table.borrow().slots.len()
     }
+}
+
+/// Whether an open failed because the path names nothing (cached as missing).
+fn is_missing(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
+}
+
+/// Directories one worker may watch: [`WATCH_BUDGET`], or less when the user's inotify
+/// watch limit shared by `workers` (and by other programs: half of it is left) is lower.
+fn watch_budget(workers: usize) -> usize {
+    let limit = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .unwrap_or(8192);
+    WATCH_BUDGET.min(limit / 2 / workers.max(1))
 }
 
 fn open_new(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OpenFile, OpenError> {
@@ -310,6 +474,19 @@ mod tests {
         cache.forget_fd(hot.file.as_raw_fd());
         assert!(!Rc::ptr_eq(&hot, &cache.open(root.as_fd(), b"0").unwrap()));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn hot_covers_only_the_proven_range_within_the_recheck_time() {
+        let hot = Hot::default();
+        let t = Instant::now();
+        assert!(!hot.covers(t, 0, 1), "nothing proven yet");
+        hot.proved(t, 100, 1000);
+        assert!(hot.covers(t, 100, 1000));
+        assert!(hot.covers(t + HOT_RECHECK / 2, 200, 300));
+        assert!(!hot.covers(t, 0, 1000), "starts before the proven range");
+        assert!(!hot.covers(t, 100, 1001), "ends after it");
+        assert!(!hot.covers(t + HOT_RECHECK, 100, 1000), "too long ago");
     }
 
     #[test]

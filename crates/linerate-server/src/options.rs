@@ -84,8 +84,13 @@ pub struct ServerOptions {
     pub root: PathBuf,
     /// Open files cached per worker (appliance mode); 0 disables the cache.
     pub open_file_cache: usize,
-    /// How long a cached open file is trusted before its path is checked again.
+    /// How long a cached open file is trusted before its path is checked again (when
+    /// its directories are not watched, see `open_file_cache_watch`), and how long a
+    /// missing path is remembered as missing.
     pub open_file_cache_valid: Duration,
+    /// Watch the directories of cached open files with inotify, so a change drops
+    /// the entry at once and a watched entry needs no `stat`. Default: on.
+    pub open_file_cache_watch: bool,
     /// `Access-Control-Allow-Origin` sent on appliance mode's file responses (so a web
     /// player on another origin, such as the admin dashboard's, may read them); `None`
     /// sends none. Default `*`.
@@ -244,6 +249,7 @@ impl ServerOptions {
             root,
             open_file_cache: DEFAULT_OPEN_FILE_CACHE,
             open_file_cache_valid: DEFAULT_OPEN_FILE_CACHE_VALID,
+            open_file_cache_watch: true,
             cors_allow_origin: Some(DEFAULT_CORS_ALLOW_ORIGIN.to_owned()),
             timeouts: Timeouts::default(),
             cache_control: default_cache_control(),

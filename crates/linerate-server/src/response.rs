@@ -48,6 +48,9 @@ pub(crate) enum Body {
         file: Rc<File>,
         /// What to send of it.
         range: ByteRange,
+        /// When the file's bytes were last found in the page cache (shared with its
+        /// open-file cache entry): a range proven resident a moment ago skips the check.
+        hot: Rc<crate::openfiles::Hot>,
     },
     /// multipart/byteranges parts of a file.
     Multipart {

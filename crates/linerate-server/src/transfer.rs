@@ -12,6 +12,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
+use std::time::Instant;
 
 use linerate_http::range::ByteRange;
 use linerate_sys::net::{self, Flush};
@@ -20,6 +21,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::context::Worker;
+use crate::openfiles::Hot;
 use crate::response::{Body, Piece, Response, TransferError};
 use crate::stats::DeliveryPath;
 
@@ -95,15 +97,15 @@ impl Sender<'_> {
         let out = self;
         match response.body {
             Body::Empty => out.bytes(&response.head, Flush::Now).await,
-            Body::File { file, range } => {
+            Body::File { file, range, hot } => {
                 out.bytes(&response.head, Flush::More).await?;
-                out.file(&file, range).await
+                out.file(&file, range, Some(&hot)).await
             }
             Body::Multipart { file, plan } => {
                 out.bytes(&response.head, Flush::More).await?;
                 for part in &plan.parts {
                     out.bytes(&part.head, Flush::More).await?;
-                    out.file(&file, part.range).await?;
+                    out.file(&file, part.range, None).await?;
                 }
                 out.bytes(&plan.trailer, Flush::Now).await
             }
@@ -117,7 +119,7 @@ impl Sender<'_> {
                 while let Some(piece) = body.next().await? {
                     match piece {
                         Piece::Bytes(b) => out.bytes(b, Flush::Now).await?,
-                        Piece::File(file, range) => out.file(file, range).await?,
+                        Piece::File(file, range) => out.file(file, range, None).await?,
                     }
                 }
                 Ok(())
@@ -143,11 +145,19 @@ impl Sender<'_> {
         Ok(())
     }
 
-    /// Send `range` of `file` with sendfile, warming cold windows on the pool first.
-    async fn file(&mut self, file: &File, range: ByteRange) -> Result<(), TransferError> {
+    /// Send `range` of `file` with sendfile, warming cold windows on the pool first
+    /// (unless `hot` says the range was found resident a moment ago).
+    async fn file(
+        &mut self,
+        file: &File,
+        range: ByteRange,
+        hot: Option<&Hot>,
+    ) -> Result<(), TransferError> {
         let end = range.start + range.len;
         let mut offset = range.start;
-        let mut resident_until = offset;
+        let now = Instant::now();
+        let skip = hot.is_some_and(|h| h.covers(now, offset, end));
+        let mut resident_until = if skip { end } else { offset };
         while offset < end {
             if offset >= resident_until {
                 resident_until = ensure_resident(self.worker, file, offset, end).await?;
@@ -168,6 +178,9 @@ impl Sender<'_> {
                 Ok(n) => self.sent += n as u64,
                 Err(e) => self.on_error(e).await?,
             }
+        }
+        if let Some(h) = hot.filter(|_| !skip) {
+            h.proved(now, range.start, end);
         }
         Ok(())
     }

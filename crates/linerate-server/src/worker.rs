@@ -78,6 +78,17 @@ impl WorkerPlan {
         let parking_task = tokio::task::spawn_local(watch_parked(worker.clone(), mode.clone()));
         let housekeeping =
             tokio::task::spawn_local(housekeeping(worker.clone(), self.control.clone()));
+        let watch_task = (matches!(*mode, Mode::Appliance)
+            && worker.shared.options.open_file_cache_watch)
+            .then(|| {
+                let w = worker.clone();
+                tokio::task::spawn_local(async move {
+                    let workers = w.shared.options.workers;
+                    w.open_files
+                        .watch(std::os::fd::AsFd::as_fd(&w.shared.root), workers)
+                        .await;
+                })
+            });
         let tls_task = worker.shared.tls.as_ref().map(|_| {
             tokio::task::spawn_local(crate::tls::accept::follow_config(
                 worker.clone(),
@@ -119,6 +130,9 @@ impl WorkerPlan {
         }
         parking_task.abort();
         housekeeping.abort();
+        if let Some(t) = watch_task {
+            t.abort();
+        }
         if let Some(t) = tls_task {
             t.abort();
             let s = worker.stats.snapshot();

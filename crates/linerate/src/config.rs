@@ -141,6 +141,9 @@ pub struct ApplianceSection {
     /// Milliseconds a cached open file is trusted before its path is checked again.
     /// Default 1000.
     pub open_file_cache_valid_ms: u64,
+    /// Watch the directories of cached files with inotify (changes drop entries at
+    /// once; watched entries need no `stat`). Default true.
+    pub open_file_cache_watch: bool,
     /// `Access-Control-Allow-Origin` on file responses; empty = none. Default `*`.
     #[serde(deserialize_with = "field_value")]
     pub cors_allow_origin: String,
@@ -152,6 +155,7 @@ impl Default for ApplianceSection {
             root: PathBuf::from(SAMPLE_ROOT),
             open_file_cache: defaults::DEFAULT_OPEN_FILE_CACHE as u64,
             open_file_cache_valid_ms: defaults::DEFAULT_OPEN_FILE_CACHE_VALID.as_millis() as u64,
+            open_file_cache_watch: true,
             cors_allow_origin: defaults::DEFAULT_CORS_ALLOW_ORIGIN.to_owned(),
         }
     }
@@ -307,6 +311,7 @@ impl Config {
         o.park_idle_after = Duration::from_millis(self.timeouts.park_idle_after_ms);
         o.open_file_cache = usize::try_from(self.appliance.open_file_cache).unwrap_or(usize::MAX);
         o.open_file_cache_valid = Duration::from_millis(self.appliance.open_file_cache_valid_ms);
+        o.open_file_cache_watch = self.appliance.open_file_cache_watch;
         o.cors_allow_origin =
             Some(self.appliance.cors_allow_origin.clone()).filter(|v| !v.is_empty());
         o.cache_control = self

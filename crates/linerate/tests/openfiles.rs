@@ -1,8 +1,11 @@
 //! End to end: the open-file cache of appliance mode (`[appliance] open_file_cache`,
-//! `open_file_cache_valid_ms`) never serves a wrong length or mixed versions. Files
-//! replaced by rename, modified in place (same and different size), deleted and
-//! truncated are served as they now are once the revalidation bound has passed; before
-//! it, every response is one whole version; the count bound holds; 0 disables it.
+//! `open_file_cache_valid_ms`, `open_file_cache_watch`) never serves a wrong length or
+//! mixed versions. Without inotify, files replaced by rename, modified in place (same
+//! and different size), deleted and truncated are served as they now are once the
+//! revalidation bound has passed; before it, every response is one whole version. With
+//! inotify (the default) every such change, a rename of a directory above the file and
+//! a file appearing where one was missing are seen by the very next request although
+//! the bound is longer than the test. The count bound holds; 0 disables it.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod support;
@@ -100,7 +103,11 @@ fn changed_files_are_served_as_they_are_after_the_bound() {
         ("d.ts", b"gone"),
     ]);
     let root = lib.path();
-    let srv = start(root, &format!("open_file_cache_valid_ms = {VALID_MS}\n"));
+    // inotify off: the time bound alone is under test here.
+    let srv = start(
+        root,
+        &format!("open_file_cache_valid_ms = {VALID_MS}\nopen_file_cache_watch = false\n"),
+    );
     for p in ["/a.ts", "/b.ts", "/c.ts", "/d.ts"] {
         assert_eq!(get(&srv, p).status, 200);
     }
@@ -135,8 +142,13 @@ fn a_truncated_file_is_never_padded_and_its_entry_is_dropped() {
     let big = content(300_000, 7);
     let lib = library(&[("t.mp4", &big)]);
     let root = lib.path();
-    // A bound far longer than the test: only the truncation can drop the entry.
-    let srv = start(root, "open_file_cache_valid_ms = 600000\n");
+    // A bound far longer than the test and no inotify (which would report the
+    // truncation before the next request): only the transfer's own check can drop the
+    // entry, as when a file is truncated while a response is being sent.
+    let srv = start(
+        root,
+        "open_file_cache_valid_ms = 600000\nopen_file_cache_watch = false\n",
+    );
     assert_one_of(&get(&srv, "/t.mp4"), &[&big], "first");
     let short = big[..1000].to_vec();
     std::fs::OpenOptions::new()
@@ -196,4 +208,104 @@ fn disabled_cache_serves_every_change_at_once() {
     std::fs::remove_file(root.join("x.ts")).unwrap();
     assert_eq!(get(&srv, "/x.ts").status, 404);
     srv.stop();
+}
+
+#[test]
+fn watched_changes_are_seen_by_the_next_request() {
+    let a1 = content(40_000, 11);
+    let a2 = content(70_000, 12);
+    let b1 = content(30_000, 13);
+    let b2 = content(30_000, 14);
+    let e1 = content(20_000, 15);
+    let e2 = content(25_000, 16);
+    let lib = library(&[
+        ("a.ts", &a1),
+        ("b.ts", &b1),
+        ("d.ts", b"gone"),
+        ("x/y/e.ts", &e1),
+        ("p.ts", b"private"),
+    ]);
+    let root = lib.path();
+    // A bound far longer than the test: only inotify can tell the cache.
+    let srv = start(root, "open_file_cache_valid_ms = 600000\n");
+    for p in ["/a.ts", "/b.ts", "/d.ts", "/x/y/e.ts", "/p.ts"] {
+        assert_eq!(get(&srv, p).status, 200, "{p}");
+    }
+    assert_eq!(
+        get(&srv, "/n.ts").status,
+        404,
+        "missing, and remembered as missing"
+    );
+    let b_etag = get(&srv, "/b.ts").etag;
+
+    replace(root, "a.ts", &a2);
+    assert_one_of(&get(&srv, "/a.ts"), &[&a2], "renamed over");
+    write_in_place(root, "b.ts", &b2);
+    let b = get(&srv, "/b.ts");
+    assert_one_of(&b, &[&b2], "rewritten in place, same size");
+    assert_ne!(b.etag, b_etag, "a new version has a new ETag");
+    std::fs::remove_file(root.join("d.ts")).unwrap();
+    assert_eq!(get(&srv, "/d.ts").status, 404, "deleted");
+    // A directory two levels up renamed, another put in its place.
+    std::fs::rename(root.join("x"), root.join("x-old")).unwrap();
+    assert_eq!(
+        get(&srv, "/x/y/e.ts").status,
+        404,
+        "an ancestor renamed away"
+    );
+    std::fs::create_dir_all(root.join("x/y")).unwrap();
+    std::fs::write(root.join("x/y/e.ts"), &e2).unwrap();
+    assert_one_of(
+        &get(&srv, "/x/y/e.ts"),
+        &[&e2],
+        "a new file under a new ancestor",
+    );
+    std::fs::write(root.join("n.ts"), b"now here").unwrap();
+    assert_one_of(
+        &get(&srv, "/n.ts"),
+        &[b"now here"],
+        "created where one was missing",
+    );
+    // Permissions: a file made unreadable answers 403 at once (a chmod is IN_ATTRIB).
+    // Root reads anything, so only when the test does not run as root.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(root.join("p.ts"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    let p = get(&srv, "/p.ts");
+    if is_root() {
+        assert_one_of(&p, &[b"private"], "root reads a mode-000 file");
+    } else {
+        assert_eq!(p.status, 403, "made unreadable");
+    }
+    // And the new versions are cached in turn.
+    assert_one_of(&get(&srv, "/a.ts"), &[&a2], "renamed, cached again");
+    srv.stop();
+}
+
+#[test]
+fn missing_files_are_remembered_for_the_bound_without_inotify() {
+    let lib = library(&[("here.ts", b"here")]);
+    let root = lib.path();
+    let srv = start(
+        root,
+        &format!("open_file_cache_valid_ms = {VALID_MS}\nopen_file_cache_watch = false\n"),
+    );
+    assert_eq!(get(&srv, "/late.ts").status, 404);
+    std::fs::write(root.join("late.ts"), b"late").unwrap();
+    // Within the bound the answer may still be the remembered 404, never a partial.
+    let within = get(&srv, "/late.ts");
+    assert!(
+        within.status == 404 || within.body == b"late",
+        "status {} within the bound",
+        within.status
+    );
+    std::thread::sleep(PAST_BOUND);
+    assert_one_of(&get(&srv, "/late.ts"), &[b"late"], "after the bound");
+    srv.stop();
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }

@@ -216,6 +216,7 @@ fn merge_reloadable(
     // Each worker builds its open-file cache once, at start.
     keep!(open_file_cache, "appliance.open_file_cache");
     keep!(open_file_cache_valid, "appliance.open_file_cache_valid_ms");
+    keep!(open_file_cache_watch, "appliance.open_file_cache_watch");
     keep!(admin.listen, "admin.listen");
     keep!(admin.metrics, "admin.metrics");
     // Set on the listener sockets, which stay open across a reload.

@@ -65,7 +65,7 @@ impl Writer<'_> {
     async fn response(&mut self, response: Response) -> Result<(), TransferError> {
         match response.body {
             Body::Empty => self.bytes(&response.head).await?,
-            Body::File { file, range } => {
+            Body::File { file, range, .. } => {
                 self.bytes(&response.head).await?;
                 self.file(&file, range).await?;
             }
