@@ -140,6 +140,8 @@ matrix! {
         assert_eq!(origin.count("/v/index.m3u8"), 1);
         assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 6);
         assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 3);
+        // Three still pending (issued 6, used 3), none older than a minute.
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_wasted_total"), 0);
         origin.assert_no_panics();
     }
 

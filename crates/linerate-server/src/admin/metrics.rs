@@ -586,7 +586,7 @@ fn disk_families(out: &mut String, disks: &[DiskStats]) {
 /// Per-origin-server families (cache mode): labelled `origin` (its configured name) and
 /// `server` (`host:port` as sent in `Host`).
 fn prefetch_families(out: &mut String, p: &PrefetchCounts) {
-    let families: [(&str, &str, u64); 4] = [
+    let families: [(&str, &str, u64); 5] = [
         (
             "linerate_cache_prefetch_issued_total",
             "HLS segment prefetch fills started (route prefetch_segments).",
@@ -596,6 +596,11 @@ fn prefetch_families(out: &mut String, p: &PrefetchCounts) {
             "linerate_cache_prefetch_used_total",
             "Prefetched segments a client then asked for (served from the store, or joined while the prefetch ran).",
             p.used,
+        ),
+        (
+            "linerate_cache_prefetch_wasted_total",
+            "Prefetched segments no client asked for within 60 s of the prefetch.",
+            p.wasted,
         ),
         (
             "linerate_cache_prefetch_skipped_total",
@@ -902,6 +907,7 @@ mod tests {
                 prefetch: PrefetchCounts {
                     issued: 4,
                     used: 3,
+                    wasted: 1,
                     skipped: 1,
                     playlists: 2,
                 },
@@ -929,6 +935,7 @@ mod tests {
             "linerate_cache_hit_ratio 0.5\n",
             "linerate_cache_prefetch_issued_total 4\n",
             "linerate_cache_prefetch_used_total 3\n",
+            "linerate_cache_prefetch_wasted_total 1\n",
             "linerate_cache_disk_state{disk=\"d0\",state=\"in_service\"} 1\n",
             "linerate_cache_disk_state{disk=\"d0\",state=\"out_of_service\"} 0\n",
             "linerate_cache_disk_state{disk=\"d1\",state=\"out_of_service\"} 1\n",

@@ -10,16 +10,23 @@
 //!
 //! Not here: reading playlists and starting fills (`prefetch`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Segments remembered (each with the few that follow it), per generation.
 const MAX_SEGMENTS: usize = 8192;
 /// Playlist copies remembered as read, per generation.
 const MAX_PLAYLISTS: usize = 4096;
-/// Prefetched objects remembered until used, per generation.
-const MAX_UNUSED: usize = 8192;
+/// Prefetched objects remembered until used (past it the oldest counts as wasted).
+const MAX_UNUSED: usize = 16384;
+
+/// A prefetched object no client asked for within this is counted as wasted (and a
+/// later request for it is not counted as a use). Prefetch runs k segments ahead of a
+/// player, so a use comes within k segment durations (seconds); a minute covers a
+/// paused or slow player without hiding real waste for long.
+pub(crate) const WASTED_AFTER: Duration = Duration::from_secs(60);
 
 /// A map by key that forgets its older half past `cap` entries per generation.
 struct TwoGen<V> {
@@ -86,6 +93,9 @@ pub(crate) struct Counts {
     /// Prefetched objects a client then asked for (served from the store, or joined
     /// while the prefetch was running).
     pub(crate) used: u64,
+    /// Prefetched objects no client asked for within [`WASTED_AFTER`] (or forgotten
+    /// unused past the memory's bound). `issued - used - wasted` are still pending.
+    pub(crate) wasted: u64,
     /// Prefetches not started because the origin's prefetch budget was full.
     pub(crate) skipped: u64,
     /// Media playlists read.
@@ -96,10 +106,11 @@ pub(crate) struct Counts {
 pub(crate) struct Memory {
     next: Mutex<TwoGen<Next>>,
     read: Mutex<TwoGen<u64>>,
-    unused: Mutex<TwoGen<()>>,
+    unused: Mutex<Unused>,
     in_flight: Vec<AtomicU32>,
     issued: AtomicU64,
     used: AtomicU64,
+    wasted: AtomicU64,
     skipped: AtomicU64,
     playlists: AtomicU64,
 }
@@ -110,10 +121,11 @@ impl Memory {
         Memory {
             next: Mutex::new(TwoGen::new(MAX_SEGMENTS)),
             read: Mutex::new(TwoGen::new(MAX_PLAYLISTS)),
-            unused: Mutex::new(TwoGen::new(MAX_UNUSED)),
+            unused: Mutex::new(Unused::default()),
             in_flight: (0..origins).map(|_| AtomicU32::new(0)).collect(),
             issued: AtomicU64::new(0),
             used: AtomicU64::new(0),
+            wasted: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             playlists: AtomicU64::new(0),
         }
@@ -166,21 +178,37 @@ impl Memory {
 
     /// A prefetch of `key` started.
     pub(crate) fn issued(&self, key: &[u8]) {
-        self.issued.fetch_add(1, Ordering::Relaxed);
-        lock(&self.unused).insert(key, ());
+        self.issued_at(key, Instant::now());
     }
 
-    /// The prefetch of `key` stored nothing: a later client fill is not its use.
+    fn issued_at(&self, key: &[u8], now: Instant) {
+        self.issued.fetch_add(1, Ordering::Relaxed);
+        let mut unused = lock(&self.unused);
+        let wasted = unused.expire(now) + unused.insert(key, now);
+        self.wasted.fetch_add(wasted, Ordering::Relaxed);
+    }
+
+    /// The prefetch of `key` stored nothing: a later client fill is not its use (and
+    /// nothing was wasted but the attempt, counted as issued).
     pub(crate) fn failed(&self, key: &[u8]) {
-        lock(&self.unused).remove(key);
+        lock(&self.unused).by_key.remove(key);
     }
 
     /// A client was served `key`: count a use if it was prefetched and not used yet.
     pub(crate) fn served(&self, key: &[u8]) {
+        self.served_at(key, Instant::now());
+    }
+
+    fn served_at(&self, key: &[u8], now: Instant) {
         if self.issued.load(Ordering::Relaxed) == 0 {
             return;
         }
-        if lock(&self.unused).remove(key).is_some() {
+        let mut unused = lock(&self.unused);
+        let wasted = unused.expire(now);
+        if wasted > 0 {
+            self.wasted.fetch_add(wasted, Ordering::Relaxed);
+        }
+        if unused.by_key.remove(key).is_some() {
             self.used.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -190,6 +218,7 @@ impl Memory {
         Counts {
             issued: self.issued.load(Ordering::Relaxed),
             used: self.used.load(Ordering::Relaxed),
+            wasted: self.wasted.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
             playlists: self.playlists.load(Ordering::Relaxed),
         }
@@ -199,6 +228,61 @@ impl Memory {
     #[cfg(test)]
     fn segments(&self) -> usize {
         lock(&self.next).len()
+    }
+}
+
+/// Prefetched objects not used yet, in the order issued.
+#[derive(Default)]
+struct Unused {
+    /// Key → when its prefetch was issued.
+    by_key: HashMap<Box<[u8]>, Instant>,
+    /// (issued, key), oldest first; an entry whose key was used or re-issued since is
+    /// skipped when it comes up.
+    order: VecDeque<(Instant, Box<[u8]>)>,
+}
+
+impl Unused {
+    /// Remember `key` as issued at `now`; returns how many older ones were forgotten
+    /// unused to stay within [`MAX_UNUSED`] (wasted).
+    fn insert(&mut self, key: &[u8], now: Instant) -> u64 {
+        self.by_key.insert(key.into(), now);
+        self.order.push_back((now, key.into()));
+        let mut wasted = 0;
+        while self.by_key.len() > MAX_UNUSED {
+            wasted += self.pop_oldest();
+        }
+        // Entries of used keys pile up in `order`; compact when it is mostly those.
+        if self.order.len() > 2 * MAX_UNUSED {
+            let by_key = &self.by_key;
+            self.order.retain(|(t, k)| by_key.get(k) == Some(t));
+        }
+        wasted
+    }
+
+    /// Forget the prefetches issued [`WASTED_AFTER`] or longer before `now` and not
+    /// used; returns how many (wasted).
+    fn expire(&mut self, now: Instant) -> u64 {
+        let mut wasted = 0;
+        while let Some((t, _)) = self.order.front() {
+            if now.saturating_duration_since(*t) < WASTED_AFTER {
+                break;
+            }
+            wasted += self.pop_oldest();
+        }
+        wasted
+    }
+
+    /// Drop the oldest entry of `order`: 1 if it was still unused.
+    fn pop_oldest(&mut self) -> u64 {
+        let Some((t, k)) = self.order.pop_front() else {
+            return 0;
+        };
+        if self.by_key.get(&k) == Some(&t) {
+            self.by_key.remove(&k);
+            1
+        } else {
+            0
+        }
     }
 }
 
@@ -259,6 +343,43 @@ mod tests {
         m.served(b"b");
         let c = m.counts();
         assert_eq!((c.issued, c.used), (2, 1));
+    }
+
+    #[test]
+    fn unused_prefetches_are_wasted_after_a_while_and_never_counted_twice() {
+        let m = Memory::new(1);
+        let t0 = Instant::now();
+        m.issued_at(b"a", t0);
+        m.issued_at(b"b", t0);
+        m.issued_at(b"c", t0 + Duration::from_secs(30));
+        m.served_at(b"a", t0 + Duration::from_secs(10));
+        // b's minute passes unused: wasted, and a late request for it is no use.
+        m.served_at(b"b", t0 + WASTED_AFTER);
+        let c = m.counts();
+        assert_eq!((c.issued, c.used, c.wasted), (3, 1, 1));
+        // c is used in time; re-issuing a (a new prefetch) starts its own clock.
+        m.served_at(b"c", t0 + WASTED_AFTER + Duration::from_secs(20));
+        m.issued_at(b"a", t0 + WASTED_AFTER);
+        m.served_at(b"x", t0 + 2 * WASTED_AFTER + Duration::from_secs(1));
+        let c = m.counts();
+        assert_eq!((c.issued, c.used, c.wasted), (4, 2, 2));
+    }
+
+    #[test]
+    fn past_the_bound_the_oldest_unused_are_wasted() {
+        let m = Memory::new(1);
+        let t0 = Instant::now();
+        for i in 0..MAX_UNUSED + 5 {
+            m.issued_at(format!("k{i}").as_bytes(), t0);
+        }
+        assert_eq!(m.counts().wasted, 5);
+        m.served_at(b"k0", t0);
+        m.served_at(b"k5", t0);
+        assert_eq!(
+            m.counts().used,
+            1,
+            "k0 was forgotten as wasted, k5 is a use"
+        );
     }
 
     #[test]
