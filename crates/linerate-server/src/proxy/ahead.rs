@@ -61,10 +61,6 @@ impl<V: Clone> TwoGen<V> {
         Some(v)
     }
 
-    fn remove(&mut self, k: &[u8]) -> Option<V> {
-        self.current.remove(k).or_else(|| self.old.remove(k))
-    }
-
     #[cfg(test)]
     fn len(&self) -> usize {
         self.current.len() + self.old.len()
