@@ -82,10 +82,10 @@ pub(crate) async fn respond(
         return crate::response::error(worker, StatusCode::NotFound, persistence);
     };
     let scheme = if secure { Scheme::Https } else { Scheme::Http };
-    let key_query = match px.routes[route].opts.query {
-        QueryKey::Include => query,
-        QueryKey::Ignore => b"",
-    };
+    let key_query = linerate_http::hls::key_query(
+        query,
+        matches!(px.routes[route].opts.query, QueryKey::Include),
+    );
     let cc = if px.opts.honour_request_cache_control {
         RequestCacheControl::parse(head.values(b"cache-control"), head.field(b"pragma"))
     } else {
@@ -95,7 +95,7 @@ pub(crate) async fn respond(
         px,
         head,
         route,
-        key: key::primary(scheme, &host, path, key_query),
+        key: key::primary(scheme, &host, path, &key_query),
         target: [path, query].concat(),
         host,
         scheme,
