@@ -55,6 +55,26 @@ fn handler(
 
 const CACHEABLE: &[(&str, &str)] = &[("Cache-Control", "max-age=3600")];
 
+/// A VOD MPD: 40 s of 4 s video segments per representation (numbered from 1 under
+/// `dash/<id>/`), and audio listed segment by segment under `dash/audio/`.
+const MPD: &str = r#"<?xml version="1.0"?>
+<MPD xmlns="urn:mpeg:dash:schema:mpd:2011" type="static" mediaPresentationDuration="PT40S">
+  <BaseURL>dash/</BaseURL>
+  <Period>
+    <AdaptationSet mimeType="video/mp4">
+      <SegmentTemplate timescale="1" duration="4" media="$RepresentationID$/$Number$.m4s"/>
+      <Representation id="v720" bandwidth="3000000"/>
+      <Representation id="v360" bandwidth="800000"/>
+    </AdaptationSet>
+    <AdaptationSet mimeType="audio/mp4">
+      <Representation id="a" bandwidth="128000">
+        <BaseURL>audio/</BaseURL>
+        <SegmentList duration="4"><SegmentURL media="a1.m4s"/><SegmentURL media="a2.m4s"/><SegmentURL media="a3.m4s"/></SegmentList>
+      </Representation>
+    </AdaptationSet>
+  </Period>
+</MPD>"#;
+
 fn admin(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -106,6 +126,53 @@ fn config(v: Variant, origin: &Origin, k: u32) -> CacheConfig {
 }
 
 matrix! {
+    /// A DASH manifest: a client served segment n of a representation makes the cache
+    /// fetch n+1..=n+k of the same representation (template numbering, BaseURLs
+    /// resolved in turn), once each; an audio representation listed by SegmentList is
+    /// followed on its own; nothing of another representation is fetched.
+    fn dash_next_segments_are_fetched_once_and_hit(v) {
+        let origin = v.origin(|r: &Request| {
+            if r.path() == "/v/manifest.mpd" {
+                return origin::ok(
+                    MPD.as_bytes(),
+                    &[("Content-Type", "application/dash+xml"), ("Cache-Control", "max-age=60")],
+                );
+            }
+            origin::ok(&segment_body(r.path()), CACHEABLE)
+        });
+        let cache = config(v, &origin, 2).start();
+        let r = cache.get("/v/manifest.mpd", &[]);
+        assert_eq!(r.status, 200);
+        wait_metric(&cache, "linerate_cache_prefetch_playlists_read_total", 1);
+        assert!(!get_segment(&cache, "/v/dash/v720/3.m4s").is_hit());
+        for n in [4, 5] {
+            let p = format!("/v/dash/v720/{n}.m4s");
+            assert!(origin.wait_count(&p, 1, WAIT), "{p} prefetched");
+        }
+        assert!(!get_segment(&cache, "/v/dash/audio/a1.m4s").is_hit());
+        assert!(origin.wait_count("/v/dash/audio/a2.m4s", 1, WAIT));
+        settle();
+        for p in ["/v/dash/v720/4.m4s", "/v/dash/v720/5.m4s", "/v/dash/audio/a2.m4s", "/v/dash/audio/a3.m4s"] {
+            assert_eq!(origin.count(p), 1, "{p}");
+            assert!(get_segment(&cache, p).is_hit(), "{p}");
+            assert_eq!(origin.count(p), 1, "{p}");
+        }
+        // The hits on 4 and 5 moved the window on to 7; only k ahead, and only the
+        // representation being played.
+        for p in ["/v/dash/v720/6.m4s", "/v/dash/v720/7.m4s"] {
+            assert!(origin.wait_count(p, 1, WAIT), "{p} prefetched");
+        }
+        settle();
+        for p in ["/v/dash/v720/6.m4s", "/v/dash/v720/7.m4s"] {
+            assert_eq!(origin.count(p), 1, "{p}");
+        }
+        assert_eq!(origin.count("/v/dash/v720/8.m4s"), 0);
+        assert_eq!(origin.count("/v/dash/v720/1.m4s"), 0, "never behind the player");
+        assert!(origin.requests().iter().all(|r| !r.path().contains("v360")));
+        assert_eq!(origin.count("/v/manifest.mpd"), 1);
+        origin.assert_no_panics();
+    }
+
     /// Segment 0 makes the cache fetch 1..=3, once each; the client's requests for them
     /// then hit, and each of those moves the window on.
     fn next_segments_are_fetched_once_and_hit(v) {

@@ -1,6 +1,7 @@
-//! HLS segment prefetch: when a route has `prefetch_segments = k`, a media playlist
-//! served on it is read (once per stored copy), and a client served segment `i` of it
-//! starts fills of segments `i+1..=i+k` in the background, so sequential playback hits.
+//! Segment prefetch: when a route has `prefetch_segments = k`, an HLS media playlist or
+//! a DASH manifest (MPD) served on it is read (once per stored copy), and a client
+//! served segment `i` of a playlist, or of one of the MPD's representations, starts
+//! fills of segments `i+1..=i+k` in the background, so sequential playback hits.
 //!
 //! A prefetch is an ordinary fill: it claims its key in the one table every worker
 //! uses (`fills`), so a client asking meanwhile joins it, and a key already stored,
@@ -10,8 +11,9 @@
 //!
 //! What is followed: only URIs relative to the playlist's host (no scheme, no
 //! authority), resolved per RFC 3986 (`linerate_http::hls::resolve`), whose path stays
-//! under the playlist route's `path_prefix` and which a route serves. The parsing is
-//! `linerate_http::hls` (pure, tested); the memory is `ahead`.
+//! under the playlist route's `path_prefix` and which a route serves (for an MPD: each
+//! `BaseURL` resolved in turn, then the segment). The parsing is `linerate_http::hls`
+//! and `linerate_http::dash` (pure, tested); the memory is `ahead`.
 //!
 //! A request's CMCD `nor` hint (`CMCD-Request` header, CTA-5004) names one more object
 //! to prefetch, under the same rules.
@@ -28,7 +30,7 @@ use std::sync::Arc;
 use linerate_cache::Lookup;
 use linerate_http::cache::key::{self, Scheme};
 use linerate_http::cache::RequestCacheControl;
-use linerate_http::{hls, Method};
+use linerate_http::{dash, hls, Method};
 
 use super::ahead::{Next, Target};
 use super::fill::{self, Job, SliceJob};
@@ -59,12 +61,20 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
         return;
     }
     let path = req.target.split(|&b| b == b'?').next().unwrap_or(b"");
-    let playlist = hls::is_playlist_path(path)
-        || response_field(&response.head, b"content-type").is_some_and(hls::is_playlist_type);
-    if playlist {
+    let content_type = response_field(&response.head, b"content-type");
+    let manifest = if hls::is_playlist_path(path) || content_type.is_some_and(hls::is_playlist_type)
+    {
+        Some(Manifest::Hls)
+    } else if dash::is_mpd_path(path) || content_type.is_some_and(dash::is_mpd_type) {
+        Some(Manifest::Dash)
+    } else {
+        None
+    };
+    if let Some(kind) = manifest {
         if status == 200 {
             tokio::task::spawn_local(read_playlist(
                 Rc::clone(pw),
+                kind,
                 req.scheme,
                 req.host.clone(),
                 req.target.clone(),
@@ -100,10 +110,18 @@ fn response_field<'h>(head: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
     })
 }
 
-/// Read the stored copy of the playlist keyed `key` (requested as `target` on `route`)
-/// once it is complete, and remember what follows each of its segments.
+/// What kind of manifest a response is.
+#[derive(Clone, Copy)]
+enum Manifest {
+    Hls,
+    Dash,
+}
+
+/// Read the stored copy of the playlist or MPD keyed `key` (requested as `target` on
+/// `route`) once it is complete, and remember what follows each of its segments.
 async fn read_playlist(
     pw: Rc<ProxyWorker>,
+    kind: Manifest,
     scheme: Scheme,
     host: Vec<u8>,
     target: Vec<u8>,
@@ -123,7 +141,7 @@ async fn read_playlist(
     };
     if h.meta.status != 200
         || h.meta.header(VARY_STUB).is_some()
-        || len > hls::MAX_PLAYLIST_BYTES as u64
+        || len > hls::MAX_PLAYLIST_BYTES.max(dash::MAX_MPD_BYTES) as u64
         || !px.prefetch.first_read(&key, h.created_ms)
     {
         return;
@@ -137,22 +155,49 @@ async fn read_playlist(
     let Ok(Some(body)) = body else {
         return;
     };
-    let Some(playlist) = hls::parse_media(&body) else {
-        tracing::debug!(key = %String::from_utf8_lossy(&key), "not a media playlist prefetch reads");
-        return;
+    // Each sequence: the target its URIs are relative to, and the URIs in order.
+    let sequences: Vec<(Vec<u8>, Vec<Vec<u8>>)> = match kind {
+        Manifest::Hls => match hls::parse_media(&body) {
+            Some(p) => vec![(
+                target.clone(),
+                p.segments.iter().map(|s| s.to_vec()).collect(),
+            )],
+            None => Vec::new(),
+        },
+        Manifest::Dash => dash::parse_mpd(&body)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|rep| {
+                // Each BaseURL against the one before; one that leaves the host (a
+                // scheme or an authority) resolves to nothing, and so does the rest.
+                let base = rep
+                    .bases
+                    .iter()
+                    .try_fold(target.clone(), |base, b| hls::resolve(&base, b.as_bytes()))?;
+                Some((
+                    base,
+                    rep.segments.into_iter().map(String::into_bytes).collect(),
+                ))
+            })
+            .collect(),
     };
+    if sequences.is_empty() {
+        tracing::debug!(key = %String::from_utf8_lossy(&key), "no segments prefetch can read");
+        return;
+    }
     let opts = &px.routes[route].opts;
-    let targets: Vec<Option<Arc<Target>>> = playlist
-        .segments
-        .iter()
-        .map(|uri| segment(px, scheme, &host, &target, opts.path_prefix.as_bytes(), uri))
-        .collect();
     let k = opts.prefetch_segments as usize;
-    for (i, t) in targets.iter().enumerate() {
-        let Some(t) = t else { continue };
-        let next: Next = targets[i + 1..].iter().take(k).flatten().cloned().collect();
-        if !next.is_empty() {
-            px.prefetch.set_next(&t.key, next);
+    for (base, uris) in &sequences {
+        let targets: Vec<Option<Arc<Target>>> = uris
+            .iter()
+            .map(|uri| segment(px, scheme, &host, base, opts.path_prefix.as_bytes(), uri))
+            .collect();
+        for (i, t) in targets.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let next: Next = targets[i + 1..].iter().take(k).flatten().cloned().collect();
+            if !next.is_empty() {
+                px.prefetch.set_next(&t.key, next);
+            }
         }
     }
 }
