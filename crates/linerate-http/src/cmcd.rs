@@ -5,14 +5,32 @@
 //! percent-decoded once here; resolving it (and refusing another host, an escape, or a
 //! percent-encoded `.` or `/` left after decoding) is `hls::resolve`'s job.
 //!
-//! Not read: CMCD sent as a `CMCD=` query argument (it would also make every request's
-//! cache key different unless the route ignores queries), and every other key.
+//! CMCD sent as a `CMCD=` query argument (CTA-5004 §2.2: the same payload, URL-encoded
+//! once more) is read too ([`next_object_in_query`]); it is kept out of the cache key
+//! (`cache::key::query`). Every other key is ignored.
 
 /// The `nor` of a request's `CMCD-Request` field lines, decoded; `None` when absent,
 /// not a String, empty, or not valid percent-encoding of UTF-8.
 pub fn next_object<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Option<Vec<u8>> {
     let joined = crate::syntax::combine_lines(lines);
-    let dict: sfv::Dictionary = sfv::Parser::new(&joined).parse().ok()?;
+    nor(&joined)
+}
+
+/// The `nor` of a request target's `CMCD=` query argument (the first), decoded as
+/// [`next_object`] does after the argument's own URL-encoding is undone.
+pub fn next_object_in_query(target: &[u8]) -> Option<Vec<u8>> {
+    let query = &target[target.iter().position(|&b| b == b'?')? + 1..];
+    let value = query
+        .split(|&b| b == b'&')
+        .find_map(|p| p.strip_prefix(b"CMCD="))?;
+    // `+` is not a space here: CTA-5004 encodes with encodeURIComponent.
+    let payload = percent_decode(value)?;
+    nor(&payload)
+}
+
+/// `nor` of a CMCD payload (an RFC 8941 Dictionary).
+fn nor(payload: &[u8]) -> Option<Vec<u8>> {
+    let dict: sfv::Dictionary = sfv::Parser::new(payload).parse().ok()?;
     let (_, member) = dict.iter().find(|(k, _)| k.as_str() == "nor")?;
     let sfv::ListEntry::Item(item) = member else {
         return None;
@@ -68,6 +86,29 @@ mod tests {
             Some("a.ts"),
             "two lines"
         );
+    }
+
+    #[test]
+    fn reads_nor_from_the_query_argument() {
+        // CTA-5004 §2.2 shape: the payload URL-encoded as one query value.
+        let q = b"/v/seg1.ts?CMCD=bl%3D21300%2Cnor%3D%22..%252F300kbps%252Fsegment35.m4v%22";
+        assert_eq!(
+            next_object_in_query(q).as_deref(),
+            Some(&b"../300kbps/segment35.m4v"[..])
+        );
+        assert_eq!(
+            next_object_in_query(b"/a.ts?x=1&CMCD=nor%3D%22b.ts%22").as_deref(),
+            Some(&b"b.ts"[..])
+        );
+        for bad in [
+            &b"/a.ts"[..],
+            b"/a.ts?CMCD=bl%3D100",
+            b"/a.ts?CMCD=nor%3D7",
+            b"/a.ts?CMCD=%ZZ",
+            b"/a.ts?cmcd=nor%3D%22b.ts%22",
+        ] {
+            assert_eq!(next_object_in_query(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -200,41 +200,6 @@ fn remove_dot_segments(path: &[u8]) -> Vec<u8> {
     r
 }
 
-/// The query part of a cache key for a request whose query is `query` (with its `?`,
-/// or empty), keeping every other parameter (`keep_others`, a route's
-/// `query = "include"`) or none of them (`"ignore"`).
-///
-/// Low-Latency HLS delivery directives (`_HLS_msn`, `_HLS_part`, `_HLS_skip`: every
-/// parameter whose name starts with `_HLS_`: HLS 2nd edition, "Delivery Directives") stay in the
-/// key: a blocking playlist reload for media sequence 7 part 2 is another response than
-/// one for sequence 8, even on a route that ignores tokens in the query. They are put in
-/// one order (sorted, after the other parameters), since their order carries no
-/// meaning: `?_HLS_part=2&_HLS_msn=7` and `?_HLS_msn=7&_HLS_part=2` are one object, so
-/// every player blocking on the same part waits on one origin request. The query sent
-/// to the origin is never changed.
-pub fn key_query(query: &[u8], keep_others: bool) -> Vec<u8> {
-    let body = query.strip_prefix(b"?").unwrap_or(query);
-    let is_directive = |p: &&[u8]| p.starts_with(b"_HLS_");
-    if !body.split(|&b| b == b'&').any(|p| is_directive(&p)) {
-        return if keep_others {
-            query.to_vec()
-        } else {
-            Vec::new()
-        };
-    }
-    let mut directives: Vec<&[u8]> = body.split(|&b| b == b'&').filter(is_directive).collect();
-    directives.sort();
-    let others = body
-        .split(|&b| b == b'&')
-        .filter(|p| keep_others && !is_directive(p));
-    let mut out = Vec::with_capacity(query.len() + 1);
-    for (i, p) in others.chain(directives).enumerate() {
-        out.push(if i == 0 { b'?' } else { b'&' });
-        out.extend_from_slice(p);
-    }
-    out
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test, with its location.
 mod tests {
@@ -375,66 +340,7 @@ mod tests {
         assert_eq!(resolve(b"relative", b"g"), None);
     }
 
-    #[test]
-    fn key_query_keeps_hls_directives_in_one_order() {
-        let k = |q: &str, keep| String::from_utf8(key_query(q.as_bytes(), keep)).unwrap();
-        assert_eq!(k("", true), "");
-        assert_eq!(k("?v=2&t=x", true), "?v=2&t=x", "no directive: untouched");
-        assert_eq!(k("?v=2&t=x", false), "");
-        assert_eq!(
-            k("?_HLS_part=2&_HLS_msn=7", true),
-            "?_HLS_msn=7&_HLS_part=2"
-        );
-        assert_eq!(
-            k("?_HLS_msn=7&_HLS_part=2", true),
-            "?_HLS_msn=7&_HLS_part=2"
-        );
-        assert_eq!(
-            k("?_HLS_part=2&token=abc&_HLS_msn=7", true),
-            "?token=abc&_HLS_msn=7&_HLS_part=2"
-        );
-        assert_eq!(
-            k("?token=abc&_HLS_msn=7&_HLS_skip=YES", false),
-            "?_HLS_msn=7&_HLS_skip=YES"
-        );
-        assert_eq!(k("?token=xyz&_HLS_msn=8", false), "?_HLS_msn=8");
-        // Names are case-sensitive: `_hls_msn` is not a directive.
-        assert_eq!(k("?_hls_msn=7", false), "");
-    }
-
     proptest! {
-        /// Reordering the parameters of a query changes its key only through the
-        /// order of the parameters that are not directives.
-        #[test]
-        fn key_query_ignores_directive_order(
-            others in proptest::collection::vec("[a-z]{1,3}=[a-z0-9]{0,3}", 0..3),
-            msn in 0u32..1000,
-            part in proptest::option::of(0u32..10),
-            rot in 0usize..4,
-        ) {
-            let mut ds = vec![format!("_HLS_msn={msn}")];
-            if let Some(p) = part { ds.push(format!("_HLS_part={p}")); }
-            let mut a: Vec<String> = others.clone();
-            a.extend(ds.iter().cloned());
-            let mut b: Vec<String> = ds.iter().rev().cloned().collect();
-            b.extend(others.iter().cloned());
-            let n = b.len();
-            b.rotate_left(rot % n);
-            // Same non-directive order in both (rotation may move them: compare only
-            // when it kept it).
-            let others_b: Vec<&String> = b.iter().filter(|p| !p.starts_with("_HLS_")).collect();
-            let qa = format!("?{}", a.join("&"));
-            let qb = format!("?{}", b.join("&"));
-            prop_assert_eq!(key_query(qa.as_bytes(), false), key_query(qb.as_bytes(), false));
-            if others_b.iter().map(|s| s.as_str()).eq(others.iter().map(|s| s.as_str())) {
-                prop_assert_eq!(key_query(qa.as_bytes(), true), key_query(qb.as_bytes(), true));
-            }
-            let kq = key_query(qa.as_bytes(), true);
-            let kq = String::from_utf8(kq).unwrap();
-            let want = format!("_HLS_msn={}", msn);
-            prop_assert!(kq.contains(&want));
-        }
-
         /// Whatever the reference, a resolved target is an absolute path with no dot
         /// segment left in its path, and resolving it again (it is an absolute-path
         /// reference) gives itself.

@@ -407,3 +407,42 @@ fn cmcd_next_object_request_is_prefetched() {
     );
     assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 1);
 }
+
+/// CTA-5004 §2.2: CMCD as a `CMCD=` query argument. Its `nor` is prefetched like the
+/// header's; the argument is forwarded to the origin but kept out of the cache key, so
+/// the same segment with other telemetry is a hit, not a second object.
+#[test]
+fn cmcd_query_argument_is_read_and_kept_out_of_the_key() {
+    let origin = Origin::start(|r: &Request| origin::ok(&segment_body(r.path()), CACHEABLE));
+    let cache = CacheConfig::new(&origin)
+        .route("path_prefix = \"/v/\"\nslice_bytes = 0\nprefetch_segments = 2")
+        .start();
+    let first = "/v/720p/seg0.ts?CMCD=bl%3D21300%2Cnor%3D%22..%252F1080p%252Fseg1.ts%22";
+    let r = cache.get(first, &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, segment_body(first));
+    assert!(
+        origin.wait_count("/v/1080p/seg1.ts", 1, WAIT),
+        "the hinted object was not fetched"
+    );
+    // Other telemetry, same segment: a hit on the object stored under the first.
+    let again = cache.get("/v/720p/seg0.ts?CMCD=bl%3D500", &[]);
+    assert!(
+        CacheStatus::of(&again).is_hit(),
+        "{:?}",
+        CacheStatus::of(&again)
+    );
+    assert_eq!(again.body, segment_body(first));
+    settle();
+    let paths: Vec<String> = origin
+        .requests()
+        .iter()
+        .map(|r| r.path().to_owned())
+        .collect();
+    assert_eq!(
+        paths,
+        [first, "/v/1080p/seg1.ts"],
+        "forwarded as sent; one each"
+    );
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 1);
+}

@@ -82,7 +82,7 @@ pub(crate) async fn respond(
         return crate::response::error(worker, StatusCode::NotFound, persistence);
     };
     let scheme = if secure { Scheme::Https } else { Scheme::Http };
-    let key_query = linerate_http::hls::key_query(
+    let key_query = key::query(
         query,
         matches!(px.routes[route].opts.query, QueryKey::Include),
     );

@@ -91,7 +91,9 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
     }
     // CTA-5004 `nor`: the player names its next object itself (a rendition switch, a
     // playlist the cache has not read). Held to the same rules as a playlist's URIs.
-    if let Some(nor) = linerate_http::cmcd::next_object(req.head.values(b"cmcd-request")) {
+    let nor = linerate_http::cmcd::next_object(req.head.values(b"cmcd-request"))
+        .or_else(|| linerate_http::cmcd::next_object_in_query(&req.target));
+    if let Some(nor) = nor {
         let prefix = px.routes[req.route].opts.path_prefix.as_bytes();
         if let Some(t) = segment(px, req.scheme, &req.host, &req.target, prefix, &nor) {
             start(pw, req, &t);
