@@ -407,11 +407,11 @@ mod tests {
     use super::*;
     use std::io::Read;
 
-    fn setup(name: &str) -> (std::path::PathBuf, File) {
-        let dir = std::env::temp_dir().join(format!("linerate-of-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let root = File::open(&dir).unwrap();
+    /// A fresh directory (removed when the guard drops, also when a test fails) and
+    /// its descriptor.
+    fn setup() -> (tempfile::TempDir, File) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = File::open(dir.path()).unwrap();
         (dir, root)
     }
 
@@ -423,7 +423,8 @@ mod tests {
 
     #[test]
     fn hit_within_valid_and_revalidated_after() {
-        let (dir, root) = setup("reval");
+        let (tmp, root) = setup();
+        let dir = tmp.path();
         std::fs::write(dir.join("a.ts"), b"one").unwrap();
         let cache = OpenFiles::new(4, Duration::from_millis(50));
         let first = cache.open(root.as_fd(), b"a.ts").unwrap();
@@ -452,12 +453,12 @@ mod tests {
             Err(OpenError::Open(_))
         ));
         assert_eq!(cache.len(), 0);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn bounded_by_count_and_clock_keeps_the_hot_entry() {
-        let (dir, root) = setup("clock");
+        let (tmp, root) = setup();
+        let dir = tmp.path();
         for i in 0..10 {
             std::fs::write(dir.join(format!("{i}")), format!("{i}")).unwrap();
         }
@@ -473,7 +474,6 @@ mod tests {
         assert!(Rc::ptr_eq(&hot, &cache.open(root.as_fd(), b"0").unwrap()));
         cache.forget_fd(hot.file.as_raw_fd());
         assert!(!Rc::ptr_eq(&hot, &cache.open(root.as_fd(), b"0").unwrap()));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -491,7 +491,8 @@ mod tests {
 
     #[test]
     fn disabled_and_not_a_file() {
-        let (dir, root) = setup("off");
+        let (tmp, root) = setup();
+        let dir = tmp.path();
         std::fs::create_dir_all(dir.join("d")).unwrap();
         std::fs::write(dir.join("f"), b"x").unwrap();
         let cache = OpenFiles::new(0, Duration::from_secs(60));
@@ -504,6 +505,5 @@ mod tests {
             on.open(root.as_fd(), b"d"),
             Err(OpenError::NotAFile)
         ));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
