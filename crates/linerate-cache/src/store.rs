@@ -22,6 +22,7 @@ use crate::index::{lock, Entry, Index, Inserted};
 use crate::io::{IoOp, StoreIo};
 use crate::journal::{list_journals, JournalWriter, Record};
 use crate::key::{KeyHash, MAX_KEY_LEN};
+use crate::lease::StoreLock;
 use crate::meta::ObjectMeta;
 use crate::placement;
 use crate::policy::QueueId;
@@ -43,6 +44,9 @@ pub enum OpenError {
     /// A background thread could not be started.
     #[error("cannot start store thread: {0}")]
     Thread(std::io::Error),
+    /// The writer lease could not be taken (another process holds the store).
+    #[error("{0}")]
+    Lock(#[from] crate::lease::LockError),
 }
 
 /// Why a write was not started. The caller serves the response without storing it.
@@ -60,6 +64,10 @@ pub enum WriteRefused {
     /// Creating the temporary file failed (counted against the disk).
     #[error("disk error")]
     Disk,
+    /// The store is lent to the next process of an upgrade ([`Store::lend`]): this
+    /// one no longer writes.
+    #[error("store lent to the next process")]
+    Lent,
 }
 
 impl WriteRefused {
@@ -70,6 +78,7 @@ impl WriteRefused {
             WriteRefused::NoSpace => "no_space",
             WriteRefused::TooLarge => "too_large",
             WriteRefused::Disk => "disk",
+            WriteRefused::Lent => "lent",
         }
     }
 }
@@ -93,6 +102,9 @@ pub(crate) struct Inner {
     pub(crate) purged_prefixes: Mutex<Vec<Vec<u8>>>,
     /// Notified whenever a disk finishes loading.
     pub(crate) loaded_cv: (Mutex<()>, Condvar),
+    /// Lent to the next process ([`Store::lend`]): nothing is written, maintenance
+    /// pauses. Read without a lock on every write's start; set rarely.
+    pub(crate) lent: AtomicBool,
 }
 
 /// The persistent multi-disk object store. Cheap to share (`Arc<Store>`); every method
@@ -100,12 +112,117 @@ pub(crate) struct Inner {
 pub struct Store {
     pub(crate) inner: Arc<Inner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The writer lease (`None` for stores opened with a test I/O seam).
+    lock: Option<StoreLock>,
+}
+
+/// Why [`Store::lend`] did not lend the store. The store keeps writing.
+#[derive(Debug, thiserror::Error)]
+pub enum LendError {
+    /// Writes in flight did not finish in time.
+    #[error("{0} writes still in flight after the wait")]
+    WritesInFlight(usize),
+    /// Already lent.
+    #[error("already lent")]
+    AlreadyLent,
 }
 
 impl Store {
-    /// Open (or create) the store on the configured disks with the real filesystem.
+    /// Open (or create) the store on the configured disks with the real filesystem,
+    /// taking the writer lease first ([`StoreLock::acquire`]): a store another process
+    /// holds fails with [`OpenError::Lock`].
     pub fn open(cfg: StoreConfig) -> Result<Store, OpenError> {
-        Store::open_with_io(cfg, Arc::new(crate::io::RealIo))
+        let lock = StoreLock::acquire(&cfg)?;
+        Store::open_locked(cfg, lock)
+    }
+
+    /// Open with a lease already held (taken over from the previous process of an
+    /// upgrade, [`StoreLock::adopt`]).
+    pub fn open_locked(cfg: StoreConfig, lock: StoreLock) -> Result<Store, OpenError> {
+        let mut store = Store::open_with_io(cfg, Arc::new(crate::io::RealIo))?;
+        store.lock = Some(lock);
+        Ok(store)
+    }
+
+    /// The lease's descriptors, to pass to the next process after [`Store::lend`].
+    pub fn lock_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        self.lock.as_ref().map(StoreLock::fds).unwrap_or_default()
+    }
+
+    /// Stop writing so that another process can take the store over: new writes are
+    /// refused ([`WriteRefused::Lent`]; the caller relays without storing), purges
+    /// and metadata updates do nothing, eviction and compaction pause; then wait up to
+    /// `wait` for the writes in flight to finish (so no half-written object is left
+    /// and no follower of one is cut short), and sync and close every journal. Reads
+    /// go on. On error the store is writing again.
+    pub fn lend(&self, wait: Duration) -> Result<(), LendError> {
+        let inner = &self.inner;
+        if inner.lent.swap(true, Ordering::SeqCst) {
+            return Err(LendError::AlreadyLent);
+        }
+        // A step of maintenance in progress finishes before we go on (each takes its
+        // disk's `step` lock and looks at `lent` under it).
+        for d in &inner.disks {
+            drop(lock(&d.step));
+        }
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            // A writer registers under its shard lock after checking `lent`, so once
+            // this count is 0 no write can start.
+            let n = inner.index.inflight_len();
+            if n == 0 {
+                break;
+            }
+            if std::time::Instant::now() >= deadline {
+                inner.lent.store(false, Ordering::SeqCst);
+                return Err(LendError::WritesInFlight(n));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for d in &inner.disks {
+            if let Some(j) = lock(&d.journal).take() {
+                if let Err(e) = j.sync(&*inner.io) {
+                    tracing::warn!(disk = %d.name(), error = %e, "journal sync before lending");
+                }
+            }
+        }
+        tracing::info!("store lent: no more writes from this process");
+        Ok(())
+    }
+
+    /// Take the store back after [`Store::lend`] (the next process failed): start a new
+    /// journal after any the other process wrote, and snapshot this process's index,
+    /// which becomes the truth again (files the other process added are adopted by a
+    /// later reconcile scan or stay unindexed; ones it removed are misses).
+    pub fn resume(&self) {
+        let inner = &self.inner;
+        if !inner.lent.load(Ordering::SeqCst) {
+            return;
+        }
+        for (i, d) in inner.disks.iter().enumerate() {
+            if d.health.in_service() {
+                crate::maintenance::rejournal(inner, i);
+            }
+        }
+        inner.lent.store(false, Ordering::SeqCst);
+        for d in &inner.disks {
+            d.wake();
+        }
+        tracing::info!("store taken back: writing again");
+    }
+
+    /// Tests only: what a crash (kill -9) leaves. The writer lease is released, as
+    /// the kernel does when a process dies; nothing is closed, no snapshot is written,
+    /// and the rest is leaked (`std::mem::forget`), as a dead process never finishes.
+    #[doc(hidden)]
+    pub fn crash_for_test(mut self) {
+        drop(self.lock.take());
+        std::mem::forget(self);
+    }
+
+    /// Whether the store is lent ([`Store::lend`]).
+    pub fn is_lent(&self) -> bool {
+        self.inner.lent.load(Ordering::Acquire)
     }
 
     /// Open with an explicit I/O seam (tests inject faults). Returns at once: each
@@ -145,6 +262,7 @@ impl Store {
             shutdown: AtomicBool::new(false),
             purged_prefixes: Mutex::new(Vec::new()),
             loaded_cv: (Mutex::new(()), Condvar::new()),
+            lent: AtomicBool::new(false),
         });
         inner.persist_disk_states();
         let mut threads = Vec::new();
@@ -159,6 +277,7 @@ impl Store {
         Ok(Store {
             inner,
             threads: Mutex::new(threads),
+            lock: None,
         })
     }
 
@@ -198,6 +317,9 @@ impl Store {
         update: bool,
     ) -> Result<ObjectWriter, Begin> {
         let inner = &self.inner;
+        if inner.lent.load(Ordering::Acquire) {
+            return Err(Begin::Refused(WriteRefused::Lent));
+        }
         if key.len() > MAX_KEY_LEN || expected_len.is_some_and(|n| n > inner.cfg.max_object_bytes) {
             return Err(Begin::Refused(WriteRefused::TooLarge));
         }
@@ -281,6 +403,13 @@ impl Store {
         };
         let busy = {
             let mut shard = inner.index.shard(hash);
+            if inner.lent.load(Ordering::SeqCst) {
+                // Lent since the check above: `lend` may already have counted this
+                // shard's writes, so this one must not start.
+                drop(shard);
+                drop(writer);
+                return Err(Begin::Refused(WriteRefused::Lent));
+            }
             if update && shard.inflight.contains_key(&hash.0) {
                 true
             } else {
@@ -306,6 +435,9 @@ impl Store {
     /// never undone by the loader.
     pub fn purge(&self, key: &[u8]) -> bool {
         let inner = &self.inner;
+        if inner.lent.load(Ordering::Acquire) {
+            return false;
+        }
         inner.wait_loaded(PURGE_LOAD_WAIT);
         let hash = KeyHash::of(key);
         let entry = {
@@ -334,6 +466,9 @@ impl Store {
     /// time) and unlinks each match; blocks like [`Store::purge`].
     pub fn purge_prefix(&self, prefix: &[u8]) -> u64 {
         let inner = &self.inner;
+        if inner.lent.load(Ordering::Acquire) {
+            return 0;
+        }
         inner.wait_loaded(PURGE_LOAD_WAIT);
         lock(&inner.purged_prefixes).push(prefix.to_vec());
         // Writes first: one that indexes after its shard was walked sees the cancel;
@@ -382,6 +517,11 @@ impl Store {
             if t.join().is_err() {
                 tracing::error!("store maintenance thread panicked");
             }
+        }
+        // A lent store belongs to the next process now: writing a snapshot here would
+        // overwrite the index it is building.
+        if inner.lent.load(Ordering::Acquire) {
+            return;
         }
         for (i, d) in inner.disks.iter().enumerate() {
             if d.health.in_service() && d.loaded.load(Ordering::Acquire) {

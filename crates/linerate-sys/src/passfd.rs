@@ -96,8 +96,7 @@ pub fn send_with_fds(
         addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
         let path_len = fill_sun_path(&mut addr, dest)?;
         msg.msg_name = (&mut addr as *mut libc::sockaddr_un).cast();
-        msg.msg_namelen =
-            (std::mem::size_of::<libc::sa_family_t>() + path_len) as libc::socklen_t;
+        msg.msg_namelen = (std::mem::size_of::<libc::sa_family_t>() + path_len) as libc::socklen_t;
     }
     if !raw.is_empty() {
         msg.msg_control = cbuf.as_mut_ptr().cast();
@@ -110,11 +109,7 @@ pub fn send_with_fds(
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
             (*c).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
-            std::ptr::copy_nonoverlapping(
-                raw.as_ptr().cast::<u8>(),
-                libc::CMSG_DATA(c),
-                fd_bytes,
-            );
+            std::ptr::copy_nonoverlapping(raw.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), fd_bytes);
         }
     }
     // SAFETY: every pointer in `msg` (iov, data, control, name) is valid for the call.
@@ -231,6 +226,9 @@ mod tests {
 
     #[test]
     fn adopt_refuses_a_closed_number() {
-        assert_eq!(adopt(987_654).unwrap_err().raw_os_error(), Some(libc::EBADF));
+        assert_eq!(
+            adopt(987_654).unwrap_err().raw_os_error(),
+            Some(libc::EBADF)
+        );
     }
 }
