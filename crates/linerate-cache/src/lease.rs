@@ -15,10 +15,12 @@
 //!
 //! Not here: the upgrade protocol (the server's `upgrade` module) or the syscalls.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use linerate_sys::fs::{try_lock_exclusive, Locked};
 
 use crate::config::StoreConfig;
 
@@ -71,14 +73,13 @@ impl StoreLock {
             };
             std::fs::create_dir_all(&d.path).map_err(io)?;
             let f = open_lock_file(&d.path).map_err(io)?;
-            match f.try_lock() {
-                Ok(()) => {}
-                Err(TryLockError::WouldBlock) => {
+            match try_lock_exclusive(f.as_fd()).map_err(io)? {
+                Locked::Yes => {}
+                Locked::HeldElsewhere => {
                     return Err(LockError::Held {
                         path: d.path.clone(),
                     })
                 }
-                Err(TryLockError::Error(e)) => return Err(io(e)),
             }
             disks.push((d.path.clone(), f));
         }
@@ -113,14 +114,13 @@ impl StoreLock {
             // Already ours through the shared description; taking it again is a no-op
             // that proves it (it would fail if the description held no lock and another
             // one did).
-            match f.try_lock() {
-                Ok(()) => {}
-                Err(TryLockError::WouldBlock) => {
+            match try_lock_exclusive(f.as_fd()).map_err(io)? {
+                Locked::Yes => {}
+                Locked::HeldElsewhere => {
                     return Err(LockError::Held {
                         path: d.path.clone(),
                     })
                 }
-                Err(TryLockError::Error(e)) => return Err(io(e)),
             }
             disks.push((d.path.clone(), f));
         }
