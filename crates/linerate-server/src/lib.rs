@@ -18,6 +18,8 @@ mod conn;
 mod context;
 mod exchange;
 mod handler;
+mod listeners;
+mod notify;
 mod openfiles;
 pub mod operate;
 pub mod options;
@@ -31,6 +33,7 @@ mod tcpsample;
 pub mod tls;
 mod transfer;
 mod transport;
+pub mod upgrade;
 mod worker;
 
 pub use admin::control::{ReloadOutcome, Reloader, RunState};
@@ -38,4 +41,5 @@ pub use cacheopts::{CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOp
 pub use options::{
     CertificateOptions, KtlsMode, Pinning, ServerOptions, Timeouts, TlsOptions, UnknownSni,
 };
-pub use server::{run, run_until, run_with_reload, ServerError, Started};
+pub use server::{run, run_until, run_upgradable, run_with_reload, ServerError, Started};
+pub use upgrade::Successor;

@@ -19,6 +19,12 @@ use crate::options::ServerOptions;
 /// reason, which is logged; the running configuration then stays.
 pub type Reloader = Box<dyn FnMut() -> Result<ServerOptions, String> + Send>;
 
+/// Starts the next process and hands over (the server's `upgrade`): `Ok(pid)` of the new
+/// process, which serves; `Err(why)`, this one keeps serving. The argument is another
+/// binary to start instead of the one this process was started from.
+pub(crate) type Upgrade =
+    Box<dyn Fn(Option<std::path::PathBuf>) -> Result<u32, String> + Send + Sync>;
+
 /// What the server is doing, as `/health` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunState {
@@ -68,6 +74,8 @@ pub(crate) struct Control {
     pub(crate) started: Instant,
     /// What the start-up probe found kernel TLS accepts (set once, when TLS is on).
     ktls: OnceLock<linerate_sys::ktls::Support>,
+    /// The upgrade (set once at start-up by the server; absent in embedders' servers).
+    upgrader: OnceLock<Upgrade>,
 }
 
 impl Control {
@@ -81,6 +89,27 @@ impl Control {
             reloads_failed: AtomicU64::new(0),
             started: Instant::now(),
             ktls: OnceLock::new(),
+            upgrader: OnceLock::new(),
+        }
+    }
+
+    /// Install the upgrade (once, at start-up).
+    pub(crate) fn set_upgrader(&self, upgrade: Upgrade) {
+        let _ = self.upgrader.set(upgrade);
+    }
+
+    /// Start the next process and hand over (SIGUSR2, `POST /upgrade`). Blocks until the
+    /// new process is ready or has failed (bounded by the upgrade's step timeouts).
+    pub(crate) fn upgrade(&self, binary: Option<std::path::PathBuf>) -> Result<u32, String> {
+        if self.run_state() != RunState::Serving {
+            return Err(format!(
+                "cannot upgrade while {}",
+                self.run_state().as_str()
+            ));
+        }
+        match self.upgrader.get() {
+            Some(u) => u(binary),
+            None => Err("this server cannot upgrade (started without the upgrade path)".into()),
         }
     }
 
