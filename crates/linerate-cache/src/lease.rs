@@ -39,12 +39,6 @@ pub enum LockError {
         /// The disk directory.
         path: PathBuf,
     },
-    /// A descriptor passed by the previous process is not this disk's lock file.
-    #[error("{}: the inherited lock is not this directory's lock file", path.display())]
-    Mismatch {
-        /// The disk directory.
-        path: PathBuf,
-    },
     /// The lock file could not be created, opened or locked.
     #[error("{}: lock file: {source}", path.display())]
     Io {
@@ -86,34 +80,42 @@ impl StoreLock {
         Ok(StoreLock { disks })
     }
 
-    /// Take over locks passed by the previous process, one per disk of `cfg` in order.
-    /// Each must be the very lock file of its directory (same device and inode), which
-    /// is then locked by this process too (a lock on the same open file description).
+    /// Take over locks passed by the previous process. Each disk of `cfg` whose lock
+    /// file (same device and inode) is among `files` keeps that lock, which this process
+    /// now shares (the same open file description) with no moment unlocked; a disk that
+    /// is new in this configuration is locked as [`StoreLock::acquire`] does. Passed
+    /// locks of disks no longer configured are released.
     pub fn adopt(cfg: &StoreConfig, files: Vec<File>) -> Result<StoreLock, LockError> {
-        if files.len() != cfg.disks.len() {
-            let path = cfg
-                .disks
-                .first()
-                .map(|d| d.path.clone())
-                .unwrap_or_default();
-            return Err(LockError::Mismatch { path });
-        }
-        let mut disks = Vec::with_capacity(files.len());
-        for (d, f) in cfg.disks.iter().zip(files) {
+        let mut passed: Vec<Option<(u64, u64, File)>> = files
+            .into_iter()
+            .filter_map(|f| {
+                let m = f.metadata().ok()?;
+                Some(Some((m.dev(), m.ino(), f)))
+            })
+            .collect();
+        let mut disks = Vec::with_capacity(cfg.disks.len());
+        for d in &cfg.disks {
             let io = |source| LockError::Io {
                 path: d.path.clone(),
                 source,
             };
-            let want = std::fs::metadata(d.path.join(LOCK_FILE)).map_err(io)?;
-            let have = f.metadata().map_err(io)?;
-            if (want.dev(), want.ino()) != (have.dev(), have.ino()) {
-                return Err(LockError::Mismatch {
-                    path: d.path.clone(),
+            let found = std::fs::metadata(d.path.join(LOCK_FILE))
+                .ok()
+                .and_then(|want| {
+                    passed.iter_mut().find_map(|p| match p {
+                        Some((dev, ino, _)) if (*dev, *ino) == (want.dev(), want.ino()) => p.take(),
+                        _ => None,
+                    })
                 });
-            }
-            // Already ours through the shared description; taking it again is a no-op
-            // that proves it (it would fail if the description held no lock and another
-            // one did).
+            let f = match found {
+                Some((_, _, f)) => f,
+                None => {
+                    std::fs::create_dir_all(&d.path).map_err(io)?;
+                    open_lock_file(&d.path).map_err(io)?
+                }
+            };
+            // A passed lock is already held by this description, and taking it again is
+            // a no-op that proves it; a new disk's lock is taken here.
             match try_lock_exclusive(f.as_fd()).map_err(io)? {
                 Locked::Yes => {}
                 Locked::HeldElsewhere => {
@@ -188,13 +190,39 @@ mod tests {
     }
 
     #[test]
-    fn a_foreign_descriptor_is_not_adopted() {
+    fn a_foreign_descriptor_does_not_stand_for_a_held_lock() {
         let t = tempfile::tempdir().unwrap();
         let _held = StoreLock::acquire(&cfg(t.path())).unwrap();
         let other = File::create(t.path().join("other")).unwrap();
         assert!(matches!(
             StoreLock::adopt(&cfg(t.path()), vec![other]),
-            Err(LockError::Mismatch { .. })
+            Err(LockError::Held { .. })
+        ));
+    }
+
+    #[test]
+    fn a_disk_new_in_the_configuration_is_locked_on_adoption() {
+        let t = tempfile::tempdir().unwrap();
+        let old = StoreLock::acquire(&cfg(t.path())).unwrap();
+        let mut two = cfg(t.path());
+        two.disks.push(DiskConfig {
+            name: "d1".into(),
+            path: t.path().join("d1"),
+            max_bytes: 1 << 30,
+        });
+        let passed = old
+            .fds()
+            .iter()
+            .map(|f| File::from(f.try_clone_to_owned().unwrap()))
+            .collect();
+        let new = StoreLock::adopt(&two, passed).unwrap();
+        assert_eq!(new.fds().len(), 2);
+        drop(old);
+        let mut only_d1 = cfg(t.path());
+        only_d1.disks[0].path = t.path().join("d1");
+        assert!(matches!(
+            StoreLock::acquire(&only_d1),
+            Err(LockError::Held { .. })
         ));
     }
 }
