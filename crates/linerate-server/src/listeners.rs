@@ -90,8 +90,22 @@ impl Inherited {
         self.sockets.is_empty()
     }
 
-    /// Take every inherited socket of `kind` bound to exactly `addr`.
+    /// Take every inherited socket of `kind` bound to `addr`. A configured port 0
+    /// ("any port") matches the first inherited address of that kind and IP, so a
+    /// server configured with port 0 keeps the port it was given across upgrades.
     pub(crate) fn take(&mut self, kind: ListenerKind, addr: SocketAddr) -> Vec<TcpListener> {
+        let addr = if addr.port() == 0 {
+            match self
+                .sockets
+                .iter()
+                .find(|(k, a, _)| *k == kind && a.ip() == addr.ip())
+            {
+                Some((_, a, _)) => *a,
+                None => return Vec::new(),
+            }
+        } else {
+            addr
+        };
         let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.sockets)
             .into_iter()
             .partition(|(k, a, _)| *k == kind && *a == addr);
@@ -173,7 +187,15 @@ mod tests {
             .collect();
         let mut inh = Inherited::from_named(named);
         assert!(inh.take(ListenerKind::Https, aa).is_empty());
-        assert_eq!(inh.take(ListenerKind::Http, aa).len(), 1);
+        assert!(inh
+            .take(ListenerKind::Http, "127.0.0.2:0".parse().unwrap())
+            .is_empty());
+        // Port 0 in the configuration: the port the previous process was given.
+        assert_eq!(
+            inh.take(ListenerKind::Http, "127.0.0.1:0".parse().unwrap())
+                .len(),
+            1
+        );
         assert_eq!(inh.take(ListenerKind::Admin, ba).len(), 1);
         assert!(inh.is_empty());
     }

@@ -126,7 +126,7 @@ impl Upgrader {
                     n.send(&format!("MAINPID={pid}\nSTATUS=upgraded: pid {pid} serves"));
                 }
                 if let Some(c) = self.control.upgrade() {
-                    c.stop();
+                    c.stop_handed_over();
                 }
                 Ok(pid)
             }

@@ -117,23 +117,36 @@ impl Admin {
             };
             let sampler = tokio::task::spawn_local(sample_rates(admin.clone()));
             let mut mode = admin.control.watch_run_state();
+            let mut requests = tokio::task::JoinSet::new();
             loop {
                 tokio::select! {
+                    // Stopping first: after an upgrade the listener is the next
+                    // process's, and a connection accepted here would get a stopping
+                    // server's answers.
+                    biased;
+                    r = mode.wait_for(|m| *m == RunState::Stopping) => {
+                        let _ = r;
+                        break;
+                    }
                     accepted = listener.accept() => match accepted {
                         Ok((stream, _)) => {
-                            tokio::task::spawn_local(serve(admin.clone(), stream));
+                            requests.spawn_local(serve(admin.clone(), stream));
                         }
                         Err(e) => {
                             tracing::debug!(error = %e, "admin accept failed");
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                     },
-                    r = mode.wait_for(|m| *m == RunState::Stopping) => {
-                        let _ = r;
-                        break;
-                    }
+                    // Reap finished requests so the set stays small.
+                    Some(_) = requests.join_next(), if !requests.is_empty() => {}
                 }
             }
+            // Answers being written finish (the `POST /upgrade` that stopped this
+            // process is one of them), bounded like a request head.
+            let _ = tokio::time::timeout(ADMIN_HEAD_TIMEOUT, async {
+                while requests.join_next().await.is_some() {}
+            })
+            .await;
             sampler.abort();
         });
     }

@@ -76,6 +76,8 @@ pub(crate) struct Control {
     ktls: OnceLock<linerate_sys::ktls::Support>,
     /// The upgrade (set once at start-up by the server; absent in embedders' servers).
     upgrader: OnceLock<Upgrade>,
+    /// This process handed over to the next one (set before the stop it causes).
+    handed_over: std::sync::atomic::AtomicBool,
 }
 
 impl Control {
@@ -90,7 +92,20 @@ impl Control {
             started: Instant::now(),
             ktls: OnceLock::new(),
             upgrader: OnceLock::new(),
+            handed_over: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Stop because the next process of an upgrade serves now (see `upgrade`).
+    pub(crate) fn stop_handed_over(&self) {
+        self.handed_over
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stop();
+    }
+
+    /// Whether the stop is a hand-over (workers then let idle connections linger).
+    pub(crate) fn handed_over(&self) -> bool {
+        self.handed_over.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Install the upgrade (once, at start-up).
