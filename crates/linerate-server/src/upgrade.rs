@@ -52,6 +52,9 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// cut, and the operator can try again.
 const LEND_WAIT: Duration = Duration::from_secs(10);
 
+/// What a closed channel means.
+const CLOSED: &str = "the other process exited (channel closed)";
+
 /// Largest protocol message: a listener line is under 64 bytes, a few hundred sockets.
 const MAX_MESSAGE: usize = 64 * 1024;
 
@@ -217,9 +220,12 @@ impl Channel {
         Channel { sock }
     }
 
-    fn send(&self, text: &str, fds: &[std::os::fd::BorrowedFd<'_>]) -> std::io::Result<()> {
-        linerate_sys::passfd::send_with_fds(self.sock.as_fd(), text.as_bytes(), fds, None)
-            .map(|_| ())
+    fn send(&self, text: &str, fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<(), String> {
+        match linerate_sys::passfd::send_with_fds(self.sock.as_fd(), text.as_bytes(), fds, None) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(CLOSED.into()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// The next message (trailing newline removed) and its descriptors; a closed
@@ -227,11 +233,13 @@ impl Channel {
     fn recv(&self) -> Result<(String, Vec<OwnedFd>), String> {
         let mut buf = vec![0u8; MAX_MESSAGE];
         match linerate_sys::passfd::recv_with_fds(self.sock.as_fd(), &mut buf) {
-            Ok((0, _)) => Err("the other process exited (channel closed)".into()),
+            Ok((0, _)) => Err(CLOSED.into()),
             Ok((n, fds)) => {
                 let text = String::from_utf8_lossy(&buf[..n]).trim_end().to_owned();
                 Ok((text, fds))
             }
+            // A process that exited without reading what we sent resets the channel.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Err(CLOSED.into()),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 Err(format!("no answer within {} s", STEP_TIMEOUT.as_secs()))
             }

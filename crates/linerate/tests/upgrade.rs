@@ -14,6 +14,8 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixDatagram;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -451,4 +453,207 @@ fn hundred_upgrades_under_load_appliance_mode() {
         &format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n"),
     );
     upgrades_under_load(&server, None, "appliance mode");
+}
+
+/// A cache in front of a counting origin that serves `/x...` paths with a body derived
+/// from the path, cacheable for an hour.
+fn counting_origin() -> Origin {
+    Origin::start(|req| {
+        let seed = req.path().len() as u64 + req.path().bytes().map(u64::from).sum::<u64>();
+        ok(&content(10_000, seed), &[("Cache-Control", "max-age=3600")])
+    })
+}
+
+/// Wait (bounded) until the server has logged a line containing `needle` (its log is
+/// read by a thread, a moment behind).
+fn wait_logged(server: &Server, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.logged(needle) {
+        assert!(Instant::now() < deadline, "never logged {needle:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn admin_block() -> String {
+    format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n")
+}
+
+/// GET `path` twice on `server`: the first may fill, the second must be a hit. Returns
+/// the origin requests the pair cost.
+fn fill_then_hit(server: &Server, origin: &Origin, path: &str) -> usize {
+    let before = origin.total();
+    for _ in 0..2 {
+        let r = server.get(path, &["Host: cdn.test"]);
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.body.len(), 10_000);
+    }
+    origin.total() - before
+}
+
+#[test]
+fn a_new_process_that_fails_before_ready_leaves_the_old_one_serving_and_storing() {
+    let origin = counting_origin();
+    let cache = CacheConfig::new(&origin).extra(&admin_block()).start();
+    let admin_addr = cache.admin_addr();
+    let pid = cache.pid();
+    assert_eq!(fill_then_hit(&cache, &origin, "/x/warm"), 1);
+    let good = std::fs::read_to_string(cache.config_path()).unwrap();
+
+    // 1. The new process rejects its configuration.
+    std::fs::write(cache.config_path(), format!("{good}\n[server\n")).unwrap();
+    let why = upgrade(admin_addr, "").unwrap_err();
+    assert!(
+        why.starts_with("500") && why.contains("TOML parse error"),
+        "{why}"
+    );
+
+    // 2. The binary exits at once.
+    std::fs::write(cache.config_path(), &good).unwrap();
+    let why = upgrade(admin_addr, "?binary=/bin/false").unwrap_err();
+    assert!(why.contains("channel closed"), "{why}");
+
+    // 3. The new process fails after the old one lent it the store: its configuration
+    //    adds a disk it cannot create (below a regular file).
+    let blocker = cache.dir().join("not-a-dir");
+    std::fs::write(&blocker, b"").unwrap();
+    let bad_disk = format!(
+        "{good}\n[[cache.disk]]\nname = \"d1\"\npath = {:?}\nmax_bytes = 1073741824\n",
+        blocker.join("d1").to_str().unwrap()
+    );
+    std::fs::write(cache.config_path(), bad_disk).unwrap();
+    let why = upgrade(admin_addr, "").unwrap_err();
+    assert!(why.contains("lock file"), "{why}");
+    wait_logged(&cache, "store taken back: writing again");
+
+    // After all three the same process serves, is ready, and stores: a new object costs
+    // one origin request, then hits; the warm one still hits.
+    assert_eq!(cache.pid(), pid);
+    assert!(alive(pid));
+    assert_eq!(
+        admin(admin_addr, "GET", "/ready"),
+        (200, "{\"ready\":true}\n".into())
+    );
+    assert_eq!(fill_then_hit(&cache, &origin, "/x/after-failures"), 1);
+    assert_eq!(fill_then_hit(&cache, &origin, "/x/warm"), 0);
+
+    // The store it took back is whole on disk: a fresh start on it (the good file
+    // again) hits both objects without asking the origin.
+    std::fs::write(cache.config_path(), &good).unwrap();
+    let before = origin.total();
+    let cache = cache.restart();
+    for p in ["/x/warm", "/x/after-failures"] {
+        let r = cache.get(p, &["Host: cdn.test"]);
+        assert_eq!((r.status, r.body.len()), (200, 10_000), "{p}");
+    }
+    assert_eq!(
+        origin.total(),
+        before,
+        "objects lost across the taken-back store"
+    );
+    origin.assert_no_panics();
+}
+
+#[test]
+fn an_upgrade_applies_cache_changes_that_a_reload_refuses() {
+    let origin = counting_origin();
+    let cache = CacheConfig::new(&origin).extra(&admin_block()).start();
+    let admin_addr = cache.admin_addr();
+    assert_eq!(fill_then_hit(&cache, &origin, "/x/kept"), 1);
+    // A second cache disk: SIGHUP keeps the running store ("cache/origin/route" needs a
+    // restart); an upgrade starts a process that opens it.
+    let good = std::fs::read_to_string(cache.config_path()).unwrap();
+    let two_disks = format!(
+        "{good}\n[[cache.disk]]\nname = \"d1\"\npath = {:?}\nmax_bytes = 1073741824\n",
+        cache.dir().join("cache1").to_str().unwrap()
+    );
+    std::fs::write(cache.config_path(), two_disks).unwrap();
+    cache.signal("HUP");
+    wait_logged(&cache, "needs a restart");
+    let (_, health) = admin(admin_addr, "GET", "/health");
+    assert!(!health.contains("\"d1\""), "{health}");
+    let pid = upgrade(admin_addr, "").unwrap();
+    let mut current = Current(Some(pid));
+    let (_, health) = admin(admin_addr, "GET", "/health");
+    assert!(health.contains("\"name\":\"d1\""), "{health}");
+    // What the old process stored is still there; rendezvous placement may move a
+    // new key to either disk, but the kept one is found where it is.
+    assert_eq!(fill_then_hit(&cache, &origin, "/x/kept"), 0);
+    assert_eq!(fill_then_hit(&cache, &origin, "/x/new"), 1);
+    current.stop();
+}
+
+#[test]
+fn two_servers_cannot_share_a_store() {
+    let origin = counting_origin();
+    let cache = CacheConfig::new(&origin).start();
+    let text = cache.config.text(cache.dir());
+    let mut config = tempfile::NamedTempFile::new().unwrap();
+    write!(config, "[admin]\nlisten = \"127.0.0.1:0\"\n{text}").unwrap();
+    let out = Command::new(support::binary())
+        .args(["serve", "--config"])
+        .arg(config.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second server started: {stderr}");
+    assert!(
+        stderr.contains("cache directory is in use by another process"),
+        "{stderr}"
+    );
+    // The first one is unaffected.
+    assert_eq!(fill_then_hit(&cache, &origin, "/x/one"), 1);
+}
+
+/// Messages a fake service manager received on its notification socket.
+fn notifications(sock: &UnixDatagram, want: usize) -> Vec<(String, usize)> {
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < want {
+        let (n, fds) = linerate_sys::passfd::recv_with_fds(sock.as_fd(), &mut buf).unwrap();
+        got.push((String::from_utf8_lossy(&buf[..n]).into_owned(), fds.len()));
+    }
+    got
+}
+
+#[test]
+fn systemd_notifications_and_fd_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let manager = UnixDatagram::bind(&path).unwrap();
+    let lib = library(&[("a", b"hello")]);
+    let text = format!(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n[appliance]\nroot = {:?}\n{}",
+        lib.path().to_str().unwrap(),
+        admin_block()
+    );
+    let server = Server::start_text(&text, &[("NOTIFY_SOCKET", path.to_str().unwrap())]);
+    let mut current = Current(Some(server.pid()));
+    let got = notifications(&manager, 3);
+    // One socket per worker for the plain address, the admin socket, then ready.
+    assert_eq!(got[0], ("FDSTORE=1\nFDNAME=http".into(), 2));
+    assert_eq!(got[1], ("FDSTORE=1\nFDNAME=admin".into(), 1));
+    assert_eq!(
+        got[2],
+        (format!("READY=1\nSTATUS=serving on {}", server.addr), 0)
+    );
+    let pid = upgrade(server.admin_addr(), "").unwrap();
+    current.set(pid);
+    let got = notifications(&manager, 2);
+    // The new process reports its status; the old one names it the main process.
+    assert!(
+        got.contains(&(format!("STATUS=serving on {}", server.addr), 0)),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&(
+            format!("MAINPID={pid}\nSTATUS=upgraded: pid {pid} serves"),
+            0
+        )),
+        "{got:?}"
+    );
+    current.stop();
+    let got = notifications(&manager, 1);
+    assert_eq!(got[0], ("STOPPING=1\nSTATUS=stopping".into(), 0));
 }
