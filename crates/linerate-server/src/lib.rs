@@ -19,7 +19,7 @@ mod context;
 mod exchange;
 mod handler;
 mod listeners;
-mod notify;
+pub mod notify;
 mod openfiles;
 pub mod operate;
 pub mod options;
@@ -38,6 +38,7 @@ mod worker;
 
 pub use admin::control::{ReloadOutcome, Reloader, RunState};
 pub use cacheopts::{CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOptions};
+pub use notify::SystemdSockets;
 pub use options::{
     CertificateOptions, KtlsMode, Pinning, ServerOptions, Timeouts, TlsOptions, UnknownSni,
 };

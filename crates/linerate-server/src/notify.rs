@@ -61,11 +61,24 @@ impl Notifier {
     }
 }
 
-/// Descriptors passed by systemd (socket activation, or its file-descriptor store on a
-/// restart), each with its name (`LISTEN_FDNAMES`, `"unknown"` when absent). Empty
-/// unless `LISTEN_PID` is this process. The variables are removed, so children (an
-/// upgrade's next process) never mistake them for their own.
-pub(crate) fn listen_fds() -> Vec<(String, OwnedFd)> {
+/// Listening sockets systemd passed to this process (socket activation, or its
+/// file-descriptor store on a restart), taken by [`SystemdSockets::take`].
+#[derive(Default)]
+pub struct SystemdSockets(pub(crate) Vec<(String, OwnedFd)>);
+
+impl SystemdSockets {
+    /// Take the descriptors named by `LISTEN_FDS` (each with its name from
+    /// `LISTEN_FDNAMES`, `"unknown"` when absent); none unless `LISTEN_PID` is this
+    /// process. Call it first thing in `main`, before anything else opens a
+    /// descriptor: descriptors 3 and up are then still the ones systemd passed. The
+    /// variables are removed, so a child (an upgrade's next process) never takes them
+    /// for its own.
+    pub fn take() -> SystemdSockets {
+        SystemdSockets(listen_fds())
+    }
+}
+
+fn listen_fds() -> Vec<(String, OwnedFd)> {
     let pid_ok = std::env::var("LISTEN_PID")
         .ok()
         .and_then(|p| p.parse::<u32>().ok())

@@ -18,7 +18,7 @@ use crate::admin::control::{Control, Reloader, RunState};
 use crate::coldpool::ColdPool;
 use crate::context::Shared;
 use crate::listeners::{Handover, Inherited, ListenerKind};
-use crate::notify::Notifier;
+use crate::notify::{Notifier, SystemdSockets};
 use crate::options::{KtlsMode, Pinning, ServerOptions};
 use crate::stats::WorkerStats;
 use crate::tls::config::SharedTls;
@@ -98,17 +98,26 @@ pub fn run_with_reload(
     reloader: Option<Reloader>,
     on_started: impl FnOnce(&Started),
 ) -> Result<(), ServerError> {
-    run_upgradable(options, reloader, None, on_started)
+    run_upgradable(
+        options,
+        reloader,
+        None,
+        SystemdSockets::default(),
+        on_started,
+    )
 }
 
 /// Like [`run_with_reload`], for a process that may have been started by an upgrade
 /// (`successor`: see [`Successor::from_env`]): it serves on the sockets it received and
 /// opens the store only once the old process has lent it. SIGUSR2 (or the admin API's
-/// `POST /upgrade`) starts the next process the same way.
+/// `POST /upgrade`) starts the next process the same way. `systemd`: the listening
+/// sockets systemd passed ([`SystemdSockets::take`], at the start of `main`), used
+/// instead of binding their addresses.
 pub fn run_upgradable(
     options: ServerOptions,
     reloader: Option<Reloader>,
     successor: Option<&Successor>,
+    systemd: SystemdSockets,
     on_started: impl FnOnce(&Started),
 ) -> Result<(), ServerError> {
     let signals = tokio::runtime::Builder::new_current_thread()
@@ -132,6 +141,7 @@ pub fn run_upgradable(
     let stopping = notifier.clone();
     let start = Start {
         successor,
+        systemd,
         notifier,
         upgradable: true,
     };
@@ -192,6 +202,7 @@ pub fn run_until(
 ) -> Result<(), ServerError> {
     let start = Start {
         successor: None,
+        systemd: SystemdSockets::default(),
         notifier: None,
         upgradable: false,
     };
@@ -204,6 +215,9 @@ pub fn run_until(
 struct Start<'a> {
     /// Started by an upgrade: the old process's channel.
     successor: Option<&'a Successor>,
+    /// Sockets systemd passed (none when started by an upgrade: the variables were
+    /// removed for the child).
+    systemd: SystemdSockets,
     /// systemd's notification socket, when run as a `Type=notify` service.
     notifier: Option<Arc<Notifier>>,
     /// Whether SIGUSR2 / `POST /upgrade` may start a next process (not for servers
@@ -236,7 +250,7 @@ fn run_controlled(
     let (mut inherited, from_systemd) = match start.successor {
         Some(s) => (s.take_listeners(), false),
         None => {
-            let i = Inherited::from_named(crate::notify::listen_fds());
+            let i = Inherited::from_named(start.systemd.0);
             let any = !i.is_empty();
             (i, any)
         }
@@ -530,6 +544,13 @@ fn bind_all(
             tracing::info!(kind = kind.as_str(), addr = %configured, sockets = taken.len(), "using inherited listeners");
         }
         let mut addr = configured;
+        // A worker left without an inherited socket binds one into the group; if that
+        // fails (a socket systemd created without SO_REUSEPORT), it accepts on a copy
+        // of an inherited one instead.
+        let mut spare: Vec<std::net::TcpListener> = Vec::new();
+        for l in taken.iter() {
+            spare.push(l.try_clone().map_err(bind_err)?);
+        }
         let mut got: Vec<Vec<std::net::TcpListener>> =
             (0..options.workers).map(|_| Vec::new()).collect();
         for (i, l) in taken.into_iter().enumerate() {
@@ -537,8 +558,16 @@ fn bind_all(
         }
         for (listeners, mine) in per_worker.iter_mut().zip(got) {
             let mine = if mine.is_empty() {
-                let l = bind_one(addr, options.backlog).map_err(bind_err)?;
-                vec![l]
+                match bind_one(addr, options.backlog) {
+                    Ok(l) => vec![l],
+                    Err(e) => match spare.pop() {
+                        Some(copy) => {
+                            tracing::info!(addr = %configured, error = %e, "sharing an inherited listener between workers");
+                            vec![copy]
+                        }
+                        None => return Err(bind_err(e)),
+                    },
+                }
             } else {
                 mine
             };

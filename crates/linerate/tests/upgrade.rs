@@ -657,3 +657,67 @@ fn systemd_notifications_and_fd_store() {
     let got = notifications(&manager, 1);
     assert_eq!(got[0], ("STOPPING=1\nSTATUS=stopping".into(), 0));
 }
+
+#[test]
+fn sockets_from_systemd_are_served_with_what_queued_on_them() {
+    // What systemd passes on a restart from its fd store (or socket activation): open
+    // listening sockets as descriptors 3, 4, ... named in LISTEN_FDNAMES.
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin_l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = http.local_addr().unwrap();
+    // A client connects and sends its request while no process accepts.
+    let mut early = TcpStream::connect(addr).unwrap();
+    early
+        .write_all(b"GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let lib = library(&[("a", b"hello")]);
+    let mut config = tempfile::NamedTempFile::new().unwrap();
+    write!(
+        config,
+        "[server]\nlisten = [\"{addr}\"]\nworkers = 2\n[appliance]\nroot = {:?}\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        lib.path().to_str().unwrap()
+    )
+    .unwrap();
+    for l in [&http, &admin_l] {
+        linerate_sys::passfd::clear_cloexec(l.as_fd()).unwrap();
+    }
+    use std::os::fd::AsRawFd;
+    // LISTEN_PID must be the server's own pid: bash sets it, moves the sockets to 3 and
+    // 4 (through numbers no test descriptor has), then execs the server.
+    let (h, a) = (http.as_raw_fd(), admin_l.as_raw_fd());
+    let close: String = [h, a]
+        .iter()
+        .filter(|fd| **fd > 4)
+        .map(|fd| format!(" {fd}<&-"))
+        .collect();
+    let script = format!(
+        "exec 100<&{h} 101<&{a}; exec 3<&100 4<&101 100<&- 101<&-{close}; LISTEN_PID=$$ exec \"$0\" serve --config \"$1\""
+    );
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg(support::binary())
+        .arg(config.path())
+        .env("LISTEN_FDS", "2")
+        .env("LISTEN_FDNAMES", "http:admin")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut current = Current(Some(child.id()));
+    drop((http, admin_l));
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listening = support::wait_for_listening(child.stderr.take().unwrap(), log.clone());
+    assert_eq!(listening, Some(addr), "log: {:?}", log.lock().unwrap());
+    early
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let r = read_response(&mut early, false)
+        .unwrap_or_else(|| panic!("no answer; log: {:#?}", log.lock().unwrap()));
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+    let logged = |needle: &str| log.lock().unwrap().iter().any(|l| l.contains(needle));
+    assert!(logged("using inherited listeners kind=\"http\""));
+    current.stop();
+    let _ = child.wait();
+}
