@@ -746,8 +746,11 @@ impl Inner {
         d.objects.store(0, Ordering::Release);
         tracing::info!(disk = %d.name(), objects = dropped.len(), "index entries of failed disk dropped");
         // Best effort: the failed disk may not take the marker; the other disks do.
-        let _ = self.io.create_new(&d.dir().join(OUT_OF_SERVICE_MARKER));
-        self.persist_disk_states();
+        // Not from a lent store: the disks are the next process's to judge and record.
+        if !self.lent.load(Ordering::Acquire) {
+            let _ = self.io.create_new(&d.dir().join(OUT_OF_SERVICE_MARKER));
+            self.persist_disk_states();
+        }
         self.notify_loaded();
         d.wake();
     }
