@@ -26,6 +26,11 @@ use crate::upgrade::{Successor, Upgrader};
 use crate::worker::WorkerPlan;
 use socket2::{Domain, Protocol, Socket, Type};
 
+/// How long the new process of an upgrade waits for its store's index to load before it
+/// says ready (a million objects load in about a second, docs/benchmarks.md); under the
+/// old process's 30 s step timeout with margin.
+const INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Why the server could not start or had to stop. Each names the side that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -403,28 +408,38 @@ fn run_controlled(
             .collect::<Vec<_>>()
             .join(" ")
     );
+    // systemd keeps copies of the listeners (FileDescriptorStoreMax=), so a restart gets
+    // them back in LISTEN_FDS with their queues instead of binding anew. It ignores
+    // descriptors it already holds (after an upgrade, all but new addresses).
+    if let (Some(n), false) = (&start.notifier, from_systemd) {
+        for kind in [ListenerKind::Http, ListenerKind::Https, ListenerKind::Admin] {
+            let fds = handover.fds_of(kind);
+            if !fds.is_empty() {
+                n.send_with_fds(&format!("FDSTORE=1\nFDNAME={}", kind.as_str()), &fds);
+            }
+        }
+    }
     match (start.successor, &start.notifier) {
         // The old process tells systemd the new main pid once it has our READY.
         (Some(s), n) => {
+            // Ready once the store's index is loaded (lookups before that open files by
+            // name and are slower), so `/ready` on this process never says
+            // `index_loading` to a probe after an upgrade; the old process serves
+            // meanwhile. Bounded well inside the old process's step timeout.
+            if let Some(c) = &cache {
+                if !c.store.wait_loaded(INDEX_WAIT) {
+                    tracing::warn!(
+                        waited_s = INDEX_WAIT.as_secs(),
+                        "store index still loading; taking over anyway"
+                    );
+                }
+            }
             s.ready();
             if let Some(n) = n {
                 n.send(&format!("STATUS={status}"));
             }
         }
-        (None, Some(n)) => {
-            // systemd keeps copies of the listeners (FileDescriptorStoreMax=), so a
-            // restart gets them back in LISTEN_FDS with their queues instead of binding
-            // anew. It ignores descriptors it already holds.
-            if !from_systemd {
-                for kind in [ListenerKind::Http, ListenerKind::Https, ListenerKind::Admin] {
-                    let fds = handover.fds_of(kind);
-                    if !fds.is_empty() {
-                        n.send_with_fds(&format!("FDSTORE=1\nFDNAME={}", kind.as_str()), &fds);
-                    }
-                }
-            }
-            n.send(&format!("READY=1\nSTATUS={status}"));
-        }
+        (None, Some(n)) => n.send(&format!("READY=1\nSTATUS={status}")),
         (None, None) => {}
     }
     on_started(&Started {

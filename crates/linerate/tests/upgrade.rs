@@ -640,8 +640,17 @@ fn systemd_notifications_and_fd_store() {
     );
     let pid = upgrade(server.admin_addr(), "").unwrap();
     current.set(pid);
-    let got = notifications(&manager, 2);
-    // The new process reports its status; the old one names it the main process.
+    let got = notifications(&manager, 4);
+    // The new process stores its listeners (the same sockets: systemd keeps one copy)
+    // and reports its status; the old one names it the main process.
+    assert!(
+        got.contains(&("FDSTORE=1\nFDNAME=http".into(), 2)),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&("FDSTORE=1\nFDNAME=admin".into(), 1)),
+        "{got:?}"
+    );
     assert!(
         got.contains(&(format!("STATUS=serving on {}", server.addr), 0)),
         "{got:?}"
