@@ -11,6 +11,7 @@
 )]
 
 mod support;
+mod tlssupport;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -729,4 +730,43 @@ fn sockets_from_systemd_are_served_with_what_queued_on_them() {
     assert!(logged("using inherited listeners kind=\"http\""));
     current.stop();
     let _ = child.wait();
+}
+
+#[test]
+fn tls_listeners_are_handed_over_with_the_rest() {
+    use tlssupport::{client, connect, get, https_addr, tls_section, TestCert, Versions};
+    let seg = content(64 * 1024, 3);
+    let lib = library(&[("seg.m4s", &seg)]);
+    let cert = TestCert::new(&["localhost"]);
+    let extra = format!(
+        "{}\n{}",
+        tls_section("", &[cert.toml(&["localhost"], true)]),
+        admin_block()
+    );
+    let server = Server::start(lib.path(), &extra);
+    let mut current = Current(Some(server.pid()));
+    let addr = https_addr(&server.log);
+    let config = client(&[&cert.der], Versions::Tls13);
+    let mut before = connect(addr, "localhost", &config).unwrap();
+    assert_eq!(get(&mut before, "/seg.m4s", &[]).body, seg);
+    let pid = upgrade(server.admin_addr(), "").unwrap();
+    current.set(pid);
+    assert!(
+        server.logged("using inherited listeners kind=\"https\"") || {
+            wait_logged(&server, "using inherited listeners kind=\"https\"");
+            true
+        }
+    );
+    // The connection made before is still the old process's: its next request is
+    // answered, with `Connection: close` (the old process is draining).
+    let r = get(&mut before, "/seg.m4s", &[]);
+    assert_eq!((r.status, r.body == seg), (200, true));
+    assert_eq!(r.header("connection"), Some("close"));
+    // New connections on the same address handshake with the new process.
+    for _ in 0..5 {
+        let mut s = connect(addr, "localhost", &config).unwrap();
+        let r = get(&mut s, "/seg.m4s", &[]);
+        assert_eq!((r.status, r.body == seg), (200, true));
+    }
+    current.stop();
 }
