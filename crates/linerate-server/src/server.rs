@@ -250,7 +250,13 @@ fn run_controlled(
             "at least one listen address is needed",
         ));
     }
-    // Sockets first (inherited ones are taken, the rest bound), so that an address in
+    // An appliance's library is checked before anything is bound (a missing root is
+    // the likelier mistake, and the one to report).
+    let appliance_root = match &options.cache {
+        None => Some(open_root(&options.root)?),
+        Some(_) => None,
+    };
+    // Sockets next (inherited ones are taken, the rest bound), so that an address in
     // use fails before the previous process of an upgrade lends its store.
     let (mut inherited, from_systemd) = match start.successor {
         Some(s) => (s.take_listeners(), false),
@@ -303,9 +309,10 @@ fn run_controlled(
         }
         None => None,
     };
-    let root = match &options.cache {
-        Some(c) => open_root(&c.store.disks[0].path)?,
-        None => open_root(&options.root)?,
+    let root = match (appliance_root, &options.cache) {
+        (Some(root), _) => root,
+        (None, Some(c)) => open_root(&c.store.disks[0].path)?,
+        (None, None) => open_root(&options.root)?,
     };
     let nofile = match linerate_sys::limits::raise_nofile_limit() {
         Ok(n) => {
