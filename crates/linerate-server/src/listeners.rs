@@ -12,7 +12,8 @@
 //! (`upgrade`, `notify`).
 
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
 
 /// What a listening socket is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,10 +125,12 @@ impl Inherited {
 
 /// Copies of every listening socket this process serves on, kept by the main thread
 /// for the next process (upgrade) or systemd's store. Holding them also keeps each
-/// socket, and its queue, alive after a worker stops accepting on its own copy.
+/// socket, and its queue, alive while an upgrade hands it over. Closed ([`Handover::close`])
+/// as soon as this process stops accepting: a socket nobody will accept on must be
+/// closed, so that new connections are refused and go elsewhere instead of queueing.
 #[derive(Default)]
 pub(crate) struct Handover {
-    entries: Vec<(ListenerKind, SocketAddr, OwnedFd)>,
+    entries: Mutex<Vec<(ListenerKind, SocketAddr, OwnedFd)>>,
 }
 
 impl Handover {
@@ -135,30 +138,43 @@ impl Handover {
     pub(crate) fn keep(&mut self, kind: ListenerKind, l: &TcpListener) -> std::io::Result<()> {
         let addr = l.local_addr()?;
         let fd = l.as_fd().try_clone_to_owned()?;
-        self.entries.push((kind, addr, fd));
+        lock(&self.entries).push((kind, addr, fd));
         Ok(())
     }
 
-    /// One `KIND ADDR` line per socket, in the order of [`Handover::fds`].
-    pub(crate) fn describe(&self) -> String {
-        self.entries
-            .iter()
-            .map(|(k, a, _)| format!("{} {a}\n", k.as_str()))
-            .collect()
+    /// One `KIND ADDR` line per socket, and a copy of each socket in the same order
+    /// (to send). Empty once closed.
+    pub(crate) fn copies(&self) -> std::io::Result<(String, Vec<OwnedFd>)> {
+        let entries = lock(&self.entries);
+        let mut text = String::new();
+        let mut fds = Vec::with_capacity(entries.len());
+        for (k, a, f) in entries.iter() {
+            text.push_str(&format!("{} {a}\n", k.as_str()));
+            fds.push(f.try_clone()?);
+        }
+        Ok((text, fds))
     }
 
-    /// The sockets, in the order of [`Handover::describe`].
-    pub(crate) fn fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.entries.iter().map(|(_, _, f)| f.as_fd()).collect()
-    }
-
-    /// The sockets of one kind (systemd's `FDNAME=` names a whole message).
-    pub(crate) fn fds_of(&self, kind: ListenerKind) -> Vec<BorrowedFd<'_>> {
-        self.entries
+    /// Copies of the sockets of one kind (systemd's `FDNAME=` names a whole message).
+    pub(crate) fn copies_of(&self, kind: ListenerKind) -> std::io::Result<Vec<OwnedFd>> {
+        lock(&self.entries)
             .iter()
             .filter(|(k, _, _)| *k == kind)
-            .map(|(_, _, f)| f.as_fd())
+            .map(|(_, _, f)| f.try_clone())
             .collect()
+    }
+
+    /// Close the copies (this process stops accepting).
+    pub(crate) fn close(&self) {
+        lock(&self.entries).clear();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        // A list of descriptors stays whole whatever panicked while holding it.
+        Err(p) => p.into_inner(),
     }
 }
 
@@ -175,15 +191,12 @@ mod tests {
         let mut h = Handover::default();
         h.keep(ListenerKind::Http, &a).unwrap();
         h.keep(ListenerKind::Admin, &b).unwrap();
-        assert_eq!(h.describe(), format!("http {aa}\nadmin {ba}\n"));
-        let named = h
-            .describe()
+        let (text, fds) = h.copies().unwrap();
+        assert_eq!(text, format!("http {aa}\nadmin {ba}\n"));
+        let named = text
             .lines()
-            .zip(h.fds())
-            .map(|(line, fd)| {
-                let kind = line.split(' ').next().unwrap().to_owned();
-                (kind, fd.try_clone_to_owned().unwrap())
-            })
+            .zip(fds)
+            .map(|(line, fd)| (line.split(' ').next().unwrap().to_owned(), fd))
             .collect();
         let mut inh = Inherited::from_named(named);
         assert!(inh.take(ListenerKind::Https, aa).is_empty());
@@ -198,5 +211,7 @@ mod tests {
         );
         assert_eq!(inh.take(ListenerKind::Admin, ba).len(), 1);
         assert!(inh.is_empty());
+        h.close();
+        assert!(h.copies().unwrap().1.is_empty());
     }
 }

@@ -335,6 +335,8 @@ fn run_controlled(
     );
     let control = Arc::new(Control::new(Arc::new(options.clone()), reloader));
     let handover = Arc::new(handover);
+    let closing = handover.clone();
+    control.on_stop_accepting(Box::new(move || closing.close()));
     if start.upgradable {
         match std::env::current_exe() {
             Ok(exe) => {
@@ -420,7 +422,8 @@ fn run_controlled(
     // descriptors it already holds (after an upgrade, all but new addresses).
     if let (Some(n), false) = (&start.notifier, from_systemd) {
         for kind in [ListenerKind::Http, ListenerKind::Https, ListenerKind::Admin] {
-            let fds = handover.fds_of(kind);
+            let copies = handover.copies_of(kind).unwrap_or_default();
+            let fds: Vec<_> = copies.iter().map(|f| f.as_fd()).collect();
             if !fds.is_empty() {
                 n.send_with_fds(&format!("FDSTORE=1\nFDNAME={}", kind.as_str()), &fds);
             }

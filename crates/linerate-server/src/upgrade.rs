@@ -145,10 +145,15 @@ impl Upgrader {
     }
 
     fn hand_over(&self, next: &mut Next) -> Result<u32, String> {
-        let hello = format!("{HELLO}\n{}", self.handover.describe());
+        let (lines, sockets) = self
+            .handover
+            .copies()
+            .map_err(|e| format!("copying the listeners: {e}"))?;
+        let fds: Vec<_> = sockets.iter().map(|f| f.as_fd()).collect();
         next.chan
-            .send(&hello, &self.handover.fds())
+            .send(&format!("{HELLO}\n{lines}"), &fds)
             .map_err(|e| format!("sending the listeners: {e}"))?;
+        drop(sockets);
         let (m, _) = next.chan.recv()?;
         if m != "LEASE" {
             return Err(refusal(&m));

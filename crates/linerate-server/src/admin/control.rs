@@ -78,6 +78,9 @@ pub(crate) struct Control {
     upgrader: OnceLock<Upgrade>,
     /// This process handed over to the next one (set before the stop it causes).
     handed_over: std::sync::atomic::AtomicBool,
+    /// Called once when this process stops accepting (drain or stop): the server closes
+    /// the copies of the listening sockets it keeps for an upgrade.
+    stop_accepting: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Control {
@@ -93,6 +96,18 @@ impl Control {
             ktls: OnceLock::new(),
             upgrader: OnceLock::new(),
             handed_over: std::sync::atomic::AtomicBool::new(false),
+            stop_accepting: OnceLock::new(),
+        }
+    }
+
+    /// Install what to do when this process stops accepting (once, at start-up).
+    pub(crate) fn on_stop_accepting(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.stop_accepting.set(f);
+    }
+
+    fn stopped_accepting(&self) {
+        if let Some(f) = self.stop_accepting.get() {
+            f();
         }
     }
 
@@ -173,11 +188,13 @@ impl Control {
                 false
             }
         });
+        self.stopped_accepting();
     }
 
     /// Begin stopping.
     pub(crate) fn stop(&self) {
         self.mode.send_replace(RunState::Stopping);
+        self.stopped_accepting();
     }
 
     /// Ask every worker to reopen its access-log file (SIGUSR1).
