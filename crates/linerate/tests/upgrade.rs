@@ -765,3 +765,83 @@ fn tls_listeners_are_handed_over_with_the_rest() {
     }
     current.stop();
 }
+
+#[test]
+fn sigusr2_and_the_cli_upgrade_too() {
+    let lib = library(&[("a", b"hello")]);
+    let server = Server::start(lib.path(), &admin_block());
+    let (addr, admin_addr, first) = (server.addr, server.admin_addr(), server.pid());
+    let mut current = Current(Some(first));
+    let get_a = || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+    };
+    // SIGUSR2: the old process exits once the new one serves.
+    server.signal("USR2");
+    wait_logged(&server, "upgrade: the new process is ready");
+    let line = server
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|l| l.contains("upgrade: the new process is ready"))
+        .cloned()
+        .unwrap();
+    let second: u32 = line.rsplit("pid=").next().unwrap().trim().parse().unwrap();
+    assert_ne!(second, first);
+    current.set(second);
+    // (The test's Server keeps the configuration file, so it is not stopped here.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(first) {
+        assert!(Instant::now() < deadline, "the old process did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    get_a();
+    // `linerate upgrade`: prints the new pid and exits 0 ...
+    let cli = |extra: &[&str]| {
+        Command::new(support::binary())
+            .args([
+                "upgrade",
+                "--admin",
+                &admin_addr.to_string(),
+                "--token",
+                TOKEN,
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let third: u32 = stdout
+        .split("\"pid\":")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .trim_end_matches('}')
+        .parse()
+        .unwrap();
+    current.set(third);
+    assert!(third != second && alive(third));
+    get_a();
+    // ... and exits 1 with the reason when the new binary fails; the server stays.
+    let out = cli(&["--binary", "/bin/false"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("upgrade failed (500)") && stderr.contains("exited"),
+        "{stderr}"
+    );
+    assert!(alive(third));
+    get_a();
+    current.stop();
+}
