@@ -845,3 +845,34 @@ fn sigusr2_and_the_cli_upgrade_too() {
     get_a();
     current.stop();
 }
+
+#[test]
+fn every_inherited_socket_is_accepted_on_whatever_the_new_worker_count() {
+    let lib = library(&[("a", b"hello")]);
+    let server = Server::start_with(lib.path(), "workers = 3\n", &admin_block(), &[]);
+    let (addr, admin_addr) = (server.addr, server.admin_addr());
+    let mut current = Current(Some(server.pid()));
+    let config = std::fs::read_to_string(server.config_path()).unwrap();
+    // Fewer workers than sockets (one worker takes two), then more (one binds a new
+    // socket into the group). A socket nobody accepted on would leave about a third of
+    // these connections unanswered: the kernel spreads them over the group.
+    for workers in [2, 1, 4] {
+        std::fs::write(
+            server.config_path(),
+            config.replace("workers = 3", &format!("workers = {workers}")),
+        )
+        .unwrap();
+        current.set(upgrade(admin_addr, "").unwrap());
+        let answered = (0..60)
+            .filter(|_| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                s.write_all(b"GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                    .unwrap();
+                read_response(&mut s, false).is_some_and(|r| r.body == b"hello")
+            })
+            .count();
+        assert_eq!(answered, 60, "workers = {workers}");
+    }
+    current.stop();
+}
