@@ -173,6 +173,13 @@ impl Store {
             drop(lock(&d.step));
         }
         let deadline = std::time::Instant::now() + wait;
+        let in_flight = inner.index.inflight_len();
+        if in_flight > 0 {
+            tracing::info!(
+                writes = in_flight,
+                "store lend: waiting for the writes in flight"
+            );
+        }
         loop {
             // A writer registers under its shard lock after checking `lent`, so once
             // this count is 0 no write can start.

@@ -876,3 +876,47 @@ fn every_inherited_socket_is_accepted_on_whatever_the_new_worker_count() {
     }
     current.stop();
 }
+
+#[test]
+fn a_fill_in_flight_is_finished_and_stored_before_the_store_is_handed_over() {
+    use support::origin::{owned, Reply};
+    // 400 KiB dripped over about 2.5 s: the upgrade starts while it is being stored.
+    let body = content(400 * 1024, 9);
+    let served = body.clone();
+    let origin = Origin::start(move |_| Reply::Drip {
+        status: 200,
+        headers: owned(&[("Cache-Control", "max-age=3600")]),
+        body: served.clone(),
+        chunk: 16 * 1024,
+        delay: Duration::from_millis(100),
+    });
+    let cache = CacheConfig::new(&origin).extra(&admin_block()).start();
+    let (addr, admin_addr) = (cache.addr, cache.admin_addr());
+    let client = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(b"GET /slow HTTP/1.1\r\nHost: cdn.test\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        read_response(&mut s, false).unwrap()
+    });
+    assert!(origin.wait_count("/slow", 1, Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = upgrade(admin_addr, "").unwrap();
+    let mut current = Current(Some(pid));
+    let r = client.join().unwrap();
+    assert_eq!(
+        (r.status, r.body == body),
+        (200, true),
+        "the client got it whole"
+    );
+    // The old process waited for the write in flight before lending the store ...
+    wait_logged(
+        &cache,
+        "store lend: waiting for the writes in flight writes=1",
+    );
+    // ... so the new process has the object: a hit, no second origin request.
+    let r = cache.get("/slow", &["Host: cdn.test"]);
+    assert_eq!((r.status, r.body == body), (200, true));
+    assert_eq!(origin.count("/slow"), 1, "refilled after the hand-over");
+    current.stop();
+}
