@@ -11,6 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The upgrade tests (crates/linerate/tests/upgrade.rs) run servers in network
+# namespaces of their own (ip netns, as root): install iproute2 when it is missing.
+if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 >/dev/null; }
+fi
+
 for tool in rustfmt cargo-clippy; do
     command -v "$tool" >/dev/null || { echo "missing $tool: rustup component add rustfmt clippy" >&2; exit 1; }
 done
@@ -21,6 +28,9 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+echo "== deploy/kubernetes and deploy/envoy (schemas, strict)"
+# Installs python3-venv (Debian) and kubernetes-validate + PyYAML (PyPI) when missing.
+scripts/check-deploy.sh target/debug/linerate
 echo "== dashboard and player in headless Chromium"
 # The browser tests are #[ignore]d in plain `cargo test` (reported as ignored, never as
 # passed); here it runs for real. Install Debian's chromium when it is missing and we can.

@@ -84,6 +84,9 @@ pub(crate) struct Disk {
     pub(crate) tmp_seq: AtomicU64,
     /// Wakes the maintenance task early (eviction needed, shutdown).
     pub(crate) wake: (Mutex<bool>, Condvar),
+    /// Held by the maintenance task for each step of work, so lending the store
+    /// (`Store::lend`) can wait for a step in progress to end.
+    pub(crate) step: Mutex<()>,
     /// One bit per fan-out directory known to exist, so a publish skips the `mkdir`
     /// (one syscall of about nine per small object).
     fanout_made: Box<[AtomicU64]>,
@@ -108,6 +111,7 @@ impl Disk {
             journal: Mutex::new(None),
             tmp_seq: AtomicU64::new(0),
             wake: (Mutex::new(false), Condvar::new()),
+            step: Mutex::new(()),
             fanout_made: (0..FANOUT_DIRS / 64).map(|_| AtomicU64::new(0)).collect(),
             cfg,
         }

@@ -178,6 +178,11 @@ impl Index {
         out
     }
 
+    /// Writes in flight (sums every shard, one lock at a time).
+    pub(crate) fn inflight_len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).inflight.len()).sum()
+    }
+
     /// Number of indexed objects (sums every shard; for tests and statistics).
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).objects.len()).sum()

@@ -41,6 +41,13 @@ pub(crate) fn run(inner: &Arc<Inner>, i: usize) {
         if inner.shutdown.load(Ordering::Acquire) {
             return;
         }
+        // One step of work under the step lock; a lent store (Store::lend) does none.
+        let step = lock(&disk.step);
+        if inner.lent.load(Ordering::Acquire) {
+            drop(step);
+            idle(inner, disk);
+            continue;
+        }
         if !disk.health.in_service() {
             reconcile = None;
             if Instant::now() >= next_probe {
@@ -79,15 +86,43 @@ pub(crate) fn run(inner: &Arc<Inner>, i: usize) {
                 continue;
             }
         }
-        let (m, cv) = &disk.wake;
-        let mut woken = lock(m);
-        if !*woken {
-            woken = match cv.wait_timeout(woken, inner.cfg.maintenance_interval) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+        drop(step);
+        idle(inner, disk);
+    }
+}
+
+/// Wait for a wake-up or the maintenance interval.
+fn idle(inner: &Inner, disk: &crate::disk::Disk) {
+    let (m, cv) = &disk.wake;
+    let mut woken = lock(m);
+    if !*woken {
+        woken = match cv.wait_timeout(woken, inner.cfg.maintenance_interval) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+    }
+    *woken = false;
+}
+
+/// Give disk `i` a journal again after the store was lent (`Store::resume`): a new
+/// generation after every journal on the disk (the process it was lent to may have
+/// written some), then a snapshot of this process's index over all of them.
+pub(crate) fn rejournal(inner: &Inner, i: usize) {
+    let disk = &inner.disks[i];
+    let io = &*inner.io;
+    let gen = list_journals(io, disk.dir())
+        .ok()
+        .and_then(|g| g.last().copied())
+        .map_or(1, |g| g + 1);
+    match JournalWriter::create(io, disk.dir(), gen) {
+        Ok(j) => *lock(&disk.journal) = Some(j),
+        Err(e) => {
+            inner.disk_error(disk.id, IoOp::Create, disk.dir(), &e);
+            return;
         }
-        *woken = false;
+    }
+    if disk.loaded.load(Ordering::Acquire) {
+        compact(inner, i);
     }
 }
 

@@ -22,6 +22,7 @@ use crate::index::{lock, Entry, Index, Inserted};
 use crate::io::{IoOp, StoreIo};
 use crate::journal::{list_journals, JournalWriter, Record};
 use crate::key::{KeyHash, MAX_KEY_LEN};
+use crate::lease::StoreLock;
 use crate::meta::ObjectMeta;
 use crate::placement;
 use crate::policy::QueueId;
@@ -43,6 +44,9 @@ pub enum OpenError {
     /// A background thread could not be started.
     #[error("cannot start store thread: {0}")]
     Thread(std::io::Error),
+    /// The writer lease could not be taken (another process holds the store).
+    #[error("{0}")]
+    Lock(#[from] crate::lease::LockError),
 }
 
 /// Why a write was not started. The caller serves the response without storing it.
@@ -60,6 +64,10 @@ pub enum WriteRefused {
     /// Creating the temporary file failed (counted against the disk).
     #[error("disk error")]
     Disk,
+    /// The store is lent to the next process of an upgrade ([`Store::lend`]): this
+    /// one no longer writes.
+    #[error("store lent to the next process")]
+    Lent,
 }
 
 impl WriteRefused {
@@ -70,6 +78,7 @@ impl WriteRefused {
             WriteRefused::NoSpace => "no_space",
             WriteRefused::TooLarge => "too_large",
             WriteRefused::Disk => "disk",
+            WriteRefused::Lent => "lent",
         }
     }
 }
@@ -93,6 +102,9 @@ pub(crate) struct Inner {
     pub(crate) purged_prefixes: Mutex<Vec<Vec<u8>>>,
     /// Notified whenever a disk finishes loading.
     pub(crate) loaded_cv: (Mutex<()>, Condvar),
+    /// Lent to the next process ([`Store::lend`]): nothing is written, maintenance
+    /// pauses. Read without a lock on every write's start; set rarely.
+    pub(crate) lent: AtomicBool,
 }
 
 /// The persistent multi-disk object store. Cheap to share (`Arc<Store>`); every method
@@ -100,12 +112,34 @@ pub(crate) struct Inner {
 pub struct Store {
     pub(crate) inner: Arc<Inner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The writer lease (`None` for stores opened with a test I/O seam).
+    pub(crate) lock: Option<StoreLock>,
 }
 
 impl Store {
-    /// Open (or create) the store on the configured disks with the real filesystem.
+    /// Open (or create) the store on the configured disks with the real filesystem,
+    /// taking the writer lease first ([`StoreLock::acquire`]): a store another process
+    /// holds fails with [`OpenError::Lock`].
     pub fn open(cfg: StoreConfig) -> Result<Store, OpenError> {
-        Store::open_with_io(cfg, Arc::new(crate::io::RealIo))
+        let lock = StoreLock::acquire(&cfg)?;
+        Store::open_locked(cfg, lock)
+    }
+
+    /// Open with a lease already held (taken over from the previous process of an
+    /// upgrade, [`StoreLock::adopt`]).
+    pub fn open_locked(cfg: StoreConfig, lock: StoreLock) -> Result<Store, OpenError> {
+        let mut store = Store::open_with_io(cfg, Arc::new(crate::io::RealIo))?;
+        store.lock = Some(lock);
+        Ok(store)
+    }
+
+    /// Tests only: what a crash (kill -9) leaves. The writer lease is released, as
+    /// the kernel does when a process dies; nothing is closed, no snapshot is written,
+    /// and the rest is leaked (`std::mem::forget`), as a dead process never finishes.
+    #[doc(hidden)]
+    pub fn crash_for_test(mut self) {
+        drop(self.lock.take());
+        std::mem::forget(self);
     }
 
     /// Open with an explicit I/O seam (tests inject faults). Returns at once: each
@@ -145,6 +179,7 @@ impl Store {
             shutdown: AtomicBool::new(false),
             purged_prefixes: Mutex::new(Vec::new()),
             loaded_cv: (Mutex::new(()), Condvar::new()),
+            lent: AtomicBool::new(false),
         });
         inner.persist_disk_states();
         let mut threads = Vec::new();
@@ -159,6 +194,7 @@ impl Store {
         Ok(Store {
             inner,
             threads: Mutex::new(threads),
+            lock: None,
         })
     }
 
@@ -198,6 +234,9 @@ impl Store {
         update: bool,
     ) -> Result<ObjectWriter, Begin> {
         let inner = &self.inner;
+        if inner.lent.load(Ordering::Acquire) {
+            return Err(Begin::Refused(WriteRefused::Lent));
+        }
         if key.len() > MAX_KEY_LEN || expected_len.is_some_and(|n| n > inner.cfg.max_object_bytes) {
             return Err(Begin::Refused(WriteRefused::TooLarge));
         }
@@ -281,6 +320,13 @@ impl Store {
         };
         let busy = {
             let mut shard = inner.index.shard(hash);
+            if inner.lent.load(Ordering::SeqCst) {
+                // Lent since the check above: `lend` may already have counted this
+                // shard's writes, so this one must not start.
+                drop(shard);
+                drop(writer);
+                return Err(Begin::Refused(WriteRefused::Lent));
+            }
             if update && shard.inflight.contains_key(&hash.0) {
                 true
             } else {
@@ -306,6 +352,9 @@ impl Store {
     /// never undone by the loader.
     pub fn purge(&self, key: &[u8]) -> bool {
         let inner = &self.inner;
+        if inner.lent.load(Ordering::Acquire) {
+            return false;
+        }
         inner.wait_loaded(PURGE_LOAD_WAIT);
         let hash = KeyHash::of(key);
         let entry = {
@@ -334,6 +383,9 @@ impl Store {
     /// time) and unlinks each match; blocks like [`Store::purge`].
     pub fn purge_prefix(&self, prefix: &[u8]) -> u64 {
         let inner = &self.inner;
+        if inner.lent.load(Ordering::Acquire) {
+            return 0;
+        }
         inner.wait_loaded(PURGE_LOAD_WAIT);
         lock(&inner.purged_prefixes).push(prefix.to_vec());
         // Writes first: one that indexes after its shard was walked sees the cancel;
@@ -382,6 +434,11 @@ impl Store {
             if t.join().is_err() {
                 tracing::error!("store maintenance thread panicked");
             }
+        }
+        // A lent store belongs to the next process now: writing a snapshot here would
+        // overwrite the index it is building.
+        if inner.lent.load(Ordering::Acquire) {
+            return;
         }
         for (i, d) in inner.disks.iter().enumerate() {
             if d.health.in_service() && d.loaded.load(Ordering::Acquire) {
@@ -606,8 +663,11 @@ impl Inner {
         d.objects.store(0, Ordering::Release);
         tracing::info!(disk = %d.name(), objects = dropped.len(), "index entries of failed disk dropped");
         // Best effort: the failed disk may not take the marker; the other disks do.
-        let _ = self.io.create_new(&d.dir().join(OUT_OF_SERVICE_MARKER));
-        self.persist_disk_states();
+        // Not from a lent store: the disks are the next process's to judge and record.
+        if !self.lent.load(Ordering::Acquire) {
+            let _ = self.io.create_new(&d.dir().join(OUT_OF_SERVICE_MARKER));
+            self.persist_disk_states();
+        }
         self.notify_loaded();
         d.wake();
     }

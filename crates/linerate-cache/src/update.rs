@@ -101,7 +101,7 @@ impl Store {
     /// copy while it runs ([`UpdateError::NoSpace`] otherwise; never waits for eviction).
     pub fn update_meta(&self, key: &[u8], meta: ObjectMeta) -> Result<bool, UpdateError> {
         let inner = &*self.inner;
-        if key.len() > MAX_KEY_LEN {
+        if key.len() > MAX_KEY_LEN || inner.lent.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(false);
         }
         let hash = KeyHash::of(key);
@@ -128,7 +128,10 @@ impl Store {
                     WriteRefused::NoSpace => UpdateError::NoSpace,
                     WriteRefused::TooLarge => UpdateError::TooLarge,
                     WriteRefused::NoDisk | WriteRefused::Disk => UpdateError::Disk,
-                })
+                    // Lent since the check above: the update is dropped, as when the
+                    // object changes under it.
+                    WriteRefused::Lent => UpdateError::Changed,
+                });
             }
         };
         // From here a purge cancels `w`. Whatever happened before must show now: the

@@ -166,7 +166,7 @@ fn corrupt_journal_tail_loses_nothing_before_it() {
     for i in 0..100 {
         put(&store, format!("k{i}").as_bytes(), b"v");
     }
-    std::mem::forget(store);
+    store.crash_for_test();
     let journal = std::fs::read_dir(dir.path().join("d0"))
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -195,7 +195,7 @@ fn restart_without_snapshot_replays_journal_and_adopts_orphans() {
         }
         // Simulate a crash: no close(), and remove the snapshot written by any
         // compaction so only journals remain.
-        std::mem::forget(store);
+        store.crash_for_test();
     }
     // An orphan: valid object file with no journal record (published just before a
     // crash). Take one object's file and its journal record out of the picture by
@@ -239,7 +239,7 @@ fn purge_by_prefix_is_persisted() {
     assert_eq!(store.purge_prefix(b"http://h/a/"), 50);
     assert!(!store.purge(b"http://h/a/1"));
     assert!(matches!(store.lookup(b"http://h/a/3"), Lookup::Miss(_)));
-    std::mem::forget(store); // crash: the journal alone must carry the purge
+    store.crash_for_test(); // crash: the journal alone must carry the purge
     let store = Store::open(cfg).unwrap();
     assert!(store.wait_loaded(Duration::from_secs(10)));
     assert_eq!(store.indexed_objects(), 50);

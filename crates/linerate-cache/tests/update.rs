@@ -150,7 +150,7 @@ fn update_survives_restart_and_crash() {
         assert_eq!(store.update_meta(k.as_bytes(), fresh_meta()), Ok(true));
     }
     let used: u64 = store.stats().iter().map(|s| s.used_bytes).sum();
-    std::mem::forget(store);
+    store.crash_for_test();
     let store = Store::open(cfg).unwrap();
     // Updating right after the start works whether or not the index has loaded yet.
     assert_eq!(store.update_meta(keys[0].as_bytes(), meta()), Ok(true));

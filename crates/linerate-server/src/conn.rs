@@ -390,14 +390,29 @@ impl Conn<'_> {
         };
         loop {
             self.worker.give_buffer(std::mem::take(&mut self.buf));
+            // Stopping: a connection that has not sent its first request yet was
+            // accepted just now, and its client is sending it: it is answered (with
+            // `Connection: close`), bounded by the head timeout and the grace period.
+            // An idle keep-alive connection closes at once, or, after a hand-over to
+            // the next process, waits a moment for one more request (`begin_stop`).
+            let stopping = self.worker.stopping();
+            let until = match (stopping, first, self.worker.linger_until()) {
+                (false, _, _) | (true, true, _) => deadline,
+                (true, false, Some(linger)) => deadline.min(linger),
+                (true, false, None) => return Some(Ending::Stopping),
+            };
+            // No parking once stopping: the parking task closes what it holds.
+            let wake_at = if stopping { until } else { until.min(park_at) };
             tokio::select! {
-                r = timeout_at(deadline.min(park_at), self.io.readable()) => match r {
+                r = timeout_at(wake_at, self.io.readable()) => match r {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => return Some(Ending::ClientClosed),
+                    Err(_) if stopping => return Some(Ending::Stopping),
                     Err(_) if Instant::now() >= deadline => return Some(Ending::Idle),
                     Err(_) => return Some(Ending::Parked(deadline)),
                 },
-                _ = self.worker.stopped() => return Some(Ending::Stopping),
+                // Wakes the wait when a stop begins, to apply the rule above.
+                _ = self.worker.stopped(), if !stopping => continue,
             }
             self.buf = self.worker.take_buffer();
             self.buf.reserve(READ_CHUNK);

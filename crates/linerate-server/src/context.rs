@@ -105,6 +105,9 @@ pub(crate) struct Worker {
     /// Set once when a graceful stop begins. Worker-local on purpose: reading the
     /// cross-thread `watch` channel per request would take its shared read lock.
     stopping: Cell<bool>,
+    /// Set when the stop is a hand-over to the next process (upgrade): until then an
+    /// idle keep-alive connection waits for one more request instead of closing.
+    linger_until: Cell<Option<tokio::time::Instant>>,
     /// Wakes this worker's idle connections when `stopping` is set.
     stop_notify: Notify,
     drained: Notify,
@@ -164,6 +167,7 @@ impl Worker {
             boundary_seq: Cell::new(0),
             index,
             stopping: Cell::new(false),
+            linger_until: Cell::new(None),
             stop_notify: Notify::new(),
             drained: Notify::new(),
             buffers: RefCell::new(Vec::new()),
@@ -183,9 +187,19 @@ impl Worker {
     }
 
     /// Begin a graceful stop: new requests close their connections, idle ones wake.
-    pub(crate) fn begin_stop(&self) {
+    /// `linger_until`: a hand-over to the next process; idle keep-alive connections
+    /// then wait until that instant for one more request (answered with
+    /// `Connection: close`) rather than close at once, because a client may be sending
+    /// that request right now and would see the connection close under it.
+    pub(crate) fn begin_stop(&self, linger_until: Option<tokio::time::Instant>) {
+        self.linger_until.set(linger_until);
         self.stopping.set(true);
         self.stop_notify.notify_waiters();
+    }
+
+    /// See [`Worker::begin_stop`].
+    pub(crate) fn linger_until(&self) -> Option<tokio::time::Instant> {
+        self.linger_until.get()
     }
 
     /// Resolves when the last open connection closes (or spuriously; callers re-check

@@ -19,6 +19,8 @@ mod context;
 mod dirwatch;
 mod exchange;
 mod handler;
+mod listeners;
+pub mod notify;
 mod openfiles;
 pub mod operate;
 pub mod options;
@@ -32,11 +34,14 @@ mod tcpsample;
 pub mod tls;
 mod transfer;
 mod transport;
+pub mod upgrade;
 mod worker;
 
 pub use admin::control::{ReloadOutcome, Reloader, RunState};
 pub use cacheopts::{CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOptions};
+pub use notify::SystemdSockets;
 pub use options::{
     CertificateOptions, KtlsMode, Pinning, ServerOptions, Timeouts, TlsOptions, UnknownSni,
 };
-pub use server::{run, run_until, run_with_reload, ServerError, Started};
+pub use server::{run, run_until, run_upgradable, run_with_reload, ServerError, Started};
+pub use upgrade::Successor;

@@ -1,9 +1,12 @@
 //! Start-up and stop: validate the root, bind every worker's listeners up front (so a
-//! bad address fails before anything serves), start one pinned thread per worker and
-//! the admin thread, wait for SIGTERM/SIGINT (handling SIGHUP reloads and SIGUSR1 log
-//! reopens meanwhile), tell the workers, and join them.
+//! bad address fails before anything serves) or take over the ones inherited from the
+//! previous process of an upgrade or from systemd, start one pinned thread per worker
+//! and the admin thread, tell systemd (`READY=1`), wait for SIGTERM/SIGINT (handling
+//! SIGHUP reloads, SIGUSR1 log reopens and SIGUSR2 upgrades meanwhile), tell the
+//! workers, and join them.
 //!
-//! Not here: what a worker does with a connection (see `worker` and `conn`).
+//! Not here: what a worker does with a connection (see `worker` and `conn`), or the
+//! upgrade's protocol (`upgrade`).
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -11,14 +14,22 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::admin::control::{Control, Reloader};
+use crate::admin::control::{Control, Reloader, RunState};
 use crate::coldpool::ColdPool;
 use crate::context::Shared;
+use crate::listeners::{Handover, Inherited, ListenerKind};
+use crate::notify::{Notifier, SystemdSockets};
 use crate::options::{KtlsMode, Pinning, ServerOptions};
 use crate::stats::WorkerStats;
 use crate::tls::config::SharedTls;
+use crate::upgrade::{Successor, Upgrader};
 use crate::worker::WorkerPlan;
 use socket2::{Domain, Protocol, Socket, Type};
+
+/// How long the new process of an upgrade waits for its store's index to load before it
+/// says ready (a million objects load in about a second, docs/benchmarks.md); under the
+/// old process's 30 s step timeout with margin.
+const INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Why the server could not start or had to stop. Each names the side that failed.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +71,9 @@ pub enum ServerError {
     /// Creating a thread or runtime failed.
     #[error("runtime: {0}")]
     Runtime(std::io::Error),
+    /// Started by an upgrade, and the hand-over from the old process failed.
+    #[error("upgrade: {0}")]
+    Upgrade(String),
 }
 
 /// What a started server reports before serving: the bound addresses (port 0 resolved).
@@ -89,6 +103,28 @@ pub fn run_with_reload(
     reloader: Option<Reloader>,
     on_started: impl FnOnce(&Started),
 ) -> Result<(), ServerError> {
+    run_upgradable(
+        options,
+        reloader,
+        None,
+        SystemdSockets::default(),
+        on_started,
+    )
+}
+
+/// Like [`run_with_reload`], for a process that may have been started by an upgrade
+/// (`successor`: see [`Successor::from_env`]): it serves on the sockets it received and
+/// opens the store only once the old process has lent it. SIGUSR2 (or the admin API's
+/// `POST /upgrade`) starts the next process the same way. `systemd`: the listening
+/// sockets systemd passed ([`SystemdSockets::take`], at the start of `main`), used
+/// instead of binding their addresses.
+pub fn run_upgradable(
+    options: ServerOptions,
+    reloader: Option<Reloader>,
+    successor: Option<&Successor>,
+    systemd: SystemdSockets,
+    on_started: impl FnOnce(&Started),
+) -> Result<(), ServerError> {
     let signals = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -102,34 +138,65 @@ pub fn run_with_reload(
             signal(SignalKind::interrupt())?,
             signal(SignalKind::hangup())?,
             signal(SignalKind::user_defined1())?,
+            signal(SignalKind::user_defined2())?,
         ))
     });
-    let (mut term, mut int, mut hup, mut usr1) = stop.map_err(ServerError::Runtime)?;
-    run_controlled(options, reloader, on_started, move |control: &Control| {
-        signals.block_on(async {
-            loop {
-                tokio::select! {
-                    _ = term.recv() => {
-                        tracing::info!(signal = "SIGTERM", "stopping");
-                        return;
-                    }
-                    _ = int.recv() => {
-                        tracing::info!(signal = "SIGINT", "stopping");
-                        return;
-                    }
-                    _ = hup.recv() => {
-                        tracing::info!(signal = "SIGHUP", "reloading the configuration");
-                        // Parsing a file is quick; doing it here keeps reloads serialised.
-                        let _ = control.reload();
-                    }
-                    _ = usr1.recv() => {
-                        tracing::info!(signal = "SIGUSR1", "reopening access logs");
-                        control.reopen_logs();
+    let (mut term, mut int, mut hup, mut usr1, mut usr2) = stop.map_err(ServerError::Runtime)?;
+    let notifier = Notifier::from_env().map(Arc::new);
+    let stopping = notifier.clone();
+    let start = Start {
+        successor,
+        systemd,
+        notifier,
+        upgradable: true,
+    };
+    run_controlled(
+        options,
+        reloader,
+        start,
+        on_started,
+        move |control: &Control| {
+            let stopping = || {
+                if let Some(n) = &stopping {
+                    n.send("STOPPING=1\nSTATUS=stopping");
+                }
+            };
+            signals.block_on(async {
+                let mut run_state = control.watch_run_state();
+                loop {
+                    tokio::select! {
+                        _ = term.recv() => {
+                            tracing::info!(signal = "SIGTERM", "stopping");
+                            stopping();
+                            return;
+                        }
+                        _ = int.recv() => {
+                            tracing::info!(signal = "SIGINT", "stopping");
+                            stopping();
+                            return;
+                        }
+                        // An upgrade that succeeded (from the admin API's thread, or below).
+                        _ = run_state.wait_for(|s| *s == RunState::Stopping) => return,
+                        _ = usr2.recv() => {
+                            tracing::info!(signal = "SIGUSR2", "upgrading");
+                            // The outcome is logged by the upgrade itself; on success the
+                            // run state is now Stopping and the branch above returns.
+                            let _ = control.upgrade(None);
+                        }
+                        _ = hup.recv() => {
+                            tracing::info!(signal = "SIGHUP", "reloading the configuration");
+                            // Parsing a file is quick; doing it here keeps reloads serialised.
+                            let _ = control.reload();
+                        }
+                        _ = usr1.recv() => {
+                            tracing::info!(signal = "SIGUSR1", "reopening access logs");
+                            control.reopen_logs();
+                        }
                     }
                 }
-            }
-        });
-    })
+            });
+        },
+    )
 }
 
 /// Like [`run`], but stops when `wait_for_stop` returns (used by tests and embedders).
@@ -138,12 +205,35 @@ pub fn run_until(
     on_started: impl FnOnce(&Started),
     wait_for_stop: impl FnOnce(),
 ) -> Result<(), ServerError> {
-    run_controlled(options, None, on_started, |_: &Control| wait_for_stop())
+    let start = Start {
+        successor: None,
+        systemd: SystemdSockets::default(),
+        notifier: None,
+        upgradable: false,
+    };
+    run_controlled(options, None, start, on_started, |_: &Control| {
+        wait_for_stop()
+    })
+}
+
+/// How this process came to be and whom it tells.
+struct Start<'a> {
+    /// Started by an upgrade: the old process's channel.
+    successor: Option<&'a Successor>,
+    /// Sockets systemd passed (none when started by an upgrade: the variables were
+    /// removed for the child).
+    systemd: SystemdSockets,
+    /// systemd's notification socket, when run as a `Type=notify` service.
+    notifier: Option<Arc<Notifier>>,
+    /// Whether SIGUSR2 / `POST /upgrade` may start a next process (not for servers
+    /// embedded with [`run_until`], which have no command line to start again).
+    upgradable: bool,
 }
 
 fn run_controlled(
     mut options: ServerOptions,
     reloader: Option<Reloader>,
+    start: Start<'_>,
     on_started: impl FnOnce(&Started),
     wait_for_stop: impl FnOnce(&Control),
 ) -> Result<(), ServerError> {
@@ -160,15 +250,69 @@ fn run_controlled(
             "at least one listen address is needed",
         ));
     }
-    // Cache mode opens its store first (it creates the cache directories); the page-cache
-    // probe then looks at the first cache disk instead of a library root.
-    let cache = match &options.cache {
-        Some(c) => Some(crate::proxy::ProxyShared::new(c.clone()).map_err(ServerError::Cache)?),
+    // An appliance's library is checked before anything is bound (a missing root is
+    // the likelier mistake, and the one to report).
+    let appliance_root = match &options.cache {
+        None => Some(open_root(&options.root)?),
+        Some(_) => None,
+    };
+    // Sockets next (inherited ones are taken, the rest bound), so that an address in
+    // use fails before the previous process of an upgrade lends its store.
+    let (mut inherited, from_systemd) = match start.successor {
+        Some(s) => (s.take_listeners(), false),
+        None => {
+            let i = Inherited::from_named(start.systemd.0);
+            let any = !i.is_empty();
+            (i, any)
+        }
+    };
+    let tls = start_tls(&options)?;
+    let mut handover = Handover::default();
+    let (sockets, local_addrs) = bind_all(
+        &options,
+        &options.listen,
+        ListenerKind::Http,
+        &mut inherited,
+        &mut handover,
+    )?;
+    let (mut tls_sockets, tls_addrs) = bind_all(
+        &options,
+        &tls_listen,
+        ListenerKind::Https,
+        &mut inherited,
+        &mut handover,
+    )?;
+    let admin_listener = match options.admin.listen {
+        Some(addr) => Some(bind_admin(addr, &mut inherited, &mut handover)?),
         None => None,
     };
-    let root = match &options.cache {
-        Some(c) => open_root(&c.store.disks[0].path)?,
-        None => open_root(&options.root)?,
+    inherited.close_unclaimed();
+    // The store's lease: from the old process of an upgrade (it stops writing first;
+    // an appliance gets no locks but the same step, so the old one knows this one's
+    // configuration is valid), or taken here.
+    let lease = match start.successor {
+        Some(s) => Some(s.lease().map_err(ServerError::Upgrade)?),
+        None => None,
+    };
+    // Cache mode opens its store before the root (it creates the cache directories);
+    // the page-cache probe then looks at the first cache disk instead of a library root.
+    let cache = match &options.cache {
+        Some(c) => {
+            let lock = match lease {
+                Some(files) => Some(
+                    linerate_cache::StoreLock::adopt(&c.store, files)
+                        .map_err(|e| ServerError::Upgrade(format!("store lease: {e}")))?,
+                ),
+                None => None,
+            };
+            Some(crate::proxy::ProxyShared::new(c.clone(), lock).map_err(ServerError::Cache)?)
+        }
+        None => None,
+    };
+    let root = match (appliance_root, &options.cache) {
+        (Some(root), _) => root,
+        (None, Some(c)) => open_root(&c.store.disks[0].path)?,
+        (None, None) => open_root(&options.root)?,
     };
     let nofile = match linerate_sys::limits::raise_nofile_limit() {
         Ok(n) => {
@@ -182,15 +326,6 @@ fn run_controlled(
     };
     let probe = linerate_sys::pagecache::PageCacheProbe::detect(root.as_fd());
     let cold = ColdPool::start(options.cold_threads_per_disk).map_err(ServerError::Runtime)?;
-    let tls = start_tls(&options)?;
-    let (sockets, local_addrs) = bind_all(&options, &options.listen)?;
-    let (mut tls_sockets, tls_addrs) = bind_all(&options, &tls_listen)?;
-    let admin_listener = match options.admin.listen {
-        Some(addr) => Some(
-            crate::admin::api::bind(addr).map_err(|source| ServerError::Bind { addr, source })?,
-        ),
-        None => None,
-    };
     let cpus = linerate_sys::cpu::allowed_cpus().unwrap_or_default();
     tracing::info!(
         workers = options.workers,
@@ -199,6 +334,24 @@ fn run_controlled(
         "starting"
     );
     let control = Arc::new(Control::new(Arc::new(options.clone()), reloader));
+    let handover = Arc::new(handover);
+    let closing = handover.clone();
+    control.on_stop_accepting(Box::new(move || closing.close()));
+    if start.upgradable {
+        match std::env::current_exe() {
+            Ok(exe) => {
+                let upgrader = Upgrader::new(
+                    exe,
+                    handover.clone(),
+                    cache.clone(),
+                    Arc::downgrade(&control),
+                    start.notifier.clone(),
+                );
+                control.set_upgrader(Box::new(move |binary| upgrader.upgrade(binary)));
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot find this binary; upgrades disabled"),
+        }
+    }
     if let Some(t) = &tls {
         control.set_ktls(t.support.clone());
     }
@@ -254,6 +407,50 @@ fn run_controlled(
                 .spawn(move || admin.run(listener))
                 .map_err(ServerError::Runtime)?,
         );
+    }
+    let status = format!(
+        "serving on {}",
+        local_addrs
+            .iter()
+            .chain(&tls_addrs)
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    // systemd keeps copies of the listeners (FileDescriptorStoreMax=), so a restart gets
+    // them back in LISTEN_FDS with their queues instead of binding anew. It ignores
+    // descriptors it already holds (after an upgrade, all but new addresses).
+    if let (Some(n), false) = (&start.notifier, from_systemd) {
+        for kind in [ListenerKind::Http, ListenerKind::Https, ListenerKind::Admin] {
+            let copies = handover.copies_of(kind).unwrap_or_default();
+            let fds: Vec<_> = copies.iter().map(|f| f.as_fd()).collect();
+            if !fds.is_empty() {
+                n.send_with_fds(&format!("FDSTORE=1\nFDNAME={}", kind.as_str()), &fds);
+            }
+        }
+    }
+    match (start.successor, &start.notifier) {
+        // The old process tells systemd the new main pid once it has our READY.
+        (Some(s), n) => {
+            // Ready once the store's index is loaded (lookups before that open files by
+            // name and are slower), so `/ready` on this process never says
+            // `index_loading` to a probe after an upgrade; the old process serves
+            // meanwhile. Bounded well inside the old process's step timeout.
+            if let Some(c) = &cache {
+                if !c.store.wait_loaded(INDEX_WAIT) {
+                    tracing::warn!(
+                        waited_s = INDEX_WAIT.as_secs(),
+                        "store index still loading; taking over anyway"
+                    );
+                }
+            }
+            s.ready();
+            if let Some(n) = n {
+                n.send(&format!("STATUS={status}"));
+            }
+        }
+        (None, Some(n)) => n.send(&format!("READY=1\nSTATUS={status}")),
+        (None, None) => {}
     }
     on_started(&Started {
         local_addrs,
@@ -344,40 +541,94 @@ fn open_root(path: &PathBuf) -> Result<File, ServerError> {
 
 /// Bind `workers × addresses` sockets. The first worker's socket for an address with
 /// port 0 picks the port; the others reuse it, so `SO_REUSEPORT` groups them.
+///
+/// Sockets inherited for an address (upgrade, systemd) are used instead: every one of
+/// them is given to a worker (round robin), so a connection queued on any of them is
+/// accepted whatever the new worker count; workers left without one bind a new socket
+/// into the same `SO_REUSEPORT` group. Each socket is also kept in `handover`.
 fn bind_all(
     options: &ServerOptions,
     addrs: &[SocketAddr],
+    kind: ListenerKind,
+    inherited: &mut Inherited,
+    handover: &mut Handover,
 ) -> Result<(Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>), ServerError> {
     let mut per_worker: Vec<Vec<std::net::TcpListener>> =
         (0..options.workers).map(|_| Vec::new()).collect();
     let mut local_addrs = Vec::new();
     for &configured in addrs {
-        ensure_port_free(configured).map_err(|source| ServerError::Bind {
+        let bind_err = |source| ServerError::Bind {
             addr: configured,
             source,
-        })?;
-        let mut addr = configured;
+        };
         let tuning = options.tcp.tuning_for(configured);
-        for listeners in per_worker.iter_mut() {
-            let l = bind_one(addr, options.backlog).map_err(|source| ServerError::Bind {
-                addr: configured,
-                source,
-            })?;
-            if addr.port() == 0 {
-                addr = l.local_addr().map_err(|source| ServerError::Bind {
+        let taken = inherited.take(kind, configured);
+        if taken.is_empty() {
+            ensure_port_free(configured).map_err(bind_err)?;
+        } else {
+            tracing::info!(kind = kind.as_str(), addr = %configured, sockets = taken.len(), "using inherited listeners");
+        }
+        let mut addr = configured;
+        // A worker left without an inherited socket binds one into the group; if that
+        // fails (a socket systemd created without SO_REUSEPORT), it accepts on a copy
+        // of an inherited one instead.
+        let mut spare: Vec<std::net::TcpListener> = Vec::new();
+        for l in taken.iter() {
+            spare.push(l.try_clone().map_err(bind_err)?);
+        }
+        let mut got: Vec<Vec<std::net::TcpListener>> =
+            (0..options.workers).map(|_| Vec::new()).collect();
+        for (i, l) in taken.into_iter().enumerate() {
+            got[i % options.workers].push(l);
+        }
+        for (listeners, mine) in per_worker.iter_mut().zip(got) {
+            let mine = if mine.is_empty() {
+                match bind_one(addr, options.backlog) {
+                    Ok(l) => vec![l],
+                    Err(e) => match spare.pop() {
+                        Some(copy) => {
+                            tracing::info!(addr = %configured, error = %e, "sharing an inherited listener between workers");
+                            vec![copy]
+                        }
+                        None => return Err(bind_err(e)),
+                    },
+                }
+            } else {
+                mine
+            };
+            for l in mine {
+                if addr.port() == 0 {
+                    addr = l.local_addr().map_err(bind_err)?;
+                }
+                tune_listener(&l, &tuning).map_err(|source| ServerError::TcpTuning {
                     addr: configured,
                     source,
                 })?;
+                handover.keep(kind, &l).map_err(bind_err)?;
+                listeners.push(l);
             }
-            tune_listener(&l, &tuning).map_err(|source| ServerError::TcpTuning {
-                addr: configured,
-                source,
-            })?;
-            listeners.push(l);
         }
         local_addrs.push(addr);
     }
     Ok((per_worker, local_addrs))
+}
+
+/// The admin listener: inherited, or bound; kept in `handover` either way.
+fn bind_admin(
+    addr: SocketAddr,
+    inherited: &mut Inherited,
+    handover: &mut Handover,
+) -> Result<std::net::TcpListener, ServerError> {
+    let bind_err = |source| ServerError::Bind { addr, source };
+    let mut taken = inherited.take(ListenerKind::Admin, addr);
+    let l = match taken.pop() {
+        Some(l) => l,
+        None => crate::admin::api::bind(addr).map_err(bind_err)?,
+    };
+    // More than one admin socket for one address is not something we pass; close extras.
+    drop(taken);
+    handover.keep(ListenerKind::Admin, &l).map_err(bind_err)?;
+    Ok(l)
 }
 
 /// Fail with `EADDRINUSE` if another socket already listens on `addr`. Needed because

@@ -22,6 +22,14 @@ use crate::transport::Transport;
 /// when no connection has closed to wake it. Only used while stopping.
 const DRAIN_POLL: Duration = Duration::from_millis(50);
 
+/// How long, after a hand-over to the next process (upgrade), an idle keep-alive
+/// connection of this one waits for one more request before closing. A client that is
+/// sending a request as the old process stops gets its answer (with
+/// `Connection: close`) instead of a closed connection; a client that stays idle this
+/// long is closed. Long enough for any client in the middle of a request/response loop,
+/// short enough that old processes do not pile up.
+const HANDOVER_LINGER: Duration = Duration::from_secs(1);
+
 /// After `accept` fails with EMFILE/ENFILE/ENOMEM, wait this long before accepting
 /// again, rather than spinning on a listener that stays readable (nginx waits too).
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
@@ -118,7 +126,11 @@ impl WorkerPlan {
             mode = self.control.run_state().as_str(),
             "no longer accepting"
         );
-        worker.begin_stop();
+        let linger = self
+            .control
+            .handed_over()
+            .then(|| tokio::time::Instant::now() + HANDOVER_LINGER);
+        worker.begin_stop(linger);
         // Stop accepting: dropping the listeners closes this worker's sockets.
         for a in &accepting {
             a.abort();

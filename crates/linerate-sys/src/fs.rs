@@ -12,6 +12,33 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// Whether [`try_lock_exclusive`] got the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locked {
+    /// This open file description now holds the exclusive lock.
+    Yes,
+    /// Another open file description holds a lock on the file.
+    HeldElsewhere,
+}
+
+/// `flock(fd, LOCK_EX | LOCK_NB)`: an exclusive advisory lock on the open file
+/// description, released when its last descriptor closes (also on kill -9), kept across
+/// `fork`, exec and SCM_RIGHTS passing. Never waits. (std's `File::try_lock` does the
+/// same but needs Rust 1.89; the workspace's minimum is older.)
+pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<Locked> {
+    // SAFETY: flock on a live, borrowed fd; no pointers.
+    let ret = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if ret == 0 {
+        return Ok(Locked::Yes);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(Locked::HeldElsewhere)
+    } else {
+        Err(e)
+    }
+}
+
 /// Size and free space of one mounted filesystem, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FsSpace {

@@ -1,6 +1,6 @@
 //! The only crate in linerate with `unsafe`: one thin, documented wrapper per Linux
 //! syscall the server needs and std does not offer (sendfile, send with `MSG_MORE`,
-//! cachestat, openat2, CPU affinity, fadvise, kernel TLS).
+//! cachestat, openat2, CPU affinity, fadvise, kernel TLS, descriptor passing).
 //!
 //! Each wrapper takes borrowed file descriptors, returns `io::Result`, and does nothing
 //! else: no retries, no policy. Errnos that mean "this kernel lacks the feature" are
@@ -16,6 +16,7 @@ pub mod limits;
 pub mod net;
 pub mod open;
 pub mod pagecache;
+pub mod passfd;
 pub mod tcp;
 
 /// Convert a `-1`-on-error libc return into `io::Result`.

@@ -1,4 +1,5 @@
-//! The operator's side of the admin API: `linerate drain` and `linerate stats` (a live
+//! The operator's side of the admin API: `linerate drain`, `linerate upgrade` and
+//! `linerate stats` (a live
 //! terminal view in the spirit of varnishstat/top). A minimal blocking HTTP/1.1 client:
 //! one request per connection, read to close. No serving logic.
 
@@ -12,6 +13,11 @@ use anyhow::Context;
 /// How long an admin call may take (connect, send, read): the admin API answers from
 /// memory, so a slow answer means a stuck server, which the operator should hear about.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long `linerate upgrade` waits for its answer: the server waits up to 30 s for
+/// each step of the new process and 10 s for its store writes in flight (see the
+/// server's `upgrade` module), so this covers the slowest outcome it can report.
+const UPGRADE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Largest admin answer read (the dashboard page is the biggest, under 64 KiB).
 const MAX_ANSWER: u64 = 4 * 1024 * 1024;
@@ -28,6 +34,17 @@ pub struct AdminArgs {
     /// Bearer token; default: `admin.token` of `--config` (which keeps it out of `ps`).
     #[arg(long)]
     token: Option<String>,
+}
+
+/// `linerate upgrade` options.
+#[derive(clap::Args)]
+pub struct UpgradeArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Start this binary instead of the one the server was started from (as it is on
+    /// disk now).
+    #[arg(long, value_name = "PATH")]
+    binary: Option<PathBuf>,
 }
 
 /// `linerate stats` options.
@@ -69,9 +86,19 @@ impl AdminArgs {
 
 /// One admin call; returns status and body.
 fn call(addr: SocketAddr, method: &str, path: &str, token: &str) -> anyhow::Result<(u16, String)> {
+    call_within(addr, method, path, token, CALL_TIMEOUT)
+}
+
+fn call_within(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    timeout: Duration,
+) -> anyhow::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, CALL_TIMEOUT)
         .with_context(|| format!("admin API at {addr}"))?;
-    s.set_read_timeout(Some(CALL_TIMEOUT))?;
+    s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(CALL_TIMEOUT))?;
     let auth = if token.is_empty() {
         String::new()
@@ -105,6 +132,38 @@ pub fn drain(args: &AdminArgs) -> anyhow::Result<()> {
     }
     println!("{}", body.trim());
     Ok(())
+}
+
+/// `linerate upgrade`: the server starts the next process and hands over; exits 0 once
+/// the new process serves, non-zero with the reason when it failed (the old one then
+/// keeps serving).
+pub fn upgrade(args: &UpgradeArgs) -> anyhow::Result<()> {
+    let (addr, token) = args.admin.resolve()?;
+    let path = match &args.binary {
+        Some(b) => {
+            let abs = std::path::absolute(b).with_context(|| format!("{}", b.display()))?;
+            format!("/upgrade?binary={}", percent_encode(&abs.to_string_lossy()))
+        }
+        None => "/upgrade".to_owned(),
+    };
+    let (status, body) = call_within(addr, "POST", &path, &token, UPGRADE_TIMEOUT)?;
+    if status != 200 {
+        anyhow::bail!("upgrade failed ({status}): {}", body.trim());
+    }
+    println!("{}", body.trim());
+    Ok(())
+}
+
+/// Percent-encode everything but unreserved characters and `/` (RFC 3986 §2.3).
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// `linerate stats`.

@@ -31,6 +31,11 @@ enum Command {
     /// Take this server out of the load balancer: `/health` fails, no new connections
     /// are accepted, in-flight responses finish (admin API; needs `admin.token`).
     Drain(adminctl::AdminArgs),
+    /// Replace the running server without dropping a connection: it starts the new
+    /// binary, hands it every listening socket and the cache store, and drains once the
+    /// new one serves. Exits non-zero (the old one keeps serving) when the new one fails
+    /// (admin API; needs `admin.token`). SIGUSR2 does the same.
+    Upgrade(adminctl::UpgradeArgs),
     /// A live terminal view of a running server (admin API `/stats.json`).
     Stats(adminctl::StatsArgs),
     /// Validate a configuration file and print the effective configuration; exit 0 if valid.
@@ -85,6 +90,8 @@ fn cache_size(s: &str) -> Result<u64, String> {
 }
 
 fn main() -> ExitCode {
+    // Before anything opens a descriptor: 3 and up are still the ones systemd passed.
+    let systemd = linerate_server::SystemdSockets::take();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -95,9 +102,10 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(args, systemd),
         Command::CheckConfig { file } => check_config(&file),
         Command::Drain(args) => adminctl::drain(&args),
+        Command::Upgrade(args) => adminctl::upgrade(&args),
         Command::Stats(args) => adminctl::stats(&args),
         Command::Bench(args) => linerate_bench::run(args),
     };
@@ -110,7 +118,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
+fn serve(args: ServeArgs, systemd: linerate_server::SystemdSockets) -> anyhow::Result<()> {
+    // Started by an upgrade: take the old process's listeners first; any failure from
+    // here to serving is reported to it, so it keeps serving and says why.
+    let successor =
+        linerate_server::Successor::from_env().map_err(|e| anyhow::anyhow!("upgrade: {e}"))?;
+    let result = serve_with(args, successor.as_ref(), systemd);
+    if let (Err(e), Some(s)) = (&result, &successor) {
+        s.fail(&format!("{e:#}"));
+    }
+    result
+}
+
+fn serve_with(
+    args: ServeArgs,
+    successor: Option<&linerate_server::Successor>,
+    systemd: linerate_server::SystemdSockets,
+) -> anyhow::Result<()> {
     let quick = match (&args.cache_dir, args.origin.is_empty()) {
         (None, true) => None,
         (Some(dir), false) => Some(cacheconfig::QuickStart::resolve(
@@ -161,7 +185,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     let options = config.to_options();
-    linerate_server::run_with_reload(options, reloader, |started| {
+    linerate_server::run_upgradable(options, reloader, successor, systemd, |started| {
         if let Some(admin) = started.admin_addr {
             tracing::info!("admin api at http://{admin}");
         }

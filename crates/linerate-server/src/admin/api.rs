@@ -1,7 +1,7 @@
 //! The admin API, on its own address and its own thread (never a worker's): metrics,
 //! health, a live stats document, the dashboard and its HLS player (with the hls.js it
 //! loads, all embedded in the binary), and the token-protected commands
-//! (drain, reload, reopen logs). One request per connection, `Connection: close`; it is
+//! (drain, reload, reopen logs, purge, upgrade), and readiness (`/ready`). One request per connection, `Connection: close`; it is
 //! scraped every few seconds, not served at line rate.
 //!
 //! Defined answers for bad input: a malformed or oversized head is `400`, a command
@@ -117,23 +117,36 @@ impl Admin {
             };
             let sampler = tokio::task::spawn_local(sample_rates(admin.clone()));
             let mut mode = admin.control.watch_run_state();
+            let mut requests = tokio::task::JoinSet::new();
             loop {
                 tokio::select! {
+                    // Stopping first: after an upgrade the listener is the next
+                    // process's, and a connection accepted here would get a stopping
+                    // server's answers.
+                    biased;
+                    r = mode.wait_for(|m| *m == RunState::Stopping) => {
+                        let _ = r;
+                        break;
+                    }
                     accepted = listener.accept() => match accepted {
                         Ok((stream, _)) => {
-                            tokio::task::spawn_local(serve(admin.clone(), stream));
+                            requests.spawn_local(serve(admin.clone(), stream));
                         }
                         Err(e) => {
                             tracing::debug!(error = %e, "admin accept failed");
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                     },
-                    r = mode.wait_for(|m| *m == RunState::Stopping) => {
-                        let _ = r;
-                        break;
-                    }
+                    // Reap finished requests so the set stays small.
+                    Some(_) = requests.join_next(), if !requests.is_empty() => {}
                 }
             }
+            // Answers being written finish (the `POST /upgrade` that stopped this
+            // process is one of them), bounded like a request head.
+            let _ = tokio::time::timeout(ADMIN_HEAD_TIMEOUT, async {
+                while requests.join_next().await.is_some() {}
+            })
+            .await;
             sampler.abort();
         });
     }
@@ -232,6 +245,7 @@ fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         422 => "Unprocessable Content",
+        500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Unknown",
     }
@@ -300,7 +314,10 @@ fn route(
     authorization: Option<&[u8]>,
 ) -> Reply {
     let read_only = matches!(method, "GET" | "HEAD");
-    let command = matches!(path, "/drain" | "/reload" | "/reopen-logs" | "/purge");
+    let command = matches!(
+        path,
+        "/drain" | "/reload" | "/reopen-logs" | "/purge" | "/upgrade"
+    );
     if command {
         if method != "POST" {
             return method_not_allowed("POST");
@@ -320,6 +337,9 @@ fn route(
         if path == "/purge" {
             return purge_reply(admin, query);
         }
+        if path == "/upgrade" {
+            return upgrade_reply(admin, query);
+        }
         return command_reply(admin, path);
     }
     let facts = admin.facts();
@@ -334,6 +354,14 @@ fn route(
             "text/plain; version=0.0.4; charset=utf-8",
             metrics::prometheus(&admin.stats, &facts),
         ),
+        "/ready" => {
+            let (status, body) = crate::admin::ready::reply(&crate::admin::ready::ReadyFacts {
+                mode: facts.mode,
+                disks: facts.cache.as_ref().map(|c| c.disks.as_slice()),
+                store_lent: admin.cache.as_ref().is_some_and(|c| c.store.is_lent()),
+            });
+            Reply::new(status, "application/json", body)
+        }
         "/health" => {
             // 503 while draining, or in cache mode when no store disk is in service; a
             // down origin does not fail it (see `HealthVerdict`).
@@ -427,6 +455,51 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
         "application/json",
         format!("{{\"purged\":{removed},\"by\":\"{kind}\"}}\n"),
     )
+}
+
+/// `POST /upgrade[?binary=PATH]`: start the next process (this binary as found on disk
+/// now, or `PATH`) and hand over. Answers when the new process is ready (`200`, its pid;
+/// this one then drains and exits) or has failed (`500` with the reason; this one keeps
+/// serving). Blocks the admin thread meanwhile, bounded by the upgrade's timeouts.
+fn upgrade_reply(admin: &Admin, query: &str) -> Reply {
+    let mut binary = None;
+    for pair in query.split('&') {
+        if let Some(("binary", v)) = pair.split_once('=') {
+            match percent_decode(v).and_then(|b| String::from_utf8(b).ok()) {
+                Some(p) if !p.is_empty() => binary = Some(std::path::PathBuf::from(p)),
+                _ => return Reply::text(400, "binary= must be a percent-encoded path"),
+            }
+        }
+    }
+    tracing::info!(binary = ?binary, "upgrade requested through the admin API");
+    match admin.control.upgrade(binary) {
+        Ok(pid) => Reply::new(
+            200,
+            "application/json",
+            format!("{{\"upgraded\":true,\"pid\":{pid}}}\n"),
+        ),
+        Err(why) => Reply::new(
+            500,
+            "application/json",
+            format!("{{\"upgraded\":false,\"reason\":{}}}\n", json_string(&why)),
+        ),
+    }
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Decode `%XX` escapes (and `+` as space is *not* applied: URLs keep their `+`).

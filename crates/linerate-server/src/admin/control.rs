@@ -19,6 +19,12 @@ use crate::options::ServerOptions;
 /// reason, which is logged; the running configuration then stays.
 pub type Reloader = Box<dyn FnMut() -> Result<ServerOptions, String> + Send>;
 
+/// Starts the next process and hands over (the server's `upgrade`): `Ok(pid)` of the new
+/// process, which serves; `Err(why)`, this one keeps serving. The argument is another
+/// binary to start instead of the one this process was started from.
+pub(crate) type Upgrade =
+    Box<dyn Fn(Option<std::path::PathBuf>) -> Result<u32, String> + Send + Sync>;
+
 /// What the server is doing, as `/health` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunState {
@@ -68,6 +74,13 @@ pub(crate) struct Control {
     pub(crate) started: Instant,
     /// What the start-up probe found kernel TLS accepts (set once, when TLS is on).
     ktls: OnceLock<linerate_sys::ktls::Support>,
+    /// The upgrade (set once at start-up by the server; absent in embedders' servers).
+    upgrader: OnceLock<Upgrade>,
+    /// This process handed over to the next one (set before the stop it causes).
+    handed_over: std::sync::atomic::AtomicBool,
+    /// Called once when this process stops accepting (drain or stop): the server closes
+    /// the copies of the listening sockets it keeps for an upgrade.
+    stop_accepting: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Control {
@@ -81,6 +94,52 @@ impl Control {
             reloads_failed: AtomicU64::new(0),
             started: Instant::now(),
             ktls: OnceLock::new(),
+            upgrader: OnceLock::new(),
+            handed_over: std::sync::atomic::AtomicBool::new(false),
+            stop_accepting: OnceLock::new(),
+        }
+    }
+
+    /// Install what to do when this process stops accepting (once, at start-up).
+    pub(crate) fn on_stop_accepting(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.stop_accepting.set(f);
+    }
+
+    fn stopped_accepting(&self) {
+        if let Some(f) = self.stop_accepting.get() {
+            f();
+        }
+    }
+
+    /// Stop because the next process of an upgrade serves now (see `upgrade`).
+    pub(crate) fn stop_handed_over(&self) {
+        self.handed_over
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stop();
+    }
+
+    /// Whether the stop is a hand-over (workers then let idle connections linger).
+    pub(crate) fn handed_over(&self) -> bool {
+        self.handed_over.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Install the upgrade (once, at start-up).
+    pub(crate) fn set_upgrader(&self, upgrade: Upgrade) {
+        let _ = self.upgrader.set(upgrade);
+    }
+
+    /// Start the next process and hand over (SIGUSR2, `POST /upgrade`). Blocks until the
+    /// new process is ready or has failed (bounded by the upgrade's step timeouts).
+    pub(crate) fn upgrade(&self, binary: Option<std::path::PathBuf>) -> Result<u32, String> {
+        if self.run_state() != RunState::Serving {
+            return Err(format!(
+                "cannot upgrade while {}",
+                self.run_state().as_str()
+            ));
+        }
+        match self.upgrader.get() {
+            Some(u) => u(binary),
+            None => Err("this server cannot upgrade (started without the upgrade path)".into()),
         }
     }
 
@@ -129,11 +188,13 @@ impl Control {
                 false
             }
         });
+        self.stopped_accepting();
     }
 
     /// Begin stopping.
     pub(crate) fn stop(&self) {
         self.mode.send_replace(RunState::Stopping);
+        self.stopped_accepting();
     }
 
     /// Ask every worker to reopen its access-log file (SIGUSR1).

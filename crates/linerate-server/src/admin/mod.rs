@@ -1,6 +1,6 @@
 //! The operator's side of a running server, off the request path: the admin HTTP API
 //! on its own thread (`api`), the documents it renders from the workers' counters
-//! (`metrics`), and the run-time control channel that drain, reload and log reopening
+//! (`metrics`), readiness (`ready`), and the run-time control channel that drain, reload and log reopening
 //! go through (`control`, also driven by signals from the main thread).
 //!
 //! Not here: the counters themselves (`stats`, written by the workers) or the options
@@ -9,3 +9,4 @@
 pub(crate) mod api;
 pub mod control;
 pub(crate) mod metrics;
+pub(crate) mod ready;

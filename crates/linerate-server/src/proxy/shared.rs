@@ -118,8 +118,17 @@ impl Route {
 impl ProxyShared {
     /// Open the store and prepare the origins. Start-up only; the options were checked
     /// when they were built.
-    pub(crate) fn new(opts: CacheOptions) -> Result<Arc<ProxyShared>, String> {
-        let store = Store::open(opts.store.clone()).map_err(|e| format!("cache store: {e}"))?;
+    /// `lock`: the store's writer lease when it was handed over by the previous process
+    /// of an upgrade; `None` takes it here.
+    pub(crate) fn new(
+        opts: CacheOptions,
+        lock: Option<linerate_cache::StoreLock>,
+    ) -> Result<Arc<ProxyShared>, String> {
+        let store = match lock {
+            Some(lock) => Store::open_locked(opts.store.clone(), lock),
+            None => Store::open(opts.store.clone()),
+        }
+        .map_err(|e| format!("cache store: {e}"))?;
         let origins = opts
             .origins
             .iter()
