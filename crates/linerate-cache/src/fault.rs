@@ -44,6 +44,8 @@ impl FaultRule {
 #[derive(Debug, Default)]
 pub struct FaultyIo {
     rules: Mutex<Vec<FaultRule>>,
+    /// What `space` reports instead of the real filesystem's, when set.
+    space: Mutex<Option<FsSpace>>,
 }
 
 impl FaultyIo {
@@ -55,6 +57,12 @@ impl FaultyIo {
     /// Add a rule (checked in insertion order; the first match decides).
     pub fn add(&self, rule: FaultRule) {
         self.lock().push(rule);
+    }
+
+    /// Report `space` for every filesystem (`None`: the real one), so a test of the
+    /// store's own watermarks does not depend on how full the host's disk is.
+    pub fn set_space(&self, space: Option<FsSpace>) {
+        *self.space.lock().unwrap_or_else(|p| p.into_inner()) = space;
     }
 
     /// Remove every rule: the disk is healthy again.
@@ -154,7 +162,10 @@ impl StoreIo for FaultyIo {
     }
     fn space(&self, path: &Path) -> io::Result<FsSpace> {
         self.check(IoOp::Space, path)?;
-        RealIo.space(path)
+        match *self.space.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(s) => Ok(s),
+            None => RealIo.space(path),
+        }
     }
     fn preallocate(&self, file: &File, path: &Path, off: u64, len: u64) -> io::Result<()> {
         self.check(IoOp::Preallocate, path)?;
