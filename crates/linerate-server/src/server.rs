@@ -163,7 +163,10 @@ fn run_controlled(
     // Cache mode opens its store first (it creates the cache directories); the page-cache
     // probe then looks at the first cache disk instead of a library root.
     let cache = match &options.cache {
-        Some(c) => Some(crate::proxy::ProxyShared::new(c.clone()).map_err(ServerError::Cache)?),
+        Some(c) => Some(
+            crate::proxy::ProxyShared::new(c.clone(), options.cluster.clone())
+                .map_err(ServerError::Cache)?,
+        ),
         None => None,
     };
     let root = match &options.cache {
@@ -201,6 +204,9 @@ fn run_controlled(
     let control = Arc::new(Control::new(Arc::new(options.clone()), reloader));
     if let Some(t) = &tls {
         control.set_ktls(t.support.clone());
+    }
+    if let Some(cluster) = cache.as_ref().and_then(|c| c.cluster.clone()) {
+        crate::cluster::keeper(cluster, control.clone()).map_err(ServerError::Runtime)?;
     }
     let stats: Vec<Arc<WorkerStats>> = (0..options.workers)
         .map(|_| Arc::new(WorkerStats::new()))
