@@ -37,6 +37,7 @@ mod worker;
 
 pub use admin::control::{ReloadOutcome, Reloader, RunState};
 pub use cacheopts::{CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOptions};
+pub use cluster::ring::rank_names as cluster_rank;
 pub use clusteropts::{ClusterOptions, PeerOptions};
 pub use options::{
     CertificateOptions, KtlsMode, Pinning, ServerOptions, Timeouts, TlsOptions, UnknownSni,

@@ -44,6 +44,17 @@ pub(crate) fn rank(nodes: &[Weighted<'_>], key: &[u8]) -> Vec<usize> {
     scored.into_iter().map(|(_, i)| i).collect()
 }
 
+/// [`rank`] for `(name, weight)` pairs: the order the nodes of a cluster would try for
+/// `key` (a cache key: `http://host/path`, or a slice's key), owner first. For tools
+/// and tests that need to know where a key lives.
+pub fn rank_names(nodes: &[(&str, f64)], key: &[u8]) -> Vec<usize> {
+    let weighted: Vec<Weighted<'_>> = nodes
+        .iter()
+        .map(|&(name, weight)| Weighted { name, weight })
+        .collect();
+    rank(&weighted, key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
