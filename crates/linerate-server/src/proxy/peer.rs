@@ -5,7 +5,8 @@
 //! bound) with the hop header, so it fills from its origin and never forwards again;
 //! or the origin, when this node is the owner, after asking the previous owner for
 //! its cached copy (`only-if-cached`) within the window after a membership change. A
-//! request that came from a peer always goes to the origin (one hop only). A peer that
+//! request that came from a peer is never forwarded to fill (one hop only): it goes to
+//! the origin, after the previous-owner ask when this node owns the key. A peer that
 //! cannot be reached or gives no head is counted against its health and the next in
 //! rank is tried.
 //!
@@ -64,13 +65,20 @@ pub(crate) async fn send(
     request: &OriginRequest<'_>,
 ) -> Result<Opened, OriginError> {
     let cluster = pw.shared.cluster.as_ref();
-    let Some(cluster) = cluster.filter(|_| !fetch.from_peer && !fetch.host.is_empty()) else {
+    let Some(cluster) = cluster.filter(|_| !fetch.host.is_empty()) else {
         return from_origin(pw, fetch, request).await;
     };
     let m = cluster.membership();
     let mut tried = Vec::new();
     loop {
-        match m.plan(key, &tried) {
+        let plan = match m.plan(key, &tried) {
+            // A peer's request is never forwarded (one hop): whoever this node thinks
+            // owns the key, it fills from the origin. Only as the owner does it still
+            // ask the previous owner's cache, which never forwards or fills either.
+            Plan::Peer(..) if fetch.from_peer => Plan::Origin { previous: None },
+            plan => plan,
+        };
+        match plan {
             Plan::Origin { previous } => {
                 if let Some(p) = previous {
                     let asked = to_peer(
