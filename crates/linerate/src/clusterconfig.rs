@@ -223,10 +223,10 @@ peers = [{ name = "a", address = "10.0.0.1:80" }, { name = "b", address = "10.0.
             "self = \"a\"\npeers_file = {:?}",
             lines.display().to_string()
         );
-        assert!(parse(&text).unwrap_err().contains("line 1"));
+        assert!(parse(&text).expect_err("bad address").contains("line 1"));
         assert!(
             parse("self = \"x\"\npeers = [{ name = \"a\", address = \"10.0.0.1:80\" }]")
-                .unwrap_err()
+                .expect_err("self not listed")
                 .contains("not one of the peers")
         );
         assert!(parse("self = \"a\"\nbogus = 1").is_err());

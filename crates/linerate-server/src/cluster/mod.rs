@@ -457,12 +457,16 @@ pub(crate) fn keeper(cluster: Arc<Cluster>, control: Arc<Control>) -> std::io::R
         .map(|_| ())
 }
 
+/// A worker's client for one peer, with the peer it was made for (a peer that moved
+/// address is a new `Peer`, and needs a new client).
+type PeerClient = (Arc<Peer>, Rc<Origin>);
+
 /// One worker's HTTP clients to the peers (their connection pools), rebuilt when the
 /// membership changes.
 #[derive(Default)]
 pub(crate) struct PeerClients {
     generation: Cell<u64>,
-    clients: RefCell<HashMap<String, (Arc<Peer>, Rc<Origin>)>>,
+    clients: RefCell<HashMap<String, PeerClient>>,
 }
 
 impl PeerClients {
