@@ -23,6 +23,7 @@
 #   bench/cluster.sh
 #   REQUESTS=20000 OBJECTS=2000 bench/cluster.sh
 #   LINERATE=target/debug/linerate bench/cluster.sh
+#   LOAD_FACTOR=100 bench/cluster.sh     # bounded load off, in effect
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,7 @@ OBJECTS=${OBJECTS:-500}
 OBJECT_KB=${OBJECT_KB:-256}
 ZIPF_S=${ZIPF_S:-1.0}
 CONCURRENCY=${CONCURRENCY:-16}
+LOAD_FACTOR=${LOAD_FACTOR:-1.25}
 NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
 LINERATE=${LINERATE:-}
 [ "$(id -u)" = 0 ] || { echo "[cluster] needs root (network namespaces)" >&2; exit 1; }
@@ -204,6 +206,7 @@ origin = "o"
 [cluster]
 self = "n$i"
 peers_file = "$peers"
+load_factor = $LOAD_FACTOR
 EOF
     ip netns exec "${tag}n$i" "$LINERATE" serve --config "$work/lr$i/linerate.toml" 2>"$work/lr$i/log" &
     pids+=($!)

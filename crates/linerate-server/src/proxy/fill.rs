@@ -523,6 +523,9 @@ async fn store(
                 .await;
                 match resumed {
                     Ok(Ok(o)) if is_exact_rest(&o.response, from, last, first_byte + len, tag) => {
+                        if let Some(c) = &px.cluster {
+                            c.count_resume();
+                        }
                         resp = o.response;
                         source = o.source;
                     }

@@ -150,7 +150,6 @@ pub(crate) async fn resume(
         ..*request
     };
     if let Some(cluster) = pw.shared.cluster.as_ref() {
-        cluster.count_resume();
         if !fetch.from_peer && !fetch.host.is_empty() {
             let m = cluster.membership();
             while let Plan::Peer(p, _) = m.plan(key, tried) {
