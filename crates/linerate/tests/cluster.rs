@@ -5,9 +5,10 @@
 //!
 //! - `herd_*`: 300 concurrent clients on one large object at random nodes: one origin
 //!   request (one per slice when slicing), every body whole.
-//! - `owner_killed_mid_body_*`: the owner is `kill -9`ed at half of a transfer a client
-//!   reads through a non-owner: the client's body is whole (the non-owner continues
-//!   with `Range` + `If-Range`), exactly one ranged origin request more.
+//! - `owner_killed_mid_body_*`: the owner is `kill -9`ed at half of a transfer (the
+//!   object, or its first slice) a client reads through a non-owner: the client's body
+//!   is whole (the non-owner continues with `Range` + `If-Range`), exactly one ranged
+//!   origin request more.
 //! - `fourth_node_*`: a 4th node joins 3 warm ones (peers file + SIGHUP): no origin
 //!   request for any key cached before (the new owner asks the previous one).
 //! - `stale_peer_lists_*`: two nodes with wrong peer lists: no request makes more than
@@ -319,11 +320,24 @@ fn start_origin(net: &Net, objects: BTreeMap<String, Arc<Vec<u8>>>, slow: &[&str
             ("Cache-Control", "max-age=3600"),
             ("Content-Type", "video/mp4"),
         ];
-        if slow.contains(req.path()) && req.range().is_none() {
+        if slow.contains(req.path()) {
+            let total = body.len() as u64;
+            let current = req.header("if-range").is_none_or(|v| v == etag);
+            let (status, mut headers, part) = match req.range() {
+                Some((a, b)) if current && a < total => {
+                    let last = b.map_or(total - 1, |b| b.min(total - 1));
+                    let range = format!("bytes {a}-{last}/{total}");
+                    let mut h = origin::owned(&headers);
+                    h.push(("Content-Range".into(), range));
+                    (206, h, body[a as usize..=last as usize].to_vec())
+                }
+                _ => (200, origin::owned(&headers), body.to_vec()),
+            };
+            headers.push(("Accept-Ranges".into(), "bytes".into()));
             return Reply::Drip {
-                status: 200,
-                headers: origin::owned(&headers),
-                body: body.to_vec(),
+                status,
+                headers,
+                body: part,
                 chunk: 64 * 1024,
                 delay: Duration::from_millis(20),
             };
@@ -429,17 +443,21 @@ fn herd_slicing_on() {
     herd(true);
 }
 
-#[test]
-fn owner_killed_mid_body_slicing_off() {
+fn owner_killed_mid_body(slicing: bool) {
     let mut net = Net::new();
     let len = 8 << 20;
     let body = Arc::new(support::content(len, 11));
-    let path = "/v/kill.mp4";
-    let origin = start_origin(
-        &net,
-        BTreeMap::from([(path.to_string(), body.clone())]),
-        &[path],
-    );
+    // When slicing: a URL whose two slices have different owners, so the dead owner
+    // held only the first.
+    let path = (0..)
+        .map(|k| format!("/v/kill{k}.mp4"))
+        .find(|p| {
+            !slicing || ranked(&[0, 1, 2], p, Some(0))[0] != ranked(&[0, 1, 2], p, Some(1))[0]
+        })
+        .unwrap();
+    let path = path.as_str();
+    let objects = BTreeMap::from([(path.to_string(), body.clone())]);
+    let origin = start_origin(&net, objects, &[path]);
     let peers = peers_text(&net, &[0, 1, 2], "");
     let mut nodes: Vec<Option<Node>> = (0..3)
         .map(|i| {
@@ -448,21 +466,24 @@ fn owner_killed_mid_body_slicing_off() {
                 i,
                 &origin,
                 &peers,
-                &slice_route(false),
+                &slice_route(slicing),
                 "",
             ))
         })
         .collect();
-    let order = ranked(&[0, 1, 2], path, None);
+    let order = ranked(&[0, 1, 2], path, slicing.then_some(0));
     let (owner, through, third) = (order[0], order[1], order[2]);
+    // What the owner transfers: the object, or its first slice.
+    let transfer = if slicing { SLICE } else { len as u64 };
     // A client reads through the runner-up, which fills from the owner, which fills
-    // from the dripping origin. At half the body, the owner dies.
+    // from the dripping origin (64 KiB per 20 ms). At half the transfer, the owner dies.
     let progress = Arc::new(AtomicU64::new(0));
     let addr = nodes[through].as_ref().unwrap().addr;
     let p = progress.clone();
-    let client = std::thread::spawn(move || get(addr, path, Some(&p)));
+    let owned_path = path.to_string();
+    let client = std::thread::spawn(move || get(addr, &owned_path, Some(&p)));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while progress.load(Ordering::SeqCst) < len as u64 / 2 {
+    while progress.load(Ordering::SeqCst) < transfer / 2 {
         assert!(Instant::now() < deadline, "transfer did not reach half");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -471,21 +492,24 @@ fn owner_killed_mid_body_slicing_off() {
     assert_eq!(got.status, 200);
     assert_eq!(got.len, len as u64, "the client's body was cut");
     assert!(got.sha == sha(&body), "body differs");
-    // The owner's fill, then the rest by range from the origin (the runner-up is next
-    // in rank after the dead owner, and it is itself).
+    // The owner's fill; then the rest of it by range from the origin (the runner-up is
+    // next in rank after the dead owner, and it is itself); when slicing, the second
+    // slice by its owner (not the dead one).
     let reqs = origin.requests();
-    assert_eq!(reqs.len(), 2, "{reqs:?}");
-    assert!(reqs[0].range().is_none());
-    let (from, to) = reqs[1].range().unwrap();
+    assert_eq!(reqs.len(), if slicing { 3 } else { 2 }, "{reqs:?}");
+    let resumes: Vec<&Request> = reqs
+        .iter()
+        .filter(|r| r.header("if-range").is_some())
+        .collect();
+    assert_eq!(resumes.len(), 1, "{reqs:?}");
+    let (from, to) = resumes[0].range().unwrap();
     assert!(
-        from >= len as u64 / 2 - (4 << 20) && from < len as u64,
+        from >= transfer / 4 && from < transfer,
         "resumed from {from}"
     );
-    assert_eq!(to, Some(len as u64 - 1));
-    assert_eq!(
-        reqs[1].header("if-range"),
-        Some(format!("\"v1{}\"", path.len()).as_str())
-    );
+    assert_eq!(to, Some(transfer - 1));
+    let etag = format!("\"v1{}\"", path.len());
+    assert_eq!(resumes[0].header("if-range"), Some(etag.as_str()));
     let through_admin = nodes[through].as_ref().unwrap().admin;
     assert_eq!(metric(through_admin, "linerate_cluster_resumes_total"), 1);
     // Stored whole at the runner-up: the third node, whose owner is dead, gets it from
@@ -493,10 +517,20 @@ fn owner_killed_mid_body_slicing_off() {
     let got = get(nodes[third].as_ref().unwrap().addr, path, None);
     assert_eq!((got.status, got.len), (200, len as u64));
     assert!(got.sha == sha(&body));
-    assert_eq!(origin.total(), 2);
+    assert_eq!(origin.total(), reqs.len());
     assert_one_hop(&origin);
     drop(nodes[owner].take());
     origin.assert_no_panics();
+}
+
+#[test]
+fn owner_killed_mid_body_slicing_off() {
+    owner_killed_mid_body(false);
+}
+
+#[test]
+fn owner_killed_mid_body_slicing_on() {
+    owner_killed_mid_body(true);
 }
 
 fn fourth_node(slicing: bool) {
@@ -602,8 +636,7 @@ fn fourth_node_slicing_on() {
     fourth_node(true);
 }
 
-#[test]
-fn stale_peer_lists_slicing_off() {
+fn stale_peer_lists(slicing: bool) {
     let mut net = Net::new();
     let keys = 16;
     let len = 64 * 1024;
@@ -635,7 +668,7 @@ fn stale_peer_lists_slicing_off() {
                 i,
                 &origin,
                 &files[i],
-                &slice_route(false),
+                &slice_route(slicing),
                 cluster,
             )
         })
@@ -654,8 +687,13 @@ fn stale_peer_lists_slicing_off() {
                 continue;
             }
             let names: Vec<(&str, f64)> = lists[i].iter().map(|n| (*n, 1.0)).collect();
-            let key = format!("http://{HOST}{p}");
-            let order: Vec<&str> = linerate_server::cluster_rank(&names, key.as_bytes())
+            // The claim key: the URL's, or on a sliced route its first slice's (these
+            // objects fit one slice and are then stored whole).
+            let mut key = format!("http://{HOST}{p}").into_bytes();
+            if slicing {
+                key = linerate_http::cache::key::slice(&key, 0);
+            }
+            let order: Vec<&str> = linerate_server::cluster_rank(&names, &key)
                 .into_iter()
                 .map(|j| lists[i][j])
                 .collect();
@@ -694,6 +732,16 @@ fn stale_peer_lists_slicing_off() {
         u64::from(d_tries < 3)
     );
     origin.assert_no_panics();
+}
+
+#[test]
+fn stale_peer_lists_slicing_off() {
+    stale_peer_lists(false);
+}
+
+#[test]
+fn stale_peer_lists_slicing_on() {
+    stale_peer_lists(true);
 }
 
 /// The peers file of a running node is read again on SIGHUP; a bad one is rejected and

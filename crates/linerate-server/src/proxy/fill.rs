@@ -441,6 +441,11 @@ async fn store(
         (Answer::Part { .. }, Some(s)) => s.start,
         _ => 0,
     };
+    // The object's complete length, which a resumed `Content-Range` must repeat.
+    let complete = match answer {
+        Answer::Part { total, .. } | Answer::WholeAsPart { total } => Some(total),
+        _ => expected,
+    };
     let validator = resume_validator(&resp);
     let mut written = 0u64;
     let mut tried = Vec::new();
@@ -522,7 +527,7 @@ async fn store(
                 )
                 .await;
                 match resumed {
-                    Ok(Ok(o)) if is_exact_rest(&o.response, from, last, first_byte + len, tag) => {
+                    Ok(Ok(o)) if is_exact_rest(&o.response, from, last, complete, tag) => {
                         if let Some(c) = &px.cluster {
                             c.count_resume();
                         }
@@ -571,15 +576,19 @@ fn resume_validator(resp: &OriginResponse) -> Option<Vec<u8>> {
 /// Whether `resp` is exactly bytes `from..=last` of the version `tag` of an object of
 /// `total` bytes: a `206` with that `Content-Range` and, for an ETag, the same ETag.
 /// Anything else (a `200` because `If-Range` did not match) must not be spliced in.
-fn is_exact_rest(resp: &OriginResponse, from: u64, last: u64, total: u64, tag: &[u8]) -> bool {
+fn is_exact_rest(
+    resp: &OriginResponse,
+    from: u64,
+    last: u64,
+    total: Option<u64>,
+    tag: &[u8],
+) -> bool {
     let range_ok = resp.head.status == 206
         && resp
             .head
             .header(b"content-range")
             .and_then(linerate_http::cache::parse_content_range)
-            .is_some_and(|cr| {
-                cr.first == from && cr.last == last && cr.complete.is_none_or(|c| c == total)
-            });
+            .is_some_and(|cr| cr.first == from && cr.last == last && cr.complete == total);
     let etag_ok = !tag.starts_with(b"\"") || resp.head.header(b"etag") == Some(tag);
     range_ok && etag_ok && resp.content_length() == Some(last - from + 1)
 }
