@@ -11,6 +11,8 @@
 //!   follower reads;
 //! - `fill`: one fill's I/O: the origin request, the storing decision
 //!   (`linerate_http::cache::admit`), the store write;
+//! - `peer`: in a cluster, where a fill's request goes (the key's owner, or the
+//!   origin) and how a peer body broken off is continued;
 //! - `prefetch`: HLS segments fetched ahead of the clients, as fills (its memory:
 //!   `ahead`);
 //! - `slices`: large objects in fixed-size slices fetched with `Range`;
