@@ -222,6 +222,8 @@ fn start_node(
 /// What a client got.
 struct Got {
     status: u16,
+    /// The `Via` field: the nodes the response passed, owner first.
+    via: String,
     len: u64,
     sha: Vec<u8>,
 }
@@ -250,6 +252,13 @@ fn get(addr: SocketAddr, path: &str, progress: Option<&AtomicU64>) -> Got {
     let mut r = httparse::Response::new(&mut fields);
     r.parse(&head).unwrap();
     let status = r.code.unwrap();
+    let via = r
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("via"))
+        .map(|h| String::from_utf8_lossy(h.value).into_owned())
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     let first = &head[body_start..];
     ctx.update(first);
@@ -271,6 +280,7 @@ fn get(addr: SocketAddr, path: &str, progress: Option<&AtomicU64>) -> Got {
     }
     Got {
         status,
+        via,
         len,
         sha: ctx.finish().as_ref().to_vec(),
     }
@@ -403,13 +413,23 @@ fn herd(slicing: bool) {
     let threads: Vec<_> = (0..HERD_CLIENTS)
         .map(|_| {
             seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let addr = addrs[(seed >> 33) as usize % 3];
-            std::thread::spawn(move || get(addr, path, None))
+            let node = (seed >> 33) as usize % 3;
+            let addr = addrs[node];
+            (node, std::thread::spawn(move || get(addr, path, None)))
         })
         .collect();
     let want = sha(&body);
-    for t in threads {
+    // Who served what shows in Via: the owner of the first slice (or of the object),
+    // then the node asked when that is another one.
+    let owner = name(ranked(&[0, 1, 2], path, slicing.then_some(0))[0]);
+    for (node, t) in threads {
         let got = t.join().unwrap();
+        let via = if name(node) == owner {
+            format!("1.1 {owner}")
+        } else {
+            format!("1.1 {owner}, 1.1 {}", name(node))
+        };
+        assert_eq!(got.via, via);
         assert_eq!(got.status, 200);
         assert_eq!(got.len, HERD_BYTES as u64);
         assert!(got.sha == want, "body differs");
