@@ -241,7 +241,7 @@ fn get(addr: SocketAddr, path: &str, progress: Option<&AtomicU64>) -> Got {
     let mut buf = vec![0u8; 256 * 1024];
     let mut head = Vec::new();
     let body_start = loop {
-        let n = s.read(&mut buf).unwrap();
+        let n = read_some(&mut s, &mut buf).unwrap();
         assert!(n > 0, "closed before the head from {addr}");
         head.extend_from_slice(&buf[..n]);
         if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -264,7 +264,7 @@ fn get(addr: SocketAddr, path: &str, progress: Option<&AtomicU64>) -> Got {
     ctx.update(first);
     let mut len = first.len() as u64;
     loop {
-        match s.read(&mut buf) {
+        match read_some(&mut s, &mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 ctx.update(&buf[..n]);
@@ -283,6 +283,17 @@ fn get(addr: SocketAddr, path: &str, progress: Option<&AtomicU64>) -> Got {
         via,
         len,
         sha: ctx.finish().as_ref().to_vec(),
+    }
+}
+
+/// `read`, again when a signal interrupted it (EINTR: the test process gets signals
+/// from the processes it starts and stops).
+fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
     }
 }
 
