@@ -560,6 +560,39 @@ mod tests {
     }
 
     #[test]
+    fn a_down_peer_is_up_after_two_good_probes_in_a_row() {
+        // A stand-in peer that answers every probe the way a node answers `OPTIONS *`.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let answering = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (mut s, _) = listener.accept().unwrap_or_else(|e| panic!("{e}"));
+                let mut buf = [0u8; 512];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+            }
+        });
+        let mut o = opts("a", &["a", "b"]);
+        o.peers[1].address = addr;
+        let c = Cluster::new(o).unwrap_or_else(|e| panic!("{e}"));
+        let m = c.membership();
+        let b = m.peers[1].clone().unwrap_or_else(|| unreachable!());
+        for _ in 0..3 {
+            b.record_failure(3);
+        }
+        assert!(!b.is_up());
+        b.probe(Duration::from_secs(2), 2);
+        assert!(!b.is_up(), "one good probe is not enough");
+        b.probe(Duration::from_secs(2), 2);
+        assert!(b.is_up());
+        answering.join().unwrap_or_else(|_| panic!("stand-in peer"));
+        // Up again, its failure run starts from zero: two more failures keep it up.
+        b.record_failure(3);
+        b.record_failure(3);
+        assert!(b.is_up());
+    }
+
+    #[test]
     fn bounded_load_passes_an_overloaded_owner_over() {
         let c = Cluster::new(opts("a", &["a", "b", "c"])).unwrap_or_else(|e| panic!("{e}"));
         let m = c.membership();
