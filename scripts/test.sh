@@ -2,8 +2,9 @@
 # The project's one test command (README.md gives it; .ci/run runs exactly it).
 #
 # On a fresh machine with the Rust toolchain it needs nothing else installed: the
-# end-to-end tests start their own linerate servers on 127.0.0.1 with content they
-# create, and the fuzz smoke run installs cargo-fuzz from crates.io when missing.
+# end-to-end tests start their own linerate servers on 127.0.0.1 (the cluster tests in
+# network namespaces they create; iproute2 is installed when missing) with content
+# they create, and the fuzz smoke run installs cargo-fuzz from crates.io when missing.
 #
 #   scripts/test.sh            # gate + all tests + 15 s per fuzz target
 #   FUZZ_SECONDS=0 scripts/test.sh   # skip the fuzz smoke run (local iteration)
@@ -27,6 +28,13 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
+# The cluster tests (crates/linerate/tests/cluster.rs) put each node in a network
+# namespace of their own: they need root and iproute2's `ip`, and fail (never skip)
+# without them. Install iproute2 when it is missing and we can.
+if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 >/dev/null; }
+fi
 cargo test --workspace
 echo "== deploy/kubernetes and deploy/envoy (schemas, strict)"
 # Installs python3-venv (Debian) and kubernetes-validate + PyYAML (PyPI) when missing.

@@ -13,6 +13,8 @@ pub mod admin;
 mod appliance;
 pub mod cacheopts;
 mod clock;
+mod cluster;
+pub mod clusteropts;
 mod coldpool;
 mod conn;
 mod context;
@@ -40,6 +42,8 @@ mod worker;
 pub use admin::control::{ReloadOutcome, Reloader, RunState};
 pub use cacheopts::{CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOptions};
 pub use notify::SystemdSockets;
+pub use cluster::ring::rank_names as cluster_rank;
+pub use clusteropts::{ClusterOptions, PeerOptions};
 pub use options::{
     CertificateOptions, KtlsMode, Pinning, ServerOptions, Timeouts, TlsOptions, UnknownSni,
 };

@@ -117,6 +117,9 @@ pub struct ServerOptions {
     pub tls: Option<TlsOptions>,
     /// Cache mode (origins, routes, store). `None`: appliance mode, serving `root`.
     pub cache: Option<crate::cacheopts::CacheOptions>,
+    /// Cache mode as one node of a cluster (`[cluster]`): peers and placement. Reloads
+    /// apply. Default: none (a lone node).
+    pub cluster: Option<crate::clusteropts::ClusterOptions>,
 }
 
 /// Default time a TLS client gets to finish its handshake, from accept. The TLS
@@ -262,6 +265,7 @@ impl ServerOptions {
             tcp: crate::operate::TcpOptions::default(),
             tls: None,
             cache: None,
+            cluster: None,
         }
     }
 }

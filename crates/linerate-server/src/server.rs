@@ -305,7 +305,10 @@ fn run_controlled(
                 ),
                 None => None,
             };
-            Some(crate::proxy::ProxyShared::new(c.clone(), lock).map_err(ServerError::Cache)?)
+            Some(
+                crate::proxy::ProxyShared::new(c.clone(), lock, options.cluster.clone())
+                    .map_err(ServerError::Cache)?,
+            )
         }
         None => None,
     };
@@ -354,6 +357,9 @@ fn run_controlled(
     }
     if let Some(t) = &tls {
         control.set_ktls(t.support.clone());
+    }
+    if let Some(cluster) = cache.as_ref().and_then(|c| c.cluster.clone()) {
+        crate::cluster::keeper(cluster, control.clone()).map_err(ServerError::Runtime)?;
     }
     let stats: Vec<Arc<WorkerStats>> = (0..options.workers)
         .map(|_| Arc::new(WorkerStats::new()))

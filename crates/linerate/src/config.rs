@@ -50,10 +50,16 @@ pub struct Config {
     /// `[[route]]` (cache mode).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub route: Vec<crate::cacheconfig::RouteSection>,
+    /// `[cluster]` (cache mode; see [`crate::clusterconfig`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::clusterconfig::ClusterSection>,
     /// Cache mode's options, converted (and so checked) once when the file was parsed;
     /// `None` when cache mode is off.
     #[serde(skip)]
     cache_options: Option<CacheOptions>,
+    /// `[cluster]` converted (its peers file read) when the file was parsed.
+    #[serde(skip)]
+    cluster_options: Option<linerate_server::ClusterOptions>,
 }
 
 /// `[server]`: listeners and workers.
@@ -233,6 +239,14 @@ impl Config {
             })?;
             config.cache_options = Some(options);
         }
+        if let Some(c) = &config.cluster {
+            if config.cache_options.is_none() {
+                return Err(serde::de::Error::custom(
+                    "[cluster] needs cache mode ([cache], [[origin]] and [[route]])",
+                ));
+            }
+            config.cluster_options = Some(c.to_options().map_err(serde::de::Error::custom)?);
+        }
         Ok(config)
     }
 
@@ -328,6 +342,7 @@ impl Config {
         o.tcp = self.tcp.to_options();
         o.tls = self.tls.to_options();
         o.cache = self.cache_options.clone();
+        o.cluster = self.cluster_options.clone();
         o
     }
 }

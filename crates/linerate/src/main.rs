@@ -4,6 +4,7 @@
 
 mod adminctl;
 mod cacheconfig;
+mod clusterconfig;
 mod config;
 mod opsconfig;
 mod tlsconfig;

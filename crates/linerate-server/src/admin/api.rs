@@ -349,11 +349,14 @@ fn route(
         "/metrics" | "/stats.json" if metrics == Metrics::Off => {
             return Reply::text(404, "metrics are off (admin.metrics = false)")
         }
-        "/metrics" => Reply::new(
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics::prometheus(&admin.stats, &facts),
-        ),
+        "/metrics" => Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", {
+            let mut text = metrics::prometheus(&admin.stats, &facts);
+            // The cluster's per-peer families (cache mode with [cluster]).
+            if let Some(cluster) = admin.cache.as_ref().and_then(|c| c.cluster.as_ref()) {
+                cluster.render(&mut text);
+            }
+            text
+        }),
         "/ready" => {
             let (status, body) = crate::admin::ready::reply(&crate::admin::ready::ReadyFacts {
                 mode: facts.mode,

@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 use super::fills::bad_gateway;
 use super::fills::{Claim, Failure, FillGuard, Phase};
 use super::head::Shape;
+use super::peer::Source;
 use super::request::{CacheRequest, Fetch};
 use super::shared::{now_ms, ProxyShared, ProxyWorker, VARY_STUB};
 use crate::origin::{InterimSink, OriginError, OriginRequest, OriginResponse};
@@ -138,14 +139,15 @@ fn failed(e: &OriginError, stale_ok: bool) -> Phase {
 async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
     let px = Arc::clone(&job.px);
     let fetch = Rc::clone(&job.fetch);
-    let origin = &pw.origins[fetch.origin];
     let mut headers: Vec<(&[u8], &[u8])> = fetch
         .fields
         .iter()
         .map(|(n, v)| (n.as_slice(), v.as_slice()))
         .collect();
+    // Owned copies: the request borrows them while `store` takes the job mutably.
+    let (slice, stale, interim) = (job.slice.clone(), job.stale.clone(), job.interim.take());
     let range;
-    if let Some(s) = &job.slice {
+    if let Some(s) = &slice {
         range = format!("bytes={}-{}", s.start, s.start + s.len - 1);
         headers.push((b"Range", range.as_bytes()));
         if let Some(tag) = &s.if_match {
@@ -153,7 +155,7 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
         }
     }
     let lm;
-    if let Some(stale) = &job.stale {
+    if let Some(stale) = &stale {
         if let Some(tag) = stale.header(b"etag") {
             headers.push((b"If-None-Match", tag));
         }
@@ -171,10 +173,12 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
         headers: &headers,
         body: &[],
         idempotent: true,
-        interim: job.interim.as_ref(),
+        interim: interim.as_ref(),
     };
-    let resp = match origin.send(&request).await {
-        Ok(r) => r,
+    // The origin, or in a cluster the key's owner (see `peer`).
+    let claim_key = job.guard.key().to_vec();
+    let (resp, source) = match super::peer::send(pw, &fetch, &claim_key, &request).await {
+        Ok(o) => (o.response, o.source),
         Err(e) => {
             tracing::debug!(error = e.as_str(), "origin request failed");
             return failed(&e, true);
@@ -338,10 +342,12 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
         Phase::Elsewhere
     };
     let end = store(
+        pw,
+        &request,
         &px,
         job,
         extra.as_ref(),
-        resp,
+        (resp, source),
         &store_key,
         (stored_status, answer),
         deadline,
@@ -371,10 +377,12 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
 /// `Uncacheable` (delivered but not kept) or `Failed`.
 #[allow(clippy::too_many_arguments)] // One fill's state, passed down once.
 async fn store(
+    pw: &ProxyWorker,
+    request: &OriginRequest<'_>,
     px: &Arc<ProxyShared>,
     job: &mut Job,
     extra: Option<&FillGuard>,
-    mut resp: OriginResponse,
+    (mut resp, mut source): (OriginResponse, Source),
     store_key: &[u8],
     (stored_status, answer): (u16, Answer),
     deadline: tokio::time::Instant,
@@ -427,6 +435,20 @@ async fn store(
     }
     let mut writer = writer;
     let mut buf = Vec::with_capacity(FILL_CHUNK);
+    // For a resume after a peer breaks off: where this response's body starts in the
+    // object, how long it is, and the validator that pins its version.
+    let first_byte = match (answer, &job.slice) {
+        (Answer::Part { .. }, Some(s)) => s.start,
+        _ => 0,
+    };
+    // The object's complete length, which a resumed `Content-Range` must repeat.
+    let complete = match answer {
+        Answer::Part { total, .. } | Answer::WholeAsPart { total } => Some(total),
+        _ => expected,
+    };
+    let validator = resume_validator(&resp);
+    let mut written = 0u64;
+    let mut tried = Vec::new();
     loop {
         buf.clear();
         let Ok(read) = tokio::time::timeout_at(deadline, resp.read(&mut buf, FILL_CHUNK)).await
@@ -442,7 +464,11 @@ async fn store(
         };
         match read {
             Ok(0) => break,
-            Ok(_) => {
+            Ok(n) => {
+                written += n as u64;
+                if let Some(p) = source.peer() {
+                    p.count_bytes(n as u64);
+                }
                 // A `pwrite` can block on the disk: on the fill threads, not this
                 // worker's event loop (the writer and buffer travel there and back).
                 let appended = px
@@ -472,7 +498,55 @@ async fn store(
                 writer.complete_unstored();
                 return Phase::Uncacheable;
             }
+            Err(e) if source.peer().is_some() && tried.len() < MAX_RESUMES => {
+                // The peer broke off mid-body (it died, or its own fill failed): the
+                // rest of the same version from the next node or the origin.
+                let (Some(p), Some(len), Some(tag)) = (source.peer(), expected, &validator) else {
+                    tracing::info!(
+                        error = e.as_str(),
+                        "peer body failed and cannot be resumed; object discarded"
+                    );
+                    writer.abort(WriteFailure::Aborted);
+                    return failed(&e, false);
+                };
+                p.record_failure(
+                    px.cluster
+                        .as_ref()
+                        .map_or(1, |c| c.membership().opts.down_after),
+                );
+                tried.push(Arc::clone(p));
+                let from = first_byte + written;
+                let last = first_byte + len - 1;
+                tracing::info!(peer = %p.name, error = e.as_str(), from, "peer body broke off; resuming");
+                let claim_key = job.guard.key().to_vec();
+                let resumed = tokio::time::timeout_at(
+                    deadline,
+                    super::peer::resume(
+                        pw, &job.fetch, &claim_key, request, &mut tried, from, last, tag,
+                    ),
+                )
+                .await;
+                match resumed {
+                    Ok(Ok(o)) if is_exact_rest(&o.response, from, last, complete, tag) => {
+                        if let Some(c) = &px.cluster {
+                            c.count_resume();
+                        }
+                        resp = o.response;
+                        source = o.source;
+                    }
+                    _ => {
+                        // No source, or not the rest of this version (it changed): the
+                        // clients' connections close short; nothing is kept.
+                        tracing::info!(from, "peer body could not be resumed; object discarded");
+                        writer.abort(WriteFailure::Aborted);
+                        return failed(&e, false);
+                    }
+                }
+            }
             Err(e) => {
+                if let (Some(p), Some(c)) = (source.peer(), &px.cluster) {
+                    p.record_failure(c.membership().opts.down_after);
+                }
                 tracing::info!(error = e.as_str(), "origin body failed; object discarded");
                 writer.abort(WriteFailure::Aborted);
                 return failed(&e, false);
@@ -484,6 +558,39 @@ async fn store(
         Ok(Ok(_)) => Phase::Stored,
         _ => Phase::Failed(bad_gateway("store_failed", false)),
     }
+}
+
+/// Most times one fill continues a broken peer body (each from another source).
+const MAX_RESUMES: usize = 3;
+
+/// The validator a resume sends in `If-Range`: a strong `ETag`, else `Last-Modified`
+/// (RFC 9110 §13.1.5: If-Range needs a strong validator; a date counts as one when it
+/// is at least a second older than `Date`, which the sender checks). `None`: no resume.
+fn resume_validator(resp: &OriginResponse) -> Option<Vec<u8>> {
+    match resp.head.header(b"etag") {
+        Some(tag) if !tag.starts_with(b"W/") => Some(tag.to_vec()),
+        _ => resp.head.header(b"last-modified").map(<[u8]>::to_vec),
+    }
+}
+
+/// Whether `resp` is exactly bytes `from..=last` of the version `tag` of an object of
+/// `total` bytes: a `206` with that `Content-Range` and, for an ETag, the same ETag.
+/// Anything else (a `200` because `If-Range` did not match) must not be spliced in.
+fn is_exact_rest(
+    resp: &OriginResponse,
+    from: u64,
+    last: u64,
+    total: Option<u64>,
+    tag: &[u8],
+) -> bool {
+    let range_ok = resp.head.status == 206
+        && resp
+            .head
+            .header(b"content-range")
+            .and_then(linerate_http::cache::parse_content_range)
+            .is_some_and(|cr| cr.first == from && cr.last == last && cr.complete == total);
+    let etag_ok = !tag.starts_with(b"\"") || resp.head.header(b"etag") == Some(tag);
+    range_ok && etag_ok && resp.content_length() == Some(last - from + 1)
 }
 
 /// Hand a response that is not stored to the leader's client when it answers that

@@ -239,8 +239,13 @@ pub(crate) async fn get(
                 return head::serve(worker, req, h, &fresh, trace, CacheStatus::Miss);
             }
             Lookup::Miss(_) => {
+                let sliced = px.routes[req.route].opts.slice_bytes > 0;
                 match decide_miss(&req.cc) {
                     Miss::Fetch => {}
+                    // RFC 9111 §5.2.1.7: only-if-cached wants a stored response, and on a
+                    // sliced route that is the slices asked for, each looked up (and
+                    // answered 504 there when missing): the base key is never stored.
+                    Miss::GatewayTimeout if sliced && !px.is_pass(&req.key) => {}
                     Miss::GatewayTimeout => {
                         return head::error(
                             worker,
@@ -267,7 +272,7 @@ pub(crate) async fn get(
                 } else {
                     Fwd::UriMiss
                 };
-                if px.routes[req.route].opts.slice_bytes > 0 {
+                if sliced {
                     // Slices are looked up (and, where missing, fetched) one by one; a
                     // request whose slices are all stored is a hit.
                     let base = slices::Base {

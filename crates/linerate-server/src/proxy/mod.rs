@@ -11,6 +11,8 @@
 //!   follower reads;
 //! - `fill`: one fill's I/O: the origin request, the storing decision
 //!   (`linerate_http::cache::admit`), the store write;
+//! - `peer`: in a cluster, where a fill's request goes (the key's owner, or the
+//!   origin) and how a peer body broken off is continued;
 //! - `prefetch`: HLS segments fetched ahead of the clients, as fills (its memory:
 //!   `ahead`);
 //! - `slices`: large objects in fixed-size slices fetched with `Range`;
@@ -29,6 +31,7 @@ mod fill;
 pub(crate) mod fills;
 mod flow;
 mod head;
+mod peer;
 mod prefetch;
 mod relay;
 mod request;
@@ -43,6 +46,7 @@ use linerate_http::cache::{Fwd, RequestCacheControl};
 use linerate_http::{Method, Persistence, StatusCode, TargetForm};
 
 use crate::cacheopts::QueryKey;
+use crate::clusteropts::HOP_HEADER;
 use crate::context::Worker;
 use crate::response::Response;
 pub(crate) use ahead::Counts as PrefetchCounts;
@@ -86,7 +90,13 @@ pub(crate) async fn respond(
         query,
         matches!(px.routes[route].opts.query, QueryKey::Include),
     );
-    let cc = if px.opts.honour_request_cache_control {
+    let from_peer = head.field(HOP_HEADER.as_bytes()).is_some();
+    if let (true, Some(cluster)) = (from_peer, &px.cluster) {
+        cluster.count_hop_received();
+    }
+    // A peer's `only-if-cached` (the previous-owner ask) is obeyed even when clients'
+    // directives are not: peers are configured, clients are not.
+    let cc = if px.opts.honour_request_cache_control || from_peer {
         RequestCacheControl::parse(head.values(b"cache-control"), head.field(b"pragma"))
     } else {
         RequestCacheControl::default()
@@ -103,6 +113,7 @@ pub(crate) async fn respond(
         cc,
         persistence,
         head_only: head.method == Method::Head,
+        from_peer,
     };
     match head.method {
         Method::Get | Method::Head => {

@@ -14,6 +14,7 @@ use linerate_http::{Method, Persistence, RequestHead};
 
 use super::fills::Failure;
 use super::shared::ProxyShared;
+use crate::clusteropts::HOP_HEADER;
 
 /// One request in cache mode.
 pub(crate) struct CacheRequest<'a> {
@@ -39,6 +40,9 @@ pub(crate) struct CacheRequest<'a> {
     pub(crate) persistence: Persistence,
     /// HEAD: the response has no body.
     pub(crate) head_only: bool,
+    /// It came from a cluster peer (it carries the hop header): it is filled from the
+    /// origin, never forwarded to another peer.
+    pub(crate) from_peer: bool,
 }
 
 impl CacheRequest<'_> {
@@ -50,7 +54,11 @@ impl CacheRequest<'_> {
             host: &self.host,
             via: self.px.via.as_bytes(),
         };
-        forward::request_fields(self.head, purpose, &client)
+        let mut fields = forward::request_fields(self.head, purpose, &client);
+        // The hop header is between two nodes; the origin never sees it (a fill to a
+        // peer adds this node's own).
+        fields.retain(|(n, _)| !n.eq_ignore_ascii_case(HOP_HEADER.as_bytes()));
+        fields
     }
 
     /// What a fill of this request needs, owned.
@@ -72,6 +80,8 @@ impl CacheRequest<'_> {
             origin: self.px.routes[route].origin,
             route,
             primary: primary.to_vec(),
+            host: self.host.clone(),
+            from_peer: self.from_peer,
             target: target.to_vec(),
             fields: self
                 .forwarded(Purpose::Fill)
@@ -123,6 +133,11 @@ pub(crate) struct Fetch {
     pub(crate) route: usize,
     /// The URL's primary key.
     pub(crate) primary: Vec<u8>,
+    /// The host as keyed (a request to a peer names it in absolute form, so the peer
+    /// routes and keys it alike).
+    pub(crate) host: Vec<u8>,
+    /// The request came from a cluster peer: fill from the origin only.
+    pub(crate) from_peer: bool,
     /// Path and query.
     pub(crate) target: Vec<u8>,
     /// The fields forwarded (see `forward::request_fields`, for a fill).

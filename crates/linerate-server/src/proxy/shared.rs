@@ -94,6 +94,8 @@ pub(crate) struct ProxyShared {
     pub(crate) prefetch: ahead::Memory,
     /// Keys whose last response could not be stored, until when (Unix ms).
     passes: Mutex<HashMap<Box<[u8]>, u64>>,
+    /// The cluster this node is part of (`[cluster]`); `None`: a lone node.
+    pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 /// A route with its origin resolved and its TTL table indexed.
@@ -123,7 +125,9 @@ impl ProxyShared {
     pub(crate) fn new(
         opts: CacheOptions,
         lock: Option<linerate_cache::StoreLock>,
+        cluster: Option<crate::clusteropts::ClusterOptions>,
     ) -> Result<Arc<ProxyShared>, String> {
+        let cluster = cluster.map(crate::cluster::Cluster::new).transpose()?;
         let store = match lock {
             Some(lock) => Store::open_locked(opts.store.clone(), lock),
             None => Store::open(opts.store.clone()),
@@ -167,6 +171,7 @@ impl ProxyShared {
             origins,
             routes,
             passes: Mutex::new(HashMap::new()),
+            cluster,
         }))
     }
 
@@ -344,10 +349,12 @@ impl ProxyShared {
     }
 }
 
-/// One worker's side of cache mode: its origin clients (connection pools).
+/// One worker's side of cache mode: its origin clients (connection pools), and its
+/// clients to the cluster's peers.
 pub(crate) struct ProxyWorker {
     pub(crate) shared: Arc<ProxyShared>,
     pub(crate) origins: Vec<Origin>,
+    pub(crate) peers: crate::cluster::PeerClients,
 }
 
 impl ProxyWorker {
@@ -357,7 +364,11 @@ impl ProxyWorker {
             .iter()
             .map(|o| Origin::new(o.clone()))
             .collect();
-        ProxyWorker { shared, origins }
+        ProxyWorker {
+            shared,
+            origins,
+            peers: crate::cluster::PeerClients::default(),
+        }
     }
 }
 

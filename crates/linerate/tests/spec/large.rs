@@ -81,6 +81,32 @@ matrix! {
         assert_eq!(origin.count("/big"), filled, "answered from the store");
     }
 
+    /// RFC 9111 §5.2.1.7: `only-if-cached` gets the stored response, here one of several
+    /// slices (each looked up: the URL's own key holds nothing on a sliced route), and
+    /// a 504 for a range in a slice that was never fetched, without contacting the
+    /// origin either way.
+    fn only_if_cached_large_hit_is_served(v) {
+        let phase = Phase::new();
+        let origin = large_origin(v, &phase, false, |_| owned(&[("Cache-Control", "max-age=3600"), ("ETag", "\"b1\"")]));
+        let cache = v.start(&origin);
+        let r = cache.get("/big", &["Range: bytes=0-99"]);
+        assert_eq!(r.status, 206);
+        let filled = origin.count("/big");
+        assert_eq!(filled, 1, "one slice, or the whole object");
+        let hit = cache.get("/big", &["Cache-Control: only-if-cached", "Range: bytes=10-19"]);
+        assert_eq!(hit.status, 206, "{:?}", hit.headers);
+        assert_eq!(hit.body, &version(1)[10..20]);
+        let tail = cache.get("/big", &["Cache-Control: only-if-cached", &format!("Range: bytes={}-", BIG - 10)]);
+        if fill_requests(v, BIG) > 1 {
+            // Stored in slices, and only the first one is.
+            assert_eq!(tail.status, 504, "{:?}", tail.headers);
+        } else {
+            assert_eq!(tail.status, 206, "{:?}", tail.headers);
+            assert_eq!(tail.body, &version(1)[BIG - 10..]);
+        }
+        assert_eq!(origin.count("/big"), filled);
+    }
+
     /// RFC 9111 §4.2.3: the `Age` of a stored response counts the age it arrived with;
     /// RFC 9211 §2.1: `hit` with a `ttl` of the freshness left. Both for the whole
     /// response, whichever slice it starts in.

@@ -60,6 +60,12 @@ impl Server {
     /// it has an `[admin]` section). [`Server::addr`] is the first plain listener; the
     /// others are in [`Server::listening`].
     pub fn start_text(text: &str, env: &[(&str, &str)]) -> Server {
+        Server::start_text_in(text, env, None)
+    }
+
+    /// [`Server::start_text`] inside network namespace `netns` (`ip netns exec`, which
+    /// execs the binary: the child's pid is the server's).
+    pub fn start_text_in(text: &str, env: &[(&str, &str)], netns: Option<&str>) -> Server {
         let mut config = tempfile::NamedTempFile::new().unwrap();
         // The admin API defaults to 127.0.0.1:9090; tests run in parallel, so each
         // server gets an ephemeral admin port unless the test configures [admin] itself.
@@ -69,7 +75,14 @@ impl Server {
             "[admin]\nlisten = \"127.0.0.1:0\"\n"
         };
         write!(config, "{admin}{text}").unwrap();
-        let mut cmd = Command::new(binary());
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(binary());
+                c
+            }
+            None => Command::new(binary()),
+        };
         cmd.arg("serve").arg("--config").arg(config.path());
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -314,7 +314,16 @@ pub struct Origin {
 impl Origin {
     /// Listen on 127.0.0.1:0 and answer every request with `handler`'s reply.
     pub fn start(handler: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Origin {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Origin::start_on("127.0.0.1:0", handler)
+    }
+
+    /// [`Origin::start`] on `addr` (`ip:port`; the cluster tests listen on the address
+    /// of a veth the test created, so nodes in their namespaces reach it).
+    pub fn start_on(
+        addr: &str,
+        handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> Origin {
+        let listener = TcpListener::bind(addr).unwrap();
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             handler: Box::new(handler),

@@ -1,0 +1,653 @@
+//! Cache mode as one node of a cluster (`[cluster]`): the membership in force (this
+//! node, its peers, their weights), each peer's health with hysteresis, its in-flight
+//! count for bounded load, its counters, and the plan for a key's fill: from the
+//! origin (this node owns the key; maybe ask the previous owner's cache first) or from
+//! a peer (it owns the key, or is next in rank when the owner is down or overloaded).
+//!
+//! Membership is swapped whole on a reload (`apply`); a peer whose name and address
+//! stay keeps its health, counters and connection pools. A keeper thread (`keeper`)
+//! applies reloads and probes down peers.
+//!
+//! Not here: placement arithmetic (`ring`, pure), or the peer requests themselves and
+//! what a fill does with their answers (`proxy::peer`, `proxy::fill`).
+
+pub(crate) mod ring;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::admin::control::{Control, RunState};
+use crate::cacheopts::{OriginOptions, OriginServer};
+use crate::clusteropts::ClusterOptions;
+use crate::origin::{Origin, OriginShared};
+
+/// How often the keeper looks for a reload or a stop between probes.
+const KEEPER_TICK: Duration = Duration::from_millis(100);
+
+/// One peer (another node), shared by every worker.
+pub(crate) struct Peer {
+    /// Its name (placement hashes it; metrics label it).
+    pub(crate) name: String,
+    /// Its data listener.
+    pub(crate) address: std::net::SocketAddr,
+    /// The HTTP client's shared part (TLS off, one server: the peer).
+    pub(crate) client: Arc<OriginShared>,
+    up: AtomicBool,
+    failures_in_row: AtomicU32,
+    probes_ok_in_row: AtomicU32,
+    in_flight: AtomicU64,
+    requests: AtomicU64,
+    failures: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Peer {
+    fn new(
+        opts: &ClusterOptions,
+        name: &str,
+        address: std::net::SocketAddr,
+    ) -> Result<Peer, String> {
+        let server = OriginServer::parse(&format!("http://{address}"))?;
+        let mut o = OriginOptions::new(name, vec![server]);
+        o.connect_timeout = opts.connect_timeout;
+        o.first_byte_timeout = opts.first_byte_timeout;
+        Ok(Peer {
+            name: name.to_string(),
+            address,
+            client: OriginShared::new(o)?,
+            up: AtomicBool::new(true),
+            failures_in_row: AtomicU32::new(0),
+            probes_ok_in_row: AtomicU32::new(0),
+            in_flight: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether it is used (not marked down).
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Relaxed)
+    }
+
+    /// A response head arrived from it: the failure run is over.
+    pub(crate) fn record_success(&self) {
+        self.failures_in_row.store(0, Relaxed);
+    }
+
+    /// It could not be reached, gave no head in time, or broke a body: `down_after` in
+    /// a row mark it down until `up_after` probes in a row succeed.
+    pub(crate) fn record_failure(&self, down_after: u32) {
+        self.failures.fetch_add(1, Relaxed);
+        let n = self.failures_in_row.fetch_add(1, Relaxed) + 1;
+        if n >= down_after && self.up.swap(false, Relaxed) {
+            self.probes_ok_in_row.store(0, Relaxed);
+            tracing::warn!(peer = %self.name, failures = n, "cluster peer marked down");
+        }
+    }
+
+    /// Body bytes received from it.
+    pub(crate) fn count_bytes(&self, n: u64) {
+        self.bytes.fetch_add(n, Relaxed);
+    }
+
+    /// One request starts: counted, and in flight until the guard drops.
+    pub(crate) fn start(self: &Arc<Self>) -> InFlight {
+        self.requests.fetch_add(1, Relaxed);
+        self.in_flight.fetch_add(1, Relaxed);
+        InFlight(Arc::clone(self))
+    }
+
+    /// One probe of a down peer (blocking; the keeper thread): a TCP connect and an
+    /// `OPTIONS *`, which every node answers (400) without touching its cache or origin.
+    fn probe(&self, timeout: Duration, up_after: u32) {
+        let ok = probe_once(self.address, timeout);
+        if !ok {
+            self.probes_ok_in_row.store(0, Relaxed);
+            return;
+        }
+        let n = self.probes_ok_in_row.fetch_add(1, Relaxed) + 1;
+        if n >= up_after && !self.up.swap(true, Relaxed) {
+            self.failures_in_row.store(0, Relaxed);
+            tracing::info!(peer = %self.name, probes = n, "cluster peer up again");
+        }
+    }
+}
+
+fn probe_once(address: std::net::SocketAddr, timeout: Duration) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&address, timeout) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(timeout));
+    let _ = s.set_write_timeout(Some(timeout));
+    if s.write_all(b"OPTIONS * HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
+}
+
+/// A request to a peer in flight (bounded load counts these).
+pub(crate) struct InFlight(Arc<Peer>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Why a fill goes to a given peer (logs and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// It owns the key.
+    Owner,
+    /// The owner is down or loaded past the bound; this one is next in rank.
+    Next,
+}
+
+impl Role {
+    /// Label for logs.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Next => "next",
+        }
+    }
+}
+
+/// Where a fill of a key goes.
+pub(crate) enum Plan {
+    /// This node fetches from the origin, first asking `previous` (the owner before
+    /// this node joined, within the window after a change) for its cached copy.
+    Origin {
+        /// The previous owner to ask from its cache only, if any.
+        previous: Option<Arc<Peer>>,
+    },
+    /// A peer fetches it (with the hop header: it never forwards again).
+    Peer(Arc<Peer>, Role),
+}
+
+/// The membership in force.
+pub(crate) struct Membership {
+    /// Bumped on every reload that is applied.
+    pub(crate) generation: u64,
+    /// The options it came from.
+    pub(crate) opts: ClusterOptions,
+    /// Per entry of `opts.peers`: `None` for this node.
+    peers: Vec<Option<Arc<Peer>>>,
+    /// When the set of nodes last changed (or the node started).
+    changed: Instant,
+}
+
+impl Membership {
+    fn weighted(&self) -> Vec<ring::Weighted<'_>> {
+        self.opts
+            .peers
+            .iter()
+            .map(|p| ring::Weighted {
+                name: &p.name,
+                weight: p.weight,
+            })
+            .collect()
+    }
+
+    /// The plan for `key` (the claim key: per slice when slicing). `tried` are peers
+    /// that failed this fill already (a resume after a broken body), skipped.
+    pub(crate) fn plan(&self, key: &[u8], tried: &[Arc<Peer>]) -> Plan {
+        let ranked = ring::rank(&self.weighted(), key);
+        let up: Vec<&Arc<Peer>> = self.peers.iter().flatten().filter(|p| p.is_up()).collect();
+        let mean = if up.is_empty() {
+            0.0
+        } else {
+            up.iter()
+                .map(|p| p.in_flight.load(Relaxed) as f64)
+                .sum::<f64>()
+                / up.len() as f64
+        };
+        let bound = self.opts.load_factor * (mean + 1.0);
+        for (pos, &i) in ranked.iter().enumerate() {
+            let Some(peer) = &self.peers[i] else {
+                // This node: it fetches from the origin. When it is the first choice and
+                // the membership changed lately, the runner-up owned the key before.
+                let previous = (pos == 0
+                    && self.changed.elapsed() < self.opts.previous_owner_window)
+                    .then(|| ranked.get(1).and_then(|&j| self.peers[j].clone()))
+                    .flatten()
+                    .filter(|p| p.is_up() && !tried.iter().any(|t| Arc::ptr_eq(t, p)));
+                return Plan::Origin { previous };
+            };
+            if tried.iter().any(|t| Arc::ptr_eq(t, peer)) || !peer.is_up() {
+                continue;
+            }
+            if peer.in_flight.load(Relaxed) as f64 >= bound {
+                continue;
+            }
+            let role = if pos == 0 { Role::Owner } else { Role::Next };
+            return Plan::Peer(Arc::clone(peer), role);
+        }
+        Plan::Origin { previous: None }
+    }
+}
+
+/// The cluster state every worker shares.
+pub(crate) struct Cluster {
+    current: RwLock<Arc<Membership>>,
+    hops_received: AtomicU64,
+    resumes: AtomicU64,
+    previous_hits: AtomicU64,
+}
+
+impl Cluster {
+    /// The cluster of `opts` (checked by the caller), every peer up.
+    pub(crate) fn new(opts: ClusterOptions) -> Result<Arc<Cluster>, String> {
+        opts.check()?;
+        let membership = build(opts, None, 1)?;
+        Ok(Arc::new(Cluster {
+            current: RwLock::new(Arc::new(membership)),
+            hops_received: AtomicU64::new(0),
+            resumes: AtomicU64::new(0),
+            previous_hits: AtomicU64::new(0),
+        }))
+    }
+
+    /// The membership in force.
+    pub(crate) fn membership(&self) -> Arc<Membership> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Put new options in force (a reload). Peers that keep their name and address keep
+    /// their state; the previous-owner window restarts when the node set changed.
+    pub(crate) fn apply(&self, opts: ClusterOptions) -> Result<(), String> {
+        opts.check()?;
+        let old = self.membership();
+        if old.opts == opts {
+            return Ok(());
+        }
+        let m = build(opts, Some(&old), old.generation + 1)?;
+        tracing::info!(
+            generation = m.generation,
+            peers = m.opts.peers.len(),
+            "cluster membership applied"
+        );
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(m);
+        Ok(())
+    }
+
+    /// A request arrived with the hop header.
+    pub(crate) fn count_hop_received(&self) {
+        self.hops_received.fetch_add(1, Relaxed);
+    }
+
+    /// A broken peer body was continued from another source.
+    pub(crate) fn count_resume(&self) {
+        self.resumes.fetch_add(1, Relaxed);
+    }
+
+    /// The previous owner answered from its cache.
+    pub(crate) fn count_previous_hit(&self) {
+        self.previous_hits.fetch_add(1, Relaxed);
+    }
+
+    /// Append the cluster's metric families (Prometheus text format).
+    pub(crate) fn render(&self, out: &mut String) {
+        let m = self.membership();
+        let peers: Vec<&Arc<Peer>> = m.peers.iter().flatten().collect();
+        let mut family = |name: &str, kind: &str, help: &str, v: &dyn Fn(&Peer) -> u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for p in &peers {
+                // Names are restricted to [A-Za-z0-9._-]: nothing to escape.
+                let _ = writeln!(out, "{name}{{peer=\"{}\"}} {}", p.name, v(p));
+            }
+        };
+        family(
+            "linerate_cluster_peer_up",
+            "gauge",
+            "1 while the peer is used, 0 while marked down (cluster.down_after failures in a row, until cluster.up_after probes succeed).",
+            &|p| u64::from(p.is_up()),
+        );
+        family(
+            "linerate_cluster_peer_requests_total",
+            "counter",
+            "Requests this node sent to the peer (fills it owns, previous-owner asks, resumes).",
+            &|p| p.requests.load(Relaxed),
+        );
+        family(
+            "linerate_cluster_peer_failures_total",
+            "counter",
+            "Requests to the peer that failed: not reached, no head in time, or a body broken off.",
+            &|p| p.failures.load(Relaxed),
+        );
+        family(
+            "linerate_cluster_peer_in_flight",
+            "gauge",
+            "Requests to the peer in flight from this node (bounded load compares these).",
+            &|p| p.in_flight.load(Relaxed),
+        );
+        family(
+            "linerate_cluster_peer_bytes_total",
+            "counter",
+            "Body bytes received from the peer.",
+            &|p| p.bytes.load(Relaxed),
+        );
+        let singles: [(&str, &str, &str, u64); 5] = [
+            (
+                "linerate_cluster_hop_requests_received_total",
+                "counter",
+                "Requests received from peers (with the Linerate-Peer field); never forwarded again.",
+                self.hops_received.load(Relaxed),
+            ),
+            (
+                "linerate_cluster_resumes_total",
+                "counter",
+                "Peer bodies broken off and continued from the next node or the origin with Range and If-Range.",
+                self.resumes.load(Relaxed),
+            ),
+            (
+                "linerate_cluster_previous_owner_hits_total",
+                "counter",
+                "Misses answered from the previous owner's cache after a membership change.",
+                self.previous_hits.load(Relaxed),
+            ),
+            (
+                "linerate_cluster_members",
+                "gauge",
+                "Nodes in the membership in force, this one included.",
+                m.opts.peers.len() as u64,
+            ),
+            (
+                "linerate_cluster_generation",
+                "gauge",
+                "Membership generation (1 at start, +1 per reload that changed it).",
+                m.generation,
+            ),
+        ];
+        for (name, kind, help, v) in singles {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
+        }
+    }
+}
+
+fn build(
+    opts: ClusterOptions,
+    old: Option<&Membership>,
+    generation: u64,
+) -> Result<Membership, String> {
+    let mut peers = Vec::with_capacity(opts.peers.len());
+    for p in &opts.peers {
+        if p.name == opts.self_name {
+            peers.push(None);
+            continue;
+        }
+        let kept = old.and_then(|o| {
+            o.peers
+                .iter()
+                .flatten()
+                .find(|q| q.name == p.name && q.address == p.address)
+                .cloned()
+        });
+        peers.push(Some(match kept {
+            Some(k) => k,
+            None => Arc::new(Peer::new(&opts, &p.name, p.address)?),
+        }));
+    }
+    let same_nodes = old.is_some_and(|o| {
+        let names = |m: &ClusterOptions| {
+            let mut v: Vec<String> = m.peers.iter().map(|p| p.name.clone()).collect();
+            v.sort();
+            v
+        };
+        names(&o.opts) == names(&opts)
+    });
+    let changed = match old {
+        Some(o) if same_nodes => o.changed,
+        _ => Instant::now(),
+    };
+    Ok(Membership {
+        generation,
+        opts,
+        peers,
+        changed,
+    })
+}
+
+/// Start the keeper thread: it applies the `[cluster]` of each reloaded configuration
+/// and probes down peers every `probe_interval`, until the server stops.
+pub(crate) fn keeper(cluster: Arc<Cluster>, control: Arc<Control>) -> std::io::Result<()> {
+    let mut options = control.watch_options();
+    std::thread::Builder::new()
+        .name("linerate-cluster".into())
+        .spawn(move || {
+            let mut last_probe = Instant::now();
+            while control.run_state() != RunState::Stopping {
+                std::thread::sleep(KEEPER_TICK);
+                if options.has_changed().unwrap_or(false) {
+                    let new = options.borrow_and_update().cluster.clone();
+                    match new {
+                        Some(c) => {
+                            if let Err(e) = cluster.apply(c) {
+                                tracing::error!(error = %e, "cluster membership not applied");
+                            }
+                        }
+                        None => tracing::warn!(
+                            "[cluster] removed from the configuration: needs a restart; the membership stays"
+                        ),
+                    }
+                }
+                let m = cluster.membership();
+                if last_probe.elapsed() >= m.opts.probe_interval {
+                    last_probe = Instant::now();
+                    for p in m.peers.iter().flatten().filter(|p| !p.is_up()) {
+                        p.probe(m.opts.connect_timeout, m.opts.up_after);
+                    }
+                }
+            }
+        })
+        .map(|_| ())
+}
+
+/// A worker's client for one peer, with the peer it was made for (a peer that moved
+/// address is a new `Peer`, and needs a new client).
+type PeerClient = (Arc<Peer>, Rc<Origin>);
+
+/// One worker's HTTP clients to the peers (their connection pools), rebuilt when the
+/// membership changes.
+#[derive(Default)]
+pub(crate) struct PeerClients {
+    generation: Cell<u64>,
+    clients: RefCell<HashMap<String, PeerClient>>,
+}
+
+impl PeerClients {
+    /// This worker's client for `peer` of membership `m`.
+    pub(crate) fn client(&self, m: &Membership, peer: &Arc<Peer>) -> Rc<Origin> {
+        let mut map = self.clients.borrow_mut();
+        if self.generation.get() != m.generation {
+            // Drop clients of peers that left or moved; keep the pools of the others.
+            map.retain(|_, (p, _)| m.peers.iter().flatten().any(|q| Arc::ptr_eq(p, q)));
+            self.generation.set(m.generation);
+        }
+        match map.get(&peer.name) {
+            Some((p, c)) if Arc::ptr_eq(p, peer) => Rc::clone(c),
+            _ => {
+                let c = Rc::new(Origin::new(Arc::clone(&peer.client)));
+                map.insert(peer.name.clone(), (Arc::clone(peer), Rc::clone(&c)));
+                c
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clusteropts::PeerOptions;
+
+    fn opts(me: &str, names: &[&str]) -> ClusterOptions {
+        let peers = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| PeerOptions {
+                name: (*n).into(),
+                address: std::net::SocketAddr::from(([127, 0, 0, 1], 1 + i as u16)),
+                weight: 1.0,
+            })
+            .collect();
+        ClusterOptions::new(me, peers)
+    }
+
+    fn owner_name(m: &Membership, key: &[u8]) -> String {
+        match m.plan(key, &[]) {
+            Plan::Origin { .. } => m.opts.self_name.clone(),
+            Plan::Peer(p, _) => p.name.clone(),
+        }
+    }
+
+    #[test]
+    fn every_node_agrees_on_the_owner() {
+        let names = ["a", "b", "c"];
+        let views: Vec<Arc<Cluster>> = names
+            .iter()
+            .map(|n| Cluster::new(opts(n, &names)).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        for k in 0..300 {
+            let key = format!("http://h/{k}");
+            let owners: Vec<String> = views
+                .iter()
+                .map(|c| owner_name(&c.membership(), key.as_bytes()))
+                .collect();
+            assert!(owners.windows(2).all(|w| w[0] == w[1]), "{owners:?}");
+        }
+    }
+
+    #[test]
+    fn down_after_three_up_after_probes_and_skipped_while_down() {
+        let c = Cluster::new(opts("a", &["a", "b"])).unwrap_or_else(|e| panic!("{e}"));
+        let m = c.membership();
+        let b = m.peers[1].clone().unwrap_or_else(|| unreachable!());
+        // A key b owns.
+        let key = (0..)
+            .map(|k| format!("http://h/{k}"))
+            .find(|k| matches!(m.plan(k.as_bytes(), &[]), Plan::Peer(..)))
+            .unwrap_or_default();
+        b.record_failure(3);
+        b.record_failure(3);
+        assert!(b.is_up());
+        b.record_success();
+        b.record_failure(3);
+        b.record_failure(3);
+        assert!(b.is_up(), "a success resets the run");
+        b.record_failure(3);
+        assert!(!b.is_up());
+        assert!(matches!(
+            m.plan(key.as_bytes(), &[]),
+            Plan::Origin { previous: None }
+        ));
+        // Nothing listens on 127.0.0.1:2: probes fail and keep it down.
+        b.probe(Duration::from_millis(200), 2);
+        assert!(!b.is_up());
+    }
+
+    #[test]
+    fn a_down_peer_is_up_after_two_good_probes_in_a_row() {
+        // A stand-in peer that answers every probe the way a node answers `OPTIONS *`.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let answering = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (mut s, _) = listener.accept().unwrap_or_else(|e| panic!("{e}"));
+                let mut buf = [0u8; 512];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+            }
+        });
+        let mut o = opts("a", &["a", "b"]);
+        o.peers[1].address = addr;
+        let c = Cluster::new(o).unwrap_or_else(|e| panic!("{e}"));
+        let m = c.membership();
+        let b = m.peers[1].clone().unwrap_or_else(|| unreachable!());
+        for _ in 0..3 {
+            b.record_failure(3);
+        }
+        assert!(!b.is_up());
+        b.probe(Duration::from_secs(2), 2);
+        assert!(!b.is_up(), "one good probe is not enough");
+        b.probe(Duration::from_secs(2), 2);
+        assert!(b.is_up());
+        answering.join().unwrap_or_else(|_| panic!("stand-in peer"));
+        // Up again, its failure run starts from zero: two more failures keep it up.
+        b.record_failure(3);
+        b.record_failure(3);
+        assert!(b.is_up());
+    }
+
+    #[test]
+    fn bounded_load_passes_an_overloaded_owner_over() {
+        let c = Cluster::new(opts("a", &["a", "b", "c"])).unwrap_or_else(|e| panic!("{e}"));
+        let m = c.membership();
+        let key = (0..)
+            .map(|k| format!("http://h/{k}"))
+            .find(|k| matches!(m.plan(k.as_bytes(), &[]), Plan::Peer(_, Role::Owner)))
+            .unwrap_or_default();
+        let Plan::Peer(owner, _) = m.plan(key.as_bytes(), &[]) else {
+            unreachable!()
+        };
+        // n in flight to the owner, 0 to the other: mean n/2, bound 1.25 (n/2 + 1),
+        // which n reaches from n = 4 (3 < 3.125).
+        let three: Vec<InFlight> = (0..3).map(|_| owner.start()).collect();
+        assert!(
+            matches!(m.plan(key.as_bytes(), &[]), Plan::Peer(p, Role::Owner) if Arc::ptr_eq(&p, &owner))
+        );
+        let held: Vec<InFlight> = (0..1).map(|_| owner.start()).collect();
+        match m.plan(key.as_bytes(), &[]) {
+            Plan::Peer(p, role) => {
+                assert!(!Arc::ptr_eq(&p, &owner));
+                assert_eq!(role, Role::Next);
+            }
+            Plan::Origin { .. } => {}
+        }
+        drop(held);
+        drop(three);
+        assert!(
+            matches!(m.plan(key.as_bytes(), &[]), Plan::Peer(p, Role::Owner) if Arc::ptr_eq(&p, &owner))
+        );
+    }
+
+    #[test]
+    fn a_new_node_asks_the_previous_owner_and_a_reload_keeps_peer_state() {
+        let c = Cluster::new(opts("d", &["a", "b", "c", "d"])).unwrap_or_else(|e| panic!("{e}"));
+        let m = c.membership();
+        let three = Cluster::new(opts("a", &["a", "b", "c"])).unwrap_or_else(|e| panic!("{e}"));
+        let mut asked = 0;
+        for k in 0..200 {
+            let key = format!("http://h/{k}");
+            if let Plan::Origin { previous: Some(p) } = m.plan(key.as_bytes(), &[]) {
+                assert_eq!(p.name, owner_name(&three.membership(), key.as_bytes()));
+                asked += 1;
+            }
+        }
+        assert!(asked > 20, "d owns about a quarter of the keys: {asked}");
+        // Reload with a weight change: same peers (same Arc), same generation + 1.
+        let a = m.peers[0].clone().unwrap_or_else(|| unreachable!());
+        let mut o = m.opts.clone();
+        o.peers[1].weight = 2.0;
+        c.apply(o).unwrap_or_else(|e| panic!("{e}"));
+        let m2 = c.membership();
+        assert_eq!(m2.generation, 2);
+        assert!(Arc::ptr_eq(
+            m2.peers[0].as_ref().unwrap_or_else(|| unreachable!()),
+            &a
+        ));
+    }
+}

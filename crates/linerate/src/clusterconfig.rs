@@ -1,0 +1,234 @@
+//! `[cluster]`: this node's name and its peers, inline or in a `peers_file` (re-read on
+//! every reload, so SIGHUP applies a new peer list), into
+//! [`linerate_server::ClusterOptions`].
+//!
+//! Not here: what the cluster does (`linerate_server`'s `cluster` and `proxy::peer`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use linerate_server::clusteropts::{self as defaults, ClusterOptions, PeerOptions};
+use serde::{Deserialize, Serialize};
+
+/// `[cluster]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// This node's name; one of the peers.
+    #[serde(rename = "self")]
+    pub self_name: String,
+    /// Every node, this one included (or use `peers_file`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<PeerEntry>,
+    /// A file listing the peers: TOML (`peers = [{ name, address, weight }]`) or one
+    /// per line (`name address [weight]`, `#` comments). Re-read on reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers_file: Option<PathBuf>,
+    /// Bounded-load factor c. Default 1.25.
+    #[serde(default = "default_load_factor")]
+    pub load_factor: f64,
+    /// Failures in a row before a peer is down. Default 3.
+    #[serde(default = "default_down_after")]
+    pub down_after: u32,
+    /// Successful probes in a row before a down peer is up. Default 2.
+    #[serde(default = "default_up_after")]
+    pub up_after: u32,
+    /// Milliseconds between probes of a down peer. Default 1000.
+    #[serde(default = "default_probe_interval_ms")]
+    pub probe_interval_ms: u64,
+    /// Seconds after start or a membership change during which an owner's miss asks
+    /// the previous owner's cache first; 0 = never. Default 600.
+    #[serde(default = "default_previous_owner_window_s")]
+    pub previous_owner_window_s: u64,
+    /// Milliseconds to connect to a peer. Default 1000.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Milliseconds to wait for a peer's response head. Default 15000.
+    #[serde(default = "default_first_byte_timeout_ms")]
+    pub first_byte_timeout_ms: u64,
+}
+
+/// One node, as listed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerEntry {
+    /// Its name (the same on every node's list).
+    pub name: String,
+    /// Its cache-mode listener, `ip:port`.
+    pub address: SocketAddr,
+    /// Relative share of the keys. Default 1.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+/// A peers file in TOML form.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeersFile {
+    peers: Vec<PeerEntry>,
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+fn default_load_factor() -> f64 {
+    defaults::DEFAULT_LOAD_FACTOR
+}
+fn default_down_after() -> u32 {
+    defaults::DEFAULT_DOWN_AFTER
+}
+fn default_up_after() -> u32 {
+    defaults::DEFAULT_UP_AFTER
+}
+fn default_probe_interval_ms() -> u64 {
+    defaults::DEFAULT_PROBE_INTERVAL.as_millis() as u64
+}
+fn default_previous_owner_window_s() -> u64 {
+    defaults::DEFAULT_PREVIOUS_OWNER_WINDOW.as_secs()
+}
+fn default_connect_timeout_ms() -> u64 {
+    defaults::DEFAULT_PEER_CONNECT_TIMEOUT.as_millis() as u64
+}
+fn default_first_byte_timeout_ms() -> u64 {
+    defaults::DEFAULT_PEER_FIRST_BYTE_TIMEOUT.as_millis() as u64
+}
+
+impl ClusterSection {
+    /// The options, reading `peers_file` now; every check of
+    /// [`ClusterOptions::check`] applied.
+    pub fn to_options(&self) -> Result<ClusterOptions, String> {
+        let entries = match (&self.peers_file, self.peers.is_empty()) {
+            (Some(_), false) => {
+                return Err("cluster: give peers or peers_file, not both".into());
+            }
+            (Some(path), true) => read_peers_file(path)?,
+            (None, _) => self.peers.clone(),
+        };
+        let peers = entries
+            .into_iter()
+            .map(|e| PeerOptions {
+                name: e.name,
+                address: e.address,
+                weight: e.weight,
+            })
+            .collect();
+        let mut o = ClusterOptions::new(&self.self_name, peers);
+        o.load_factor = self.load_factor;
+        o.down_after = self.down_after;
+        o.up_after = self.up_after;
+        o.probe_interval = Duration::from_millis(self.probe_interval_ms.max(1));
+        o.previous_owner_window = Duration::from_secs(self.previous_owner_window_s);
+        o.connect_timeout = Duration::from_millis(self.connect_timeout_ms.max(1));
+        o.first_byte_timeout = Duration::from_millis(self.first_byte_timeout_ms.max(1));
+        o.check()?;
+        Ok(o)
+    }
+}
+
+/// Read a peers file: TOML (`peers = [...]`) or lines of `name address [weight]`.
+fn read_peers_file(path: &std::path::Path) -> Result<Vec<PeerEntry>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cluster.peers_file {}: {e}", path.display()))?;
+    if text.trim_start().starts_with("peers") || text.contains("[[peers]]") {
+        return toml::from_str::<PeersFile>(&text)
+            .map(|f| f.peers)
+            .map_err(|e| format!("cluster.peers_file {}: {e}", path.display()));
+    }
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = |what: &str| {
+            format!(
+                "cluster.peers_file {} line {}: {what}",
+                path.display(),
+                n + 1
+            )
+        };
+        let mut words = line.split_whitespace();
+        let (Some(name), Some(address)) = (words.next(), words.next()) else {
+            return Err(bad("expected `name address [weight]`"));
+        };
+        let address = address
+            .parse()
+            .map_err(|_| bad("address must be ip:port"))?;
+        let weight = match words.next() {
+            Some(w) => w.parse().map_err(|_| bad("weight must be a number"))?,
+            None => 1.0,
+        };
+        if words.next().is_some() {
+            return Err(bad("expected `name address [weight]`"));
+        }
+        out.push(PeerEntry {
+            name: name.to_string(),
+            address,
+            weight,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ClusterOptions, String> {
+        toml::from_str::<ClusterSection>(text)
+            .map_err(|e| e.to_string())?
+            .to_options()
+    }
+
+    #[test]
+    fn inline_peers_with_defaults() {
+        let o = parse(
+            r#"self = "a"
+peers = [{ name = "a", address = "10.0.0.1:80" }, { name = "b", address = "10.0.0.2:80", weight = 2 }]"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(o.self_name, "a");
+        assert_eq!(o.peers.len(), 2);
+        assert_eq!(o.peers[1].weight, 2.0);
+        assert_eq!(o.load_factor, 1.25);
+        assert_eq!((o.down_after, o.up_after), (3, 2));
+    }
+
+    #[test]
+    fn peers_file_in_both_forms_and_errors() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let lines = dir.path().join("peers");
+        std::fs::write(&lines, "# nodes\na 10.0.0.1:80\nb 10.0.0.2:80 3 # big\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = format!(
+            "self = \"b\"\npeers_file = {:?}",
+            lines.display().to_string()
+        );
+        let o = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(o.peers[1].weight, 3.0);
+        let t = dir.path().join("peers.toml");
+        std::fs::write(
+            &t,
+            "peers = [{ name = \"a\", address = \"10.0.0.1:80\" }]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let text = format!("self = \"a\"\npeers_file = {:?}", t.display().to_string());
+        assert_eq!(
+            parse(&text).unwrap_or_else(|e| panic!("{e}")).peers.len(),
+            1
+        );
+        std::fs::write(&lines, "a not-an-address\n").unwrap_or_else(|e| panic!("{e}"));
+        let text = format!(
+            "self = \"a\"\npeers_file = {:?}",
+            lines.display().to_string()
+        );
+        assert!(parse(&text).expect_err("bad address").contains("line 1"));
+        assert!(
+            parse("self = \"x\"\npeers = [{ name = \"a\", address = \"10.0.0.1:80\" }]")
+                .expect_err("self not listed")
+                .contains("not one of the peers")
+        );
+        assert!(parse("self = \"a\"\nbogus = 1").is_err());
+    }
+}
