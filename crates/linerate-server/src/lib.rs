@@ -41,9 +41,9 @@ mod worker;
 
 pub use admin::control::{ReloadOutcome, Reloader, RunState};
 pub use cacheopts::{CacheOptions, OriginOptions, OriginServer, QueryKey, RouteOptions};
-pub use notify::SystemdSockets;
 pub use cluster::ring::rank_names as cluster_rank;
 pub use clusteropts::{ClusterOptions, PeerOptions};
+pub use notify::SystemdSockets;
 pub use options::{
     CertificateOptions, KtlsMode, Pinning, ServerOptions, Timeouts, TlsOptions, UnknownSni,
 };
