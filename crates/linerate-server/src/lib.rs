@@ -17,6 +17,8 @@ mod coldpool;
 mod conn;
 mod context;
 mod exchange;
+mod fill;
+pub mod fillopts;
 mod handler;
 mod openfiles;
 pub mod operate;

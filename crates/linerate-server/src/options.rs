@@ -112,6 +112,8 @@ pub struct ServerOptions {
     pub tls: Option<TlsOptions>,
     /// Cache mode (origins, routes, store). `None`: appliance mode, serving `root`.
     pub cache: Option<crate::cacheopts::CacheOptions>,
+    /// `[fill]`: pre-positioning jobs (cache mode).
+    pub fill: crate::fillopts::FillOptions,
 }
 
 /// Default time a TLS client gets to finish its handshake, from accept. The TLS
@@ -256,6 +258,7 @@ impl ServerOptions {
             tcp: crate::operate::TcpOptions::default(),
             tls: None,
             cache: None,
+            fill: crate::fillopts::FillOptions::default(),
         }
     }
 }

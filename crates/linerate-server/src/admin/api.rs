@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::admin::control::{Control, ReloadOutcome, RunState};
 use crate::admin::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrape};
+use crate::fill::{Fills, Submitted, MAX_JOB_BODY};
 use crate::operate::Metrics;
 use crate::stats::WorkerStats;
 
@@ -67,6 +68,10 @@ pub(crate) struct Admin {
     /// Cache mode (purges, and the disks and origins in metrics and health), when
     /// configured.
     cache: Option<Arc<crate::proxy::ProxyShared>>,
+    /// The server's first plain listener (fill jobs request objects there).
+    server: Option<SocketAddr>,
+    /// Fill jobs (cache mode; made on the admin thread, which runs them).
+    fills: Option<Arc<Fills>>,
 }
 
 /// Totals at one sampling instant, for rates.
@@ -84,17 +89,20 @@ impl Admin {
         control: Arc<Control>,
         stats: Vec<Arc<WorkerStats>>,
         cache: Option<Arc<crate::proxy::ProxyShared>>,
+        server: Option<SocketAddr>,
     ) -> Admin {
         Admin {
             control,
             stats,
             cache,
+            server,
+            fills: None,
             rates: RefCell::new(Rates::default()),
         }
     }
 
     /// The thread body: serve until the server stops.
-    pub(crate) fn run(self, listener: std::net::TcpListener) {
+    pub(crate) fn run(mut self, listener: std::net::TcpListener) {
         let rt = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -106,6 +114,11 @@ impl Admin {
             }
         };
         let local = tokio::task::LocalSet::new();
+        let fill_opts = self.control.options().fill.clone();
+        self.fills = self
+            .cache
+            .as_ref()
+            .map(|px| Arc::new(Fills::new(Arc::clone(px), self.server, &fill_opts)));
         let admin = Rc::new(self);
         local.block_on(&rt, async move {
             let listener = match TcpListener::from_std(listener) {
@@ -116,6 +129,10 @@ impl Admin {
                 }
             };
             let sampler = tokio::task::spawn_local(sample_rates(admin.clone()));
+            let executor = admin.fills.clone().map(|f| {
+                let control = admin.control.clone();
+                tokio::task::spawn_local(f.run(move || control.options().fill.clone()))
+            });
             let mut mode = admin.control.watch_run_state();
             loop {
                 tokio::select! {
@@ -135,6 +152,9 @@ impl Admin {
                 }
             }
             sampler.abort();
+            if let Some(e) = executor {
+                e.abort();
+            }
         });
     }
 
@@ -225,12 +245,16 @@ impl Reply {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        201 => "Created",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Content Too Large",
         422 => "Unprocessable Content",
         503 => "Service Unavailable",
         _ => "Unknown",
@@ -241,13 +265,15 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
     let mut buf = Vec::with_capacity(1024);
     let deadline = tokio::time::Instant::now() + ADMIN_HEAD_TIMEOUT;
     let reply = loop {
-        if let Some(reply) = parse_and_route(&admin, &buf) {
-            break reply;
-        }
-        if buf.len() >= MAX_ADMIN_HEAD {
+        let head_done = match parse_and_route(&admin, &buf) {
+            Parsed::Done(reply) => break reply,
+            Parsed::NeedBody => true,
+            Parsed::NeedHead => false,
+        };
+        if !head_done && buf.len() >= MAX_ADMIN_HEAD {
             break Reply::text(400, "request head too large");
         }
-        let mut chunk = [0u8; 1024];
+        let mut chunk = [0u8; 16 * 1024];
         match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return,
             Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
@@ -268,27 +294,58 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
     let _ = stream.shutdown().await;
 }
 
-/// `None` while the head is incomplete. The head goes through the same strict parser
-/// as client requests (`linerate_http::request`).
-fn parse_and_route(admin: &Admin, buf: &[u8]) -> Option<Reply> {
+/// How far a request has arrived.
+enum Parsed {
+    /// The head is incomplete.
+    NeedHead,
+    /// The head is complete; its `Content-Length` body is not.
+    NeedBody,
+    Done(Reply),
+}
+
+/// The head goes through the same strict parser as client requests
+/// (`linerate_http::request`). A body is read only when `Content-Length` announces one
+/// (fill job submissions), up to [`MAX_JOB_BODY`].
+fn parse_and_route(admin: &Admin, buf: &[u8]) -> Parsed {
     let mut fields = linerate_http::request::FieldBuf::new();
-    let head = match linerate_http::parse_request(buf, &mut fields) {
-        Ok(linerate_http::ParseOutcome::Partial) => return None,
-        Err(e) => return Some(Reply::text(e.status().code(), "malformed request")),
-        Ok(linerate_http::ParseOutcome::Complete { head, .. }) => head,
+    let (head, head_len) = match linerate_http::parse_request(buf, &mut fields) {
+        Ok(linerate_http::ParseOutcome::Partial) => return Parsed::NeedHead,
+        Err(e) => return Parsed::Done(Reply::text(e.status().code(), "malformed request")),
+        Ok(linerate_http::ParseOutcome::Complete { head, head_len }) => (head, head_len),
     };
+    let length = match head.field(b"content-length") {
+        None => 0,
+        Some(v) => match std::str::from_utf8(v)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            Some(n) => n,
+            None => return Parsed::Done(Reply::text(400, "bad Content-Length")),
+        },
+    };
+    if head.field(b"transfer-encoding").is_some() {
+        return Parsed::Done(Reply::text(411, "send the body with Content-Length"));
+    }
+    if length > MAX_JOB_BODY {
+        return Parsed::Done(Reply::text(413, "request body too large"));
+    }
+    if buf.len() < head_len + length {
+        return Parsed::NeedBody;
+    }
+    let body = &buf[head_len..head_len + length];
     let Some((path, query)) = head.path_and_query() else {
-        return Some(Reply::text(400, "malformed request"));
+        return Parsed::Done(Reply::text(400, "malformed request"));
     };
     // The parser's alphabet for targets is ASCII, so these never fail.
     let path = std::str::from_utf8(path).unwrap_or("/");
     let query = std::str::from_utf8(query.strip_prefix(b"?").unwrap_or(query)).unwrap_or("");
-    Some(route(
+    Parsed::Done(route(
         admin,
         head.method_token,
         path,
         query,
         head.field(b"authorization"),
+        body,
     ))
 }
 
@@ -298,23 +355,18 @@ fn route(
     path: &str,
     query: &str,
     authorization: Option<&[u8]>,
+    body: &[u8],
 ) -> Reply {
     let read_only = matches!(method, "GET" | "HEAD");
+    if path == "/fill" || path.starts_with("/fill/") {
+        return fill_reply(admin, method, path, authorization, body);
+    }
     let command = matches!(path, "/drain" | "/reload" | "/reopen-logs" | "/purge");
     if command {
         if method != "POST" {
             return method_not_allowed("POST");
         }
-        let token = admin.control.options().admin.token.clone();
-        if token.is_empty() {
-            return Reply::text(
-                403,
-                "commands are disabled: set admin.token in the configuration",
-            );
-        }
-        if !authorized(authorization, &token) {
-            let mut r = Reply::text(401, "missing or wrong bearer token");
-            r.extra = "WWW-Authenticate: Bearer realm=\"linerate\"\r\n";
+        if let Err(r) = check_token(admin, authorization) {
             return r;
         }
         if path == "/purge" {
@@ -329,11 +381,14 @@ fn route(
         "/metrics" | "/stats.json" if metrics == Metrics::Off => {
             return Reply::text(404, "metrics are off (admin.metrics = false)")
         }
-        "/metrics" => Reply::new(
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics::prometheus(&admin.stats, &facts),
-        ),
+        "/metrics" => {
+            let mut text = metrics::prometheus(&admin.stats, &facts);
+            if let Some(f) = &admin.fills {
+                text.push_str(&f.prometheus());
+            }
+            Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", text)
+        }
+        "/ready" => ready_reply(admin),
         "/health" => {
             // 503 while draining, or in cache mode when no store disk is in service; a
             // down origin does not fail it (see `HealthVerdict`).
@@ -380,12 +435,129 @@ fn player_page(listen: &[SocketAddr]) -> String {
 
 fn method_not_allowed(allow: &'static str) -> Reply {
     let mut r = Reply::text(405, "method not allowed");
-    r.extra = if allow == "POST" {
-        "Allow: POST\r\n"
-    } else {
-        "Allow: GET, HEAD\r\n"
+    r.extra = match allow {
+        "POST" => "Allow: POST\r\n",
+        "PUT" => "Allow: PUT\r\n",
+        "DELETE" => "Allow: GET, HEAD, DELETE\r\n",
+        _ => "Allow: GET, HEAD\r\n",
     };
     r
+}
+
+/// Commands need `admin.token` configured (else 403) and sent (else 401).
+fn check_token(admin: &Admin, authorization: Option<&[u8]>) -> Result<(), Reply> {
+    let token = admin.control.options().admin.token.clone();
+    if token.is_empty() {
+        return Err(Reply::text(
+            403,
+            "commands are disabled: set admin.token in the configuration",
+        ));
+    }
+    if !authorized(authorization, &token) {
+        let mut r = Reply::text(401, "missing or wrong bearer token");
+        r.extra = "WWW-Authenticate: Bearer realm=\"linerate\"\r\n";
+        return Err(r);
+    }
+    Ok(())
+}
+
+/// `GET /ready`: 200 when the server is serving and fill coverage of the jobs that count
+/// toward readiness is at least `[fill] ready_coverage`; 503 otherwise. (Fill's part of
+/// readiness; see `Fills::coverage`.)
+fn ready_reply(admin: &Admin) -> Reply {
+    let need = admin.control.options().fill.ready_coverage;
+    let coverage = admin.fills.as_ref().map_or(1.0, |f| f.coverage());
+    let serving = admin.control.run_state() == RunState::Serving;
+    let ready = serving && fill_ready(coverage, need);
+    Reply::new(
+        if ready { 200 } else { 503 },
+        "application/json",
+        format!(
+            "{{\"ready\":{ready},\"mode\":\"{}\",\"fill_coverage\":{coverage:.4},\"fill_ready_coverage\":{need}}}\n",
+            admin.control.run_state().as_str()
+        ),
+    )
+}
+
+/// Whether fill coverage lets the server report ready.
+fn fill_ready(coverage: f64, need: f64) -> bool {
+    need <= 0.0 || coverage >= need
+}
+
+/// `/fill/...`: `PUT /fill/manifests/{name}`, `GET /fill/jobs[/{name}]`,
+/// `POST /fill/jobs/{name}/{pause|resume|cancel}`, `DELETE /fill/jobs/{name}`.
+/// Reads are open like `/metrics`; changes need the token.
+fn fill_reply(
+    admin: &Admin,
+    method: &str,
+    path: &str,
+    authorization: Option<&[u8]>,
+    body: &[u8],
+) -> Reply {
+    let Some(fills) = &admin.fills else {
+        return Reply::text(404, "fill jobs need cache mode");
+    };
+    let parts: Vec<&str> = path.trim_start_matches("/fill/").split('/').collect();
+    let read = matches!(method, "GET" | "HEAD");
+    if !read {
+        if let Err(r) = check_token(admin, authorization) {
+            return r;
+        }
+    }
+    let json = |status, body: String| Reply::new(status, "application/json", body);
+    match parts.as_slice() {
+        ["manifests", name] => {
+            if method != "PUT" {
+                return method_not_allowed("PUT");
+            }
+            match fills.submit(name, body) {
+                Ok(s) => {
+                    let (status, name, outcome) = match s {
+                        Submitted::Created(n) => (201, n, "created"),
+                        Submitted::Unchanged(n) => (200, n, "unchanged"),
+                        Submitted::Replaced(n) => (200, n, "replaced"),
+                    };
+                    tracing::info!(job = %name, outcome, "fill job submitted");
+                    let job = fills.render(Some(&name)).unwrap_or_default();
+                    json(
+                        status,
+                        format!("{{\"outcome\":\"{outcome}\",\"job\":{}}}\n", job.trim_end()),
+                    )
+                }
+                Err(reason) => Reply::text(400, &reason),
+            }
+        }
+        ["jobs"] if read => json(200, fills.render(None).unwrap_or_default()),
+        ["jobs"] => method_not_allowed("GET"),
+        ["jobs", name] => match method {
+            "GET" | "HEAD" => match fills.render(Some(name)) {
+                Some(j) => json(200, j),
+                None => Reply::text(404, "no such job"),
+            },
+            "DELETE" => {
+                if fills.delete(name) {
+                    tracing::info!(job = %name, "fill job deleted");
+                    json(200, "{\"deleted\":true}\n".into())
+                } else {
+                    Reply::text(404, "no such job")
+                }
+            }
+            _ => method_not_allowed("DELETE"),
+        },
+        ["jobs", name, action] => {
+            if method != "POST" {
+                return method_not_allowed("POST");
+            }
+            match fills.act(name, action) {
+                Ok(()) => {
+                    tracing::info!(job = %name, action, "fill job changed");
+                    json(200, fills.render(Some(name)).unwrap_or_default())
+                }
+                Err((status, reason)) => Reply::text(status, &reason),
+            }
+        }
+        _ => Reply::text(404, "not found"),
+    }
 }
 
 /// `POST /purge?url=URL` removes one URL (its variants and slices too);

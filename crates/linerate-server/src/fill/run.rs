@@ -1,0 +1,419 @@
+//! The executor, on the admin thread's runtime: every tick it starts what may start
+//! (priority, concurrency, rate caps, windows, client load), and each object is a GET
+//! over loopback to the server's own listener (see the module comment of `fill`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{plan, Fills, Item, State};
+use crate::fillopts::FillOptions;
+
+/// How often the executor looks for work.
+const TICK: Duration = Duration::from_millis(10);
+
+/// No progress on an object's connection for this long fails it (`timeout`).
+const IDLE: Duration = Duration::from_secs(30);
+
+/// Largest response head read.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// How long a complete answer may take to show up in the store's index (the fill's
+/// last write and the index update follow the last body byte).
+const STORED_WITHIN: Duration = Duration::from_secs(2);
+
+/// Recent completions kept per job for its rate.
+const RECENT: usize = 4096;
+
+/// What an object's fetch needs to know about its job.
+struct Start {
+    server: SocketAddr,
+    name: String,
+    /// The plan it belongs to (a replaced plan's answers are not counted).
+    generation: u64,
+    /// Held when it started (a playlist, read again): counted as skipped.
+    present: bool,
+    retries: u32,
+    global_rate: u64,
+}
+
+/// What one request got.
+struct Fetched {
+    bytes: u64,
+    /// The body, for playlists.
+    body: Option<Vec<u8>>,
+}
+
+impl Fills {
+    /// Run jobs until the thread stops; `opts` reads the `[fill]` options in effect
+    /// (a reload changes rates and concurrency).
+    pub(crate) async fn run(self: Arc<Self>, opts: impl Fn() -> FillOptions) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            self.step(&opts());
+        }
+    }
+
+    fn step(self: &Arc<Self>, opts: &FillOptions) {
+        let Some(server) = self.server else { return };
+        let now = Instant::now();
+        self.global
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .refill(opts.rate_bytes_per_s, now);
+        let mut finished = false;
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut order: Vec<(i64, String)> = jobs
+            .values()
+            .map(|j| (-j.spec.priority, j.name.clone()))
+            .collect();
+        order.sort();
+        for (_, name) in order {
+            let Some(job) = jobs.get_mut(&name) else {
+                continue;
+            };
+            job.bucket.refill(job.spec.rate_bytes_per_s, now);
+            if matches!(
+                job.state,
+                State::Paused | State::Done | State::Failed | State::Cancelled
+            ) {
+                continue;
+            }
+            if job.window.is_some_and(|w| !w.open_now()) {
+                job.state = State::WaitingWindow;
+                continue;
+            }
+            job.state = if job.started {
+                State::Running
+            } else {
+                State::Queued
+            };
+            loop {
+                let Some(item) = job.todo.front() else {
+                    if job.in_flight == 0 {
+                        job.state = if job.counters.failed > 0 {
+                            State::Failed
+                        } else {
+                            State::Done
+                        };
+                        tracing::info!(job = %job.name, state = job.state.as_str(), "fill job finished");
+                        finished = true;
+                    }
+                    break;
+                };
+                let present = item.held(&self.px);
+                if present && !item.playlist {
+                    // Held: counted, no request, no budget spent.
+                    job.todo.pop_front();
+                    job.counters.skipped_present += 1;
+                    self.totals
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .skipped_present += 1;
+                    job.started = true;
+                    job.state = State::Running;
+                    continue;
+                }
+                if self.in_flight.load(Relaxed) >= opts.concurrency.max(1)
+                    || !job.bucket.open(job.spec.rate_bytes_per_s)
+                    || !self
+                        .global
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .open(opts.rate_bytes_per_s)
+                {
+                    break;
+                }
+                // Client traffic outranks fill: with more client fills in flight than
+                // `yield_above`, nothing new starts (ours are subtracted; each of ours
+                // is at most one claim).
+                let client_fills = self
+                    .px
+                    .fills
+                    .in_progress()
+                    .saturating_sub(self.in_flight.load(Relaxed));
+                if client_fills > opts.yield_above {
+                    break;
+                }
+                let Some(item) = job.todo.pop_front() else {
+                    break;
+                };
+                job.in_flight += 1;
+                job.started = true;
+                job.state = State::Running;
+                self.in_flight.fetch_add(1, Relaxed);
+                let start = Start {
+                    server,
+                    name: job.name.clone(),
+                    generation: job.generation,
+                    present,
+                    retries: opts.retries,
+                    global_rate: opts.rate_bytes_per_s,
+                };
+                tokio::task::spawn_local(Arc::clone(self).fetch(start, item));
+            }
+        }
+        drop(jobs);
+        if finished {
+            self.save();
+        }
+    }
+
+    /// Fetch one object and count how it went.
+    async fn fetch(self: Arc<Self>, start: Start, mut item: Item) {
+        let Start {
+            server,
+            name,
+            generation,
+            present,
+            retries,
+            global_rate,
+        } = start;
+        let mut result = get(server, &item.host, &item.target, item.playlist).await;
+        if result.is_ok() {
+            // Verify: the store holds it now (an answer the cache would not store,
+            // `no-store` or `private`, is a failure of the job).
+            let deadline = Instant::now() + STORED_WITHIN;
+            while !item.held(&self.px) {
+                if Instant::now() >= deadline {
+                    tracing::debug!(target = %item.target, "fill: a 200 the store does not hold");
+                    result = Err("not stored".into());
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let bytes = match &result {
+            Ok(f) => f.bytes,
+            Err(_) => 0,
+        };
+        self.in_flight.fetch_sub(1, Relaxed);
+        self.global
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .debit(global_rate, bytes);
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
+        totals.bytes += bytes;
+        let Some(job) = jobs.get_mut(&name).filter(|j| j.generation == generation) else {
+            return;
+        };
+        job.in_flight -= 1;
+        job.bucket.debit(job.spec.rate_bytes_per_s, bytes);
+        job.counters.bytes += bytes;
+        job.recent.push_back((Instant::now(), bytes, 1));
+        while job.recent.len() > RECENT {
+            job.recent.pop_front();
+        }
+        match result {
+            Ok(f) => {
+                if present {
+                    job.counters.skipped_present += 1;
+                    totals.skipped_present += 1;
+                } else {
+                    job.counters.done += 1;
+                    totals.done += 1;
+                }
+                if let Some(body) = f.body {
+                    match plan::playlist_uris(&body) {
+                        Some((_, uris)) => {
+                            for uri in uris {
+                                job.counters.planned += 1;
+                                totals.planned += 1;
+                                match plan::child(&self.px, &item, &uri) {
+                                    Ok(mut child) => {
+                                        child.playlist = is_playlist(&child.target);
+                                        job.todo.push_back(child);
+                                    }
+                                    Err(reason) => {
+                                        tracing::debug!(job = %name, %reason, "playlist entry not followed");
+                                        count_failure(
+                                            job,
+                                            &mut totals,
+                                            "playlist entry not followed",
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                        None => count_failure(job, &mut totals, "not a playlist"),
+                    }
+                }
+            }
+            Err(reason) => {
+                item.tries += 1;
+                if item.tries <= retries && !job.state.finished() {
+                    job.todo.push_back(item);
+                } else {
+                    tracing::debug!(job = %name, target = %item.target, %reason, "fill object failed");
+                    count_failure(job, &mut totals, &reason);
+                }
+            }
+        }
+    }
+}
+
+fn is_playlist(target: &str) -> bool {
+    let path = target.split('?').next().unwrap_or("");
+    linerate_http::hls::is_playlist_path(path.as_bytes())
+}
+
+fn count_failure(job: &mut super::Job, totals: &mut super::Counters, reason: &str) {
+    job.counters.failed += 1;
+    *job.counters
+        .failed_reasons
+        .entry(reason.to_owned())
+        .or_insert(0) += 1;
+    totals.failed += 1;
+    *totals.failed_reasons.entry(reason.to_owned()).or_insert(0) += 1;
+}
+
+/// GET `target` from the server at `server` with `Host: host`, reading the whole body
+/// (kept when `keep`). `Err`: the failure's reason.
+async fn get(server: SocketAddr, host: &str, target: &str, keep: bool) -> Result<Fetched, String> {
+    let mut s = match tokio::time::timeout(IDLE, TcpStream::connect(server)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(_)) => return Err("connect".into()),
+        Err(_) => return Err("timeout".into()),
+    };
+    let request = format!(
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: linerate-fill\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(request.as_bytes())
+        .await
+        .map_err(|_| "connection lost".to_owned())?;
+    let mut buf = Vec::with_capacity(16 * 1024);
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err("bad response".into());
+        }
+        if read_some(&mut s, &mut buf).await? == 0 {
+            return Err("truncated".into());
+        }
+    };
+    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| "bad response".to_owned())?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| "bad response".to_owned())?;
+    let mut length = None;
+    let mut chunked = false;
+    for l in lines {
+        if let Some((n, v)) = l.split_once(':') {
+            if n.eq_ignore_ascii_case("content-length") {
+                length = v.trim().parse::<u64>().ok();
+            } else if n.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = v.to_ascii_lowercase().contains("chunked");
+            }
+        }
+    }
+    if status != 200 {
+        return Err(format!("status {status}"));
+    }
+    let mut rest = buf.split_off(head_end);
+    if chunked {
+        let (bytes, body) = read_chunked(&mut s, rest, keep).await?;
+        return Ok(Fetched {
+            bytes,
+            body: keep.then_some(body),
+        });
+    }
+    let Some(length) = length else {
+        return Err("unframed".into());
+    };
+    let mut body = if keep { rest.clone() } else { Vec::new() };
+    let mut got = rest.len() as u64;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while got < length {
+        let n = match tokio::time::timeout(IDLE, s.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Err("truncated".into()),
+            Ok(Ok(n)) => n,
+            Err(_) => return Err("timeout".into()),
+        };
+        got += n as u64;
+        if keep {
+            if body.len() + n > linerate_http::hls::MAX_PLAYLIST_BYTES {
+                return Err("playlist too large".into());
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    }
+    rest.clear();
+    if got != length {
+        return Err("bad response".into());
+    }
+    Ok(Fetched {
+        bytes: got,
+        body: keep.then_some(body),
+    })
+}
+
+async fn read_some(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<usize, String> {
+    buf.reserve(16 * 1024);
+    match tokio::time::timeout(IDLE, s.read_buf(buf)).await {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(_)) => Err("truncated".into()),
+        Err(_) => Err("timeout".into()),
+    }
+}
+
+/// A chunked body (RFC 9112 §7.1), read to its last chunk; trailers are skipped.
+async fn read_chunked(
+    s: &mut TcpStream,
+    mut buf: Vec<u8>,
+    keep: bool,
+) -> Result<(u64, Vec<u8>), String> {
+    let mut body = Vec::new();
+    let mut bytes = 0u64;
+    let mut at = 0;
+    loop {
+        // A size line.
+        let line_end = loop {
+            if let Some(i) = buf[at..].windows(2).position(|w| w == b"\r\n") {
+                break at + i;
+            }
+            if buf.len() - at > 1024 {
+                return Err("bad response".into());
+            }
+            if read_some(s, &mut buf).await? == 0 {
+                return Err("truncated".into());
+            }
+        };
+        let line =
+            std::str::from_utf8(&buf[at..line_end]).map_err(|_| "bad response".to_owned())?;
+        let size_text = line.split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(size_text, 16).map_err(|_| "bad response".to_owned())?;
+        at = line_end + 2;
+        if size == 0 {
+            return Ok((bytes, body));
+        }
+        while buf.len() < at + size + 2 {
+            if read_some(s, &mut buf).await? == 0 {
+                return Err("truncated".into());
+            }
+        }
+        bytes += size as u64;
+        if keep {
+            if body.len() + size > linerate_http::hls::MAX_PLAYLIST_BYTES {
+                return Err("playlist too large".into());
+            }
+            body.extend_from_slice(&buf[at..at + size]);
+        }
+        at += size + 2;
+        if at > 1 << 20 {
+            buf.drain(..at);
+            at = 0;
+        }
+    }
+}
