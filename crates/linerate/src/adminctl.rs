@@ -44,7 +44,7 @@ pub struct StatsArgs {
 }
 
 impl AdminArgs {
-    fn resolve(&self) -> anyhow::Result<(SocketAddr, String)> {
+    pub(crate) fn resolve(&self) -> anyhow::Result<(SocketAddr, String)> {
         let config = match &self.config {
             Some(p) => Some(crate::config::Config::load(p)?),
             None => None,
@@ -69,6 +69,17 @@ impl AdminArgs {
 
 /// One admin call; returns status and body.
 fn call(addr: SocketAddr, method: &str, path: &str, token: &str) -> anyhow::Result<(u16, String)> {
+    call_with_body(addr, method, path, token, b"")
+}
+
+/// One admin call sending `body`; returns status and body.
+pub(crate) fn call_with_body(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: &[u8],
+) -> anyhow::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, CALL_TIMEOUT)
         .with_context(|| format!("admin API at {addr}"))?;
     s.set_read_timeout(Some(CALL_TIMEOUT))?;
@@ -80,8 +91,10 @@ fn call(addr: SocketAddr, method: &str, path: &str, token: &str) -> anyhow::Resu
     };
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
     )?;
+    s.write_all(body)?;
     let mut answer = Vec::new();
     s.take(MAX_ANSWER).read_to_end(&mut answer)?;
     let text = String::from_utf8_lossy(&answer);

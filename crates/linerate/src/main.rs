@@ -5,6 +5,8 @@
 mod adminctl;
 mod cacheconfig;
 mod config;
+mod fillconfig;
+mod fillctl;
 mod opsconfig;
 mod tlsconfig;
 
@@ -33,6 +35,9 @@ enum Command {
     Drain(adminctl::AdminArgs),
     /// A live terminal view of a running server (admin API `/stats.json`).
     Stats(adminctl::StatsArgs),
+    /// Fill (pre-positioning) jobs: submit, follow with a progress bar, pause, resume,
+    /// cancel (admin API `/fill/...`; changes need `admin.token`).
+    Fill(fillctl::FillArgs),
     /// Validate a configuration file and print the effective configuration; exit 0 if valid.
     CheckConfig {
         /// The configuration file (TOML).
@@ -99,6 +104,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => check_config(&file),
         Command::Drain(args) => adminctl::drain(&args),
         Command::Stats(args) => adminctl::stats(&args),
+        Command::Fill(args) => fillctl::run(&args),
         Command::Bench(args) => linerate_bench::run(args),
     };
     match result {
