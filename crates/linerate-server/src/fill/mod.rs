@@ -30,7 +30,7 @@ mod plan;
 mod run;
 mod state;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -68,7 +68,7 @@ pub(crate) struct Spec {
     pub host: Option<String>,
     /// Higher runs first. Default 0.
     pub priority: i64,
-    /// Keep the objects from eviction (not available in this build: refused).
+    /// Keep the objects from eviction until the job is deleted.
     pub pinned: bool,
     /// Counts toward `/ready` (`[fill] ready_coverage`).
     pub ready: bool,
@@ -172,6 +172,24 @@ struct Item {
 }
 
 impl Item {
+    /// Pin the object (whole, or every slice held); the keys pinned.
+    fn pin(&self, px: &ProxyShared) -> Vec<Vec<u8>> {
+        if px.store.pin(&self.key, true) {
+            return vec![self.key.clone()];
+        }
+        let mut keys = Vec::new();
+        if self.slice_key.is_some() {
+            for n in 0.. {
+                let k = linerate_http::cache::key::slice(&self.key, n);
+                if !px.store.pin(&k, true) {
+                    break;
+                }
+                keys.push(k);
+            }
+        }
+        keys
+    }
+
     /// Whether the store holds the object (whole, or its first slice), or is writing it.
     fn held(&self, px: &ProxyShared) -> bool {
         px.store.contains(&self.key)
@@ -201,6 +219,9 @@ struct Job {
     generation: u64,
     /// Some object has started (queued → running).
     started: bool,
+    /// Keys this job pinned (unpinned when it is deleted or replaced, unless another
+    /// job pinned them too).
+    pinned_keys: BTreeSet<Vec<u8>>,
 }
 
 /// A token bucket over body bytes. Debited after an object (its size is known then),
@@ -319,12 +340,16 @@ impl Fills {
                 return Ok(Submitted::Unchanged(name.to_owned()));
             }
         }
-        let replaced = jobs.contains_key(name);
+        let replaced = jobs.remove(name);
         let job = self.new_job(name, spec, window, todo, State::Queued);
         jobs.insert(name.to_owned(), job);
+        if let Some(old) = &replaced {
+            // The new plan pins again what it still lists as it comes to it.
+            self.unpin_unclaimed(&jobs, &old.pinned_keys);
+        }
         drop(jobs);
         self.save();
-        Ok(if replaced {
+        Ok(if replaced.is_some() {
             Submitted::Replaced(name.to_owned())
         } else {
             Submitted::Created(name.to_owned())
@@ -357,6 +382,7 @@ impl Fills {
             recent: VecDeque::new(),
             generation: self.next_generation(),
             started: false,
+            pinned_keys: BTreeSet::new(),
             spec,
         }
     }
@@ -364,11 +390,6 @@ impl Fills {
     /// Check a job and build its first plan (URLs and playlists; segments are added
     /// when the playlists are read).
     fn validate(&self, spec: &Spec) -> Result<(Option<Window>, VecDeque<Item>), String> {
-        if spec.pinned {
-            return Err(
-                "\"pinned\": true is not available in this build (see docs/operations.md)".into(),
-            );
-        }
         if spec.urls.is_empty() && spec.manifests.is_empty() {
             return Err("a job needs \"urls\" or \"manifests\"".into());
         }
@@ -416,16 +437,29 @@ impl Fills {
     /// `DELETE /fill/jobs/{name}`: forget the job (objects in flight finish; what was
     /// fetched stays in the cache). `false` when there was none.
     pub(crate) fn delete(&self, name: &str) -> bool {
-        let removed = self
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name)
-            .is_some();
-        if removed {
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        let removed = jobs.remove(name);
+        if let Some(old) = &removed {
+            self.unpin_unclaimed(&jobs, &old.pinned_keys);
+        }
+        drop(jobs);
+        if removed.is_some() {
             self.save();
         }
-        removed
+        removed.is_some()
+    }
+
+    /// Unpin `keys` except those another job in `jobs` pinned.
+    fn unpin_unclaimed(&self, jobs: &BTreeMap<String, Job>, keys: &BTreeSet<Vec<u8>>) {
+        let mut n = 0u64;
+        for k in keys {
+            if !jobs.values().any(|j| j.pinned_keys.contains(k)) && self.px.store.pin(k, false) {
+                n += 1;
+            }
+        }
+        if n > 0 {
+            tracing::info!(objects = n, "fill: objects unpinned");
+        }
     }
 
     /// One job as JSON, or every job (`name` = None).
@@ -521,6 +555,16 @@ impl Fills {
                 state.as_str()
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP linerate_fill_pinned_bytes Bytes of objects pinned (never evicted), all disks."
+        );
+        let _ = writeln!(out, "# TYPE linerate_fill_pinned_bytes gauge");
+        let _ = writeln!(
+            out,
+            "linerate_fill_pinned_bytes {}",
+            self.px.store.pinned_bytes()
+        );
         let _ = writeln!(
             out,
             "# HELP linerate_fill_coverage Share of ready-counting fill objects held."

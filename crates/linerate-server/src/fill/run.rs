@@ -22,9 +22,14 @@ const IDLE: Duration = Duration::from_secs(30);
 /// Largest response head read.
 const MAX_HEAD: usize = 64 * 1024;
 
-/// How long a complete answer may take to show up in the store's index (the fill's
-/// last write and the index update follow the last body byte).
-const STORED_WITHIN: Duration = Duration::from_secs(2);
+/// How long a complete answer may take to show up in the store at all. The store lists
+/// a write from its start (`Store::contains` counts writes in progress), so an object
+/// not listed once its body was read was not admitted; the margin covers the fill's
+/// first write racing the last body byte.
+const STORED_WITHIN: Duration = Duration::from_millis(300);
+
+/// How long a write in progress may take to finish so a pinned job can pin it.
+const PUBLISHED_WITHIN: Duration = Duration::from_secs(10);
 
 /// Recent completions kept per job for its rate.
 const RECENT: usize = 4096;
@@ -39,6 +44,8 @@ struct Start {
     present: bool,
     retries: u32,
     global_rate: u64,
+    /// Pin the object once stored.
+    pinned: bool,
 }
 
 /// What one request got.
@@ -62,6 +69,11 @@ impl Fills {
 
     fn step(self: &Arc<Self>, opts: &FillOptions) {
         let Some(server) = self.server else { return };
+        // Until the index is loaded, "held" cannot be told from "not held": starting
+        // then would fetch again what the store already has.
+        if !self.px.store.is_loaded() {
+            return;
+        }
         let now = Instant::now();
         self.global
             .lock()
@@ -108,8 +120,16 @@ impl Fills {
                     break;
                 };
                 let present = item.held(&self.px);
-                if present && !item.playlist {
+                // A pinned job pins what is held; an object still being written cannot
+                // be pinned yet, so it is requested (joining that write) and pinned then.
+                let pinned_now = if present && job.spec.pinned && !item.playlist {
+                    item.pin(&self.px)
+                } else {
+                    Vec::new()
+                };
+                if present && !item.playlist && (!job.spec.pinned || !pinned_now.is_empty()) {
                     // Held: counted, no request, no budget spent.
+                    job.pinned_keys.extend(pinned_now);
                     job.todo.pop_front();
                     job.counters.skipped_present += 1;
                     self.totals
@@ -155,6 +175,7 @@ impl Fills {
                     present,
                     retries: opts.retries,
                     global_rate: opts.rate_bytes_per_s,
+                    pinned: job.spec.pinned,
                 };
                 tokio::task::spawn_local(Arc::clone(self).fetch(start, item));
             }
@@ -174,25 +195,40 @@ impl Fills {
             present,
             retries,
             global_rate,
+            pinned,
         } = start;
         let mut result = get(server, &item.host, &item.target, item.playlist).await;
+        let bytes = result.as_ref().map_or(0, |f| f.bytes);
+        let mut pinned_keys = Vec::new();
         if result.is_ok() {
             // Verify: the store holds it now (an answer the cache would not store,
-            // `no-store` or `private`, is a failure of the job).
-            let deadline = Instant::now() + STORED_WITHIN;
-            while !item.held(&self.px) {
-                if Instant::now() >= deadline {
+            // `no-store` or `private`, or could not store, is a failure of the job);
+            // for a pinned job, it is pinned.
+            let read_at = Instant::now();
+            loop {
+                let held = item.held(&self.px);
+                let ok = if pinned && held {
+                    pinned_keys = item.pin(&self.px);
+                    !pinned_keys.is_empty()
+                } else {
+                    held
+                };
+                if ok {
+                    break;
+                }
+                let waited = read_at.elapsed();
+                if waited >= PUBLISHED_WITHIN || (!held && waited >= STORED_WITHIN) {
                     tracing::debug!(target = %item.target, "fill: a 200 the store does not hold");
-                    result = Err("not stored".into());
+                    result = Err(if self.no_space(bytes) {
+                        "no space".into()
+                    } else {
+                        "not stored".into()
+                    });
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        let bytes = match &result {
-            Ok(f) => f.bytes,
-            Err(_) => 0,
-        };
         self.in_flight.fetch_sub(1, Relaxed);
         self.global
             .lock()
@@ -211,6 +247,7 @@ impl Fills {
         while job.recent.len() > RECENT {
             job.recent.pop_front();
         }
+        job.pinned_keys.extend(pinned_keys);
         match result {
             Ok(f) => {
                 if present {
@@ -256,6 +293,16 @@ impl Fills {
                 }
             }
         }
+    }
+}
+
+impl Fills {
+    /// Whether pinned objects leave no room for `bytes` more: what is pinned cannot be
+    /// evicted, so past the high watermark a write is refused rather than making room.
+    fn no_space(&self, bytes: u64) -> bool {
+        let capacity: u64 = self.px.store.stats().iter().map(|d| d.capacity_bytes).sum();
+        let high = capacity / 100 * u64::from(self.px.opts.store.high_watermark_percent);
+        self.px.store.pinned_bytes().saturating_add(bytes) > high
     }
 }
 

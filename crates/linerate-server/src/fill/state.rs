@@ -24,6 +24,9 @@ struct Saved {
     spec: Spec,
     state: State,
     counters: Counters,
+    /// Keys the job pinned (as text: keys are visible ASCII and the slice separator).
+    #[serde(default)]
+    pinned_keys: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -46,6 +49,11 @@ impl Fills {
                     spec: j.spec.clone(),
                     state: j.state,
                     counters: j.counters.clone(),
+                    pinned_keys: j
+                        .pinned_keys
+                        .iter()
+                        .filter_map(|k| String::from_utf8(k.clone()).ok())
+                        .collect(),
                 })
                 .collect(),
         };
@@ -100,6 +108,12 @@ impl Fills {
                 };
                 self.new_job(&saved.name, saved.spec, window, todo, state)
             };
+            let mut job = job;
+            job.pinned_keys = saved
+                .pinned_keys
+                .into_iter()
+                .map(String::into_bytes)
+                .collect();
             self.jobs
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
