@@ -277,23 +277,50 @@ fn failures_are_counted_by_reason_after_retries() {
     assert_eq!(origin.total(), 34);
 }
 
-/// A job's rate cap holds: origin body bytes over 30 s are within 5 % of the cap.
+/// Rate caps hold: with a global cap of 100 kB/s and two jobs, one capped at 60 kB/s
+/// and one not, origin body bytes over 30 s are within 5 % of 100 kB/s in total and
+/// of 60 kB/s for the capped job (which goes first: its name sorts first).
 #[test]
-fn rate_cap_holds_within_five_percent_over_thirty_seconds() {
+fn rate_caps_hold_within_five_percent_over_thirty_seconds() {
     let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
-    const CAP: u64 = 100_000;
-    let bytes = Arc::new(AtomicU64::new(0));
-    let origin = sized_origin(5_000, bytes.clone());
+    const GLOBAL: f64 = 100_000.0;
+    const JOB: f64 = 60_000.0;
+    let capped = Arc::new(AtomicU64::new(0));
+    let other = Arc::new(AtomicU64::new(0));
+    let (c, o) = (capped.clone(), other.clone());
+    let origin = Origin::start(move |req: &Request| {
+        let counter = if req.path().starts_with("/a/") {
+            &c
+        } else {
+            &o
+        };
+        counter.fetch_add(5_000, Ordering::SeqCst);
+        origin::ok(&[b'x'; 5_000], &[("Cache-Control", "max-age=3600")])
+    });
     // Enough objects in flight that latency never limits the rate below the cap.
-    let cache = start(&origin, "concurrency = 8");
-    // 10 MB: 100 s at the cap, so it is still running when measured.
-    let spec = json!({ "urls": urls("/r/", 2_000), "rate_bytes_per_s": CAP });
-    assert_eq!(submit(&cache, "capped", &spec).0, 201);
+    let cache = start(&origin, "concurrency = 8\nrate_bytes_per_s = 100000");
+    // 10 MB each: still running when measured.
+    let a = json!({ "urls": urls("/a/", 2_000), "rate_bytes_per_s": JOB as u64 });
+    assert_eq!(submit(&cache, "a", &a).0, 201);
+    assert_eq!(
+        submit(&cache, "b", &json!({ "urls": urls("/b/", 2_000) })).0,
+        201
+    );
     std::thread::sleep(Duration::from_secs(2));
-    let (b0, t0) = (bytes.load(Ordering::SeqCst), Instant::now());
+    let sample = || {
+        (
+            capped.load(Ordering::SeqCst),
+            other.load(Ordering::SeqCst),
+            Instant::now(),
+        )
+    };
+    let (a0, b0, t0) = sample();
     std::thread::sleep(Duration::from_secs(30));
-    let (b1, t1) = (bytes.load(Ordering::SeqCst), Instant::now());
-    let rate = (b1 - b0) as f64 / (t1 - t0).as_secs_f64();
+    let (a1, b1, t1) = sample();
+    let secs = (t1 - t0).as_secs_f64();
+    let (rate_a, rate_b) = ((a1 - a0) as f64 / secs, (b1 - b0) as f64 / secs);
+    let total = rate_a + rate_b;
+    println!("rate caps: {total:.0} B/s in all (cap {GLOBAL}), {rate_a:.0} B/s for the capped job (cap {JOB}) over {secs:.1} s");
     let warnings: Vec<String> = cache
         .log
         .lock()
@@ -303,23 +330,74 @@ fn rate_cap_holds_within_five_percent_over_thirty_seconds() {
         .cloned()
         .collect();
     assert!(
-        (rate - CAP as f64).abs() <= CAP as f64 * 0.05,
-        "measured {rate:.0} B/s against a cap of {CAP}; server warnings: {warnings:#?}"
+        (total - GLOBAL).abs() <= GLOBAL * 0.05 && (rate_a - JOB).abs() <= JOB * 0.05,
+        "measured {total:.0} B/s in all (cap {GLOBAL}), {rate_a:.0} B/s for the capped job \
+         (cap {JOB}); server warnings: {warnings:#?}"
     );
-    let j = job(&cache, "capped");
-    assert_eq!(j["state"], "running");
-    let (status, _) = admin(&cache, "POST", "/fill/jobs/capped/cancel", None);
-    assert_eq!(status, 200);
+    for name in ["a", "b"] {
+        assert_eq!(job(&cache, name)["state"], "running");
+        let (status, _) = admin(&cache, "POST", &format!("/fill/jobs/{name}/cancel"), None);
+        assert_eq!(status, 200);
+    }
     std::thread::sleep(Duration::from_millis(300));
-    let j = job(&cache, "capped");
-    assert_eq!(j["state"], "cancelled");
-    let (_, done, _, failed) = counters(&j);
-    assert_eq!(failed, 0);
+    let (ja, jb) = (job(&cache, "a"), job(&cache, "b"));
+    assert_eq!(
+        (ja["state"].as_str(), jb["state"].as_str()),
+        (Some("cancelled"), Some("cancelled"))
+    );
+    let (_, done_a, _, failed_a) = counters(&ja);
+    let (_, done_b, _, failed_b) = counters(&jb);
+    assert_eq!(failed_a + failed_b, 0);
     assert_eq!(
         origin.total() as u64,
-        done,
+        done_a + done_b,
         "one origin request per object done"
     );
+}
+
+/// Client traffic outranks fill: with `yield_above = 0`, a job starts nothing while a
+/// client fill is in flight, and runs once it is over.
+#[test]
+fn fill_waits_for_client_fills() {
+    let origin = Origin::start(|req: &Request| {
+        let ok = origin::ok(b"body", &[("Cache-Control", "max-age=3600")]);
+        if req.path() == "/client/slow" {
+            Reply::Delayed {
+                delay: Duration::from_millis(1500),
+                reply: Box::new(ok),
+            }
+        } else {
+            ok
+        }
+    });
+    let cache = start(&origin, "yield_above = 0");
+    let addr = cache.addr;
+    let client = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET /client/slow HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        support::read_to_close(&mut s)
+    });
+    assert!(origin.wait_count("/client/slow", 1, Duration::from_secs(10)));
+    assert_eq!(
+        submit(&cache, "later", &json!({ "urls": urls("/j/", 3) })).0,
+        201
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(job(&cache, "later")["state"], "queued");
+    assert_eq!(
+        origin.total(),
+        1,
+        "no fill-job request while the client's fill runs"
+    );
+    let answer = client.join().unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    let j = wait_state(&cache, "later", &["done"], Duration::from_secs(10));
+    assert_eq!(counters(&j), (3, 3, 0, 0));
+    assert_eq!(origin.total(), 4);
 }
 
 /// Outside its window a job waits and makes no request; inside, it runs.

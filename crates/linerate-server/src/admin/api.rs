@@ -4,11 +4,17 @@
 //! (drain, reload, reopen logs). One request per connection, `Connection: close`; it is
 //! scraped every few seconds, not served at line rate.
 //!
+//! Cache mode adds the fill jobs (`/fill/...`, see `crate::fill`) and `/ready` (fill
+//! coverage); a fill job is the one request with a body (`Content-Length`, at most
+//! `MAX_JOB_BODY`).
+//!
 //! Defined answers for bad input: a malformed or oversized head is `400`, a command
 //! without the right `Authorization: Bearer` token is `401` (and changes nothing), a
 //! command when no token is configured is `403`, an unknown path `404` (as are `/metrics`
 //! and `/stats.json` when `admin.metrics` is off), a wrong method
-//! `405`, a reload whose file is invalid `422` (the old configuration keeps running).
+//! `405`, a reload whose file is invalid `422` (the old configuration keeps running); a
+//! bad fill job `400` with the reason, a pause/resume/cancel its state forbids `409`, a
+//! chunked body `411`, a body over the limit `413`.
 //!
 //! Not here: formatting the documents (`metrics`) or what drain and reload do (`control`).
 
