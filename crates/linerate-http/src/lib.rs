@@ -16,6 +16,7 @@
 pub mod cache;
 pub mod cmcd;
 pub mod conditional;
+pub mod dash;
 pub mod date;
 pub mod forward;
 pub mod hls;

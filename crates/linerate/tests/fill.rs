@@ -845,3 +845,52 @@ fn pinned_objects_stay_and_no_space_is_a_failure() {
     assert_eq!(metric(&cache, "linerate_fill_pinned_bytes"), 0);
     assert_eq!(count("/a/"), 30);
 }
+
+/// A DASH MPD (the bundled sample's) expands to every representation's initialization
+/// and media segments; a live MPD is a failure with its reason, not a partial fill.
+#[test]
+fn dash_mpds_expand_to_every_segment() {
+    let sample = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sample");
+    let root = sample.clone();
+    let origin = Origin::start(move |req: &Request| {
+        if req.path() == "/live/manifest.mpd" {
+            return origin::ok(
+                br#"<MPD type="dynamic"><Period/></MPD>"#,
+                &[("Cache-Control", "max-age=2")],
+            );
+        }
+        match std::fs::read(root.join(req.path().trim_start_matches('/'))) {
+            Ok(body) => origin::ok(&body, &[("Cache-Control", "max-age=3600")]),
+            Err(_) => origin::status(404, &[]),
+        }
+    });
+    let cache = start(&origin, "retries = 0");
+    let spec = json!({ "manifests": ["/dash/manifest.mpd"], "host": HOST });
+    assert_eq!(submit(&cache, "dash", &spec).0, 201);
+    let j = wait_state(&cache, "dash", &["done", "failed"], Duration::from_secs(20));
+    assert_eq!(counters(&j), (11, 11, 0, 0), "{j}");
+    assert_eq!(origin.total(), 11);
+    for r in 0..2 {
+        let mut paths = vec![format!("/dash/init-{r}.m4s")];
+        paths.extend((1..=4).map(|n| format!("/dash/chunk-{r}-{n:05}.m4s")));
+        for p in paths {
+            assert_eq!(origin.count(&p), 1, "{p}");
+            let got = get(&cache, &p);
+            assert!(CacheStatus::of(&got).is_hit(), "{p}");
+            assert_eq!(
+                got.body,
+                std::fs::read(sample.join(&p[1..])).unwrap(),
+                "{p}"
+            );
+        }
+    }
+    assert_eq!(origin.total(), 11);
+
+    let live = json!({ "manifests": ["/live/manifest.mpd"], "host": HOST });
+    assert_eq!(submit(&cache, "live", &live).0, 201);
+    let j = wait_state(&cache, "live", &["done", "failed"], Duration::from_secs(20));
+    assert_eq!(j["state"], "failed");
+    assert_eq!(counters(&j), (1, 0, 0, 1), "{j}");
+    assert_eq!(j["failed_reasons"], json!({ "MPD: live (dynamic) MPD": 1 }));
+    assert_eq!(origin.total(), 12);
+}

@@ -61,6 +61,19 @@ pub(super) fn item(px: &ProxyShared, host: Option<&str>, url: &str) -> Result<It
     })
 }
 
+/// The objects a manifest names, as references relative to `parent` (the item it was
+/// fetched as): an MPD's every segment (`linerate_http::dash`), an HLS playlist's URIs
+/// ([`playlist_uris`]). `Err`: why it cannot be read (a failure reason).
+pub(super) fn listing(body: &[u8], parent: &Item) -> Result<Vec<Vec<u8>>, String> {
+    if linerate_http::dash::looks_like_xml(body) {
+        return linerate_http::dash::objects(body, parent.target.as_bytes())
+            .map_err(|e| format!("MPD: {e}"));
+    }
+    playlist_uris(body)
+        .map(|(_, uris)| uris)
+        .ok_or_else(|| "not a playlist or MPD".to_owned())
+}
+
 /// The URIs a playlist lists: for a master playlist its renditions' playlists (variant
 /// streams and `EXT-X-MEDIA` `URI`s), for a media playlist its segments. `None` when
 /// the body is not an HLS playlist.

@@ -31,6 +31,9 @@ const STORED_WITHIN: Duration = Duration::from_millis(300);
 /// How long a write in progress may take to finish so a pinned job can pin it.
 const PUBLISHED_WITHIN: Duration = Duration::from_secs(10);
 
+/// Largest playlist or MPD read.
+const MAX_LISTING: usize = linerate_http::dash::MAX_MPD_BYTES;
+
 /// Recent completions kept per job for its rate.
 const RECENT: usize = 4096;
 
@@ -250,6 +253,13 @@ impl Fills {
         job.pinned_keys.extend(pinned_keys);
         match result {
             Ok(f) => {
+                // A playlist or MPD that cannot be read is this object's failure (it
+                // was fetched, but the job cannot go on from it).
+                let listing = f.body.as_deref().map(|b| plan::listing(b, &item));
+                if let Some(Err(reason)) = &listing {
+                    count_failure(job, &mut totals, reason);
+                    return;
+                }
                 if present {
                     job.counters.skipped_present += 1;
                     totals.skipped_present += 1;
@@ -257,29 +267,18 @@ impl Fills {
                     job.counters.done += 1;
                     totals.done += 1;
                 }
-                if let Some(body) = f.body {
-                    match plan::playlist_uris(&body) {
-                        Some((_, uris)) => {
-                            for uri in uris {
-                                job.counters.planned += 1;
-                                totals.planned += 1;
-                                match plan::child(&self.px, &item, &uri) {
-                                    Ok(mut child) => {
-                                        child.playlist = is_playlist(&child.target);
-                                        job.todo.push_back(child);
-                                    }
-                                    Err(reason) => {
-                                        tracing::debug!(job = %name, %reason, "playlist entry not followed");
-                                        count_failure(
-                                            job,
-                                            &mut totals,
-                                            "playlist entry not followed",
-                                        );
-                                    }
-                                }
-                            }
+                for uri in listing.and_then(Result::ok).unwrap_or_default() {
+                    job.counters.planned += 1;
+                    totals.planned += 1;
+                    match plan::child(&self.px, &item, &uri) {
+                        Ok(mut child) => {
+                            child.playlist = is_playlist(&child.target);
+                            job.todo.push_back(child);
                         }
-                        None => count_failure(job, &mut totals, "not a playlist"),
+                        Err(reason) => {
+                            tracing::debug!(job = %name, %reason, "playlist entry not followed");
+                            count_failure(job, &mut totals, "playlist entry not followed");
+                        }
                     }
                 }
             }
@@ -390,8 +389,8 @@ async fn get(server: SocketAddr, host: &str, target: &str, keep: bool) -> Result
         };
         got += n as u64;
         if keep {
-            if body.len() + n > linerate_http::hls::MAX_PLAYLIST_BYTES {
-                return Err("playlist too large".into());
+            if body.len() + n > MAX_LISTING {
+                return Err("manifest too large".into());
             }
             body.extend_from_slice(&chunk[..n]);
         }
@@ -452,8 +451,8 @@ async fn read_chunked(
         }
         bytes += size as u64;
         if keep {
-            if body.len() + size > linerate_http::hls::MAX_PLAYLIST_BYTES {
-                return Err("playlist too large".into());
+            if body.len() + size > MAX_LISTING {
+                return Err("manifest too large".into());
             }
             body.extend_from_slice(&buf[at..at + size]);
         }
