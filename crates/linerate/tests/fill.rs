@@ -749,6 +749,26 @@ fn cli_submits_and_follows_a_job() {
     let (code, _, err) = cli(&["pause", "nope"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("404"), "{err}");
+
+    // On a terminal (a pseudo-terminal from util-linux `script`, in bsdutils, which
+    // Debian always installs): one bar, redrawn in place.
+    let command = format!(
+        "{} fill status cli --wait --admin {admin_addr} --token {TOKEN}",
+        support::binary().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(
+            "\r\x1b[2Kcli [##############################] 100.0% 20/20 done 20 skipped 0 failed 0"
+        ),
+        "{text:?}"
+    );
+    assert!(text.trim_end().ends_with("done"), "{text:?}");
 }
 
 /// A gauge or counter of `/metrics`, by its full name (labels included).
