@@ -914,3 +914,21 @@ fn dash_mpds_expand_to_every_segment() {
     assert_eq!(j["failed_reasons"], json!({ "MPD: live (dynamic) MPD": 1 }));
     assert_eq!(origin.total(), 12);
 }
+
+/// While the server drains (its listeners closed), jobs start nothing new.
+#[test]
+fn draining_stops_new_fill_requests() {
+    let origin = sized_origin(1_000, Arc::new(AtomicU64::new(0)));
+    let cache = start(&origin, "concurrency = 1");
+    let spec = json!({ "urls": urls("/d/", 400), "rate_bytes_per_s": 20_000 });
+    assert_eq!(submit(&cache, "slow", &spec).0, 201);
+    assert!(origin.wait_count("/d/3", 1, Duration::from_secs(10)));
+    assert_eq!(admin(&cache, "POST", "/drain", None).0, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    let at_drain = origin.total();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(origin.total(), at_drain, "no request while draining");
+    let j = job(&cache, "slow");
+    assert_eq!(j["failed"], 0, "{j}");
+    assert_eq!(j["done"].as_u64().unwrap() as usize, at_drain);
+}

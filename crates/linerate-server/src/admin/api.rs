@@ -137,7 +137,10 @@ impl Admin {
             let sampler = tokio::task::spawn_local(sample_rates(admin.clone()));
             let executor = admin.fills.clone().map(|f| {
                 let control = admin.control.clone();
-                tokio::task::spawn_local(f.run(move || control.options().fill.clone()))
+                tokio::task::spawn_local(f.run(move || {
+                    let serving = control.run_state() == RunState::Serving;
+                    (control.options().fill.clone(), serving)
+                }))
             });
             let mut mode = admin.control.watch_run_state();
             loop {

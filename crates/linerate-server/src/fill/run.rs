@@ -59,14 +59,18 @@ struct Fetched {
 }
 
 impl Fills {
-    /// Run jobs until the thread stops; `opts` reads the `[fill]` options in effect
-    /// (a reload changes rates and concurrency).
-    pub(crate) async fn run(self: Arc<Self>, opts: impl Fn() -> FillOptions) {
+    /// Run jobs until the thread stops; `opts` reads the `[fill]` options in effect (a
+    /// reload changes rates and concurrency) and whether the server is serving: while
+    /// it drains or stops its listeners are closed, so nothing new starts.
+    pub(crate) async fn run(self: Arc<Self>, opts: impl Fn() -> (FillOptions, bool)) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tick.tick().await;
-            self.step(&opts());
+            let (opts, serving) = opts();
+            if serving {
+                self.step(&opts);
+            }
         }
     }
 
