@@ -245,6 +245,10 @@ impl Fills {
         let mut totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
         totals.bytes += bytes;
         let Some(job) = jobs.get_mut(&name).filter(|j| j.generation == generation) else {
+            // The job was deleted or replaced meanwhile: what this answer pinned has
+            // no job to unpin it later.
+            let orphans = pinned_keys.into_iter().collect();
+            self.unpin_unclaimed(&jobs, &orphans);
             return;
         };
         job.in_flight -= 1;
