@@ -932,3 +932,34 @@ fn draining_stops_new_fill_requests() {
     assert_eq!(j["failed"], 0, "{j}");
     assert_eq!(j["done"].as_u64().unwrap() as usize, at_drain);
 }
+
+/// `[fill] concurrency` bounds the objects in flight, all jobs together: with 3, a
+/// slow origin sees at most (and, with 12 objects in two jobs, exactly) 3 at once.
+#[test]
+fn concurrency_bounds_objects_in_flight() {
+    let now = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let (n, m) = (now.clone(), most.clone());
+    let origin = Origin::start(move |_req: &Request| {
+        let in_flight = n.fetch_add(1, Ordering::SeqCst) + 1;
+        m.fetch_max(in_flight, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(200));
+        n.fetch_sub(1, Ordering::SeqCst);
+        origin::ok(b"body", &[("Cache-Control", "max-age=3600")])
+    });
+    let cache = start(&origin, "concurrency = 3");
+    assert_eq!(
+        submit(&cache, "one", &json!({ "urls": urls("/x/", 6) })).0,
+        201
+    );
+    assert_eq!(
+        submit(&cache, "two", &json!({ "urls": urls("/y/", 6) })).0,
+        201
+    );
+    for name in ["one", "two"] {
+        let j = wait_state(&cache, name, &["done"], Duration::from_secs(20));
+        assert_eq!(counters(&j), (6, 6, 0, 0));
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 3);
+    assert_eq!(origin.total(), 12);
+}
