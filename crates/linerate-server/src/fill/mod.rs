@@ -219,14 +219,18 @@ struct Job {
     generation: u64,
     /// Some object has started (queued → running).
     started: bool,
+    /// Objects fetched (for the average size a start is debited).
+    fetched: u64,
     /// Keys this job pinned (unpinned when it is deleted or replaced, unless another
     /// job pinned them too).
     pinned_keys: BTreeSet<Vec<u8>>,
 }
 
-/// A token bucket over body bytes. Debited after an object (its size is known then),
-/// so the balance may go negative; nothing starts until it is positive again. Starts
-/// empty, so a cap holds from the first second.
+/// A token bucket over body bytes. An object is debited its expected size (the job's
+/// average so far) when it starts, and the difference when it completes (its size is
+/// known then), so starts are spread at the cap's pace and the balance may go
+/// negative; nothing starts until it is positive again. Starts empty, so a cap holds
+/// from the first second.
 #[derive(Debug, Clone)]
 pub(crate) struct Bucket {
     tokens: f64,
@@ -234,8 +238,9 @@ pub(crate) struct Bucket {
 }
 
 /// How many seconds of credit a bucket holds at most: a job idle for an hour does not
-/// then burst at an hour's worth.
-const BURST_SECONDS: f64 = 1.0;
+/// then burst at an hour's worth, and a pause of a second or two in the objects'
+/// progress (a loaded machine) is caught up.
+const BURST_SECONDS: f64 = 2.0;
 
 impl Bucket {
     pub(crate) fn new(now: Instant) -> Bucket {
@@ -265,6 +270,13 @@ impl Bucket {
     pub(crate) fn debit(&mut self, rate: u64, bytes: u64) {
         if rate > 0 {
             self.tokens -= bytes as f64;
+        }
+    }
+
+    /// Settle an object debited `expected` at its start that came to `actual`.
+    pub(crate) fn settle(&mut self, rate: u64, expected: u64, actual: u64) {
+        if rate > 0 {
+            self.tokens -= actual as f64 - expected as f64;
         }
     }
 }
@@ -382,6 +394,7 @@ impl Fills {
             recent: VecDeque::new(),
             generation: self.next_generation(),
             started: false,
+            fetched: 0,
             pinned_keys: BTreeSet::new(),
             spec,
         }
@@ -654,8 +667,11 @@ mod tests {
         assert!(b.open(1000), "500 more earned");
         // Credit is capped at BURST_SECONDS of the rate.
         b.refill(1000, t0 + Duration::from_secs(3600));
-        b.debit(1000, 1001);
+        b.debit(1000, 2001);
         assert!(!b.open(1000));
+        // An object debited 500 at its start that came to 100 gives 400 back.
+        b.settle(1000, 500, 100);
+        assert!(b.open(1000));
     }
 
     #[test]

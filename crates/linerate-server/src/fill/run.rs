@@ -49,6 +49,8 @@ struct Start {
     global_rate: u64,
     /// Pin the object once stored.
     pinned: bool,
+    /// Bytes the buckets were debited at the start.
+    expected: u64,
 }
 
 /// What one request got.
@@ -157,6 +159,12 @@ impl Fills {
                 {
                     break;
                 }
+                // Under a cap, a job's first object goes alone: its size is what the
+                // next starts are debited, and without it they would all start at once.
+                let capped = job.spec.rate_bytes_per_s > 0 || opts.rate_bytes_per_s > 0;
+                if capped && job.fetched == 0 && job.in_flight > 0 {
+                    break;
+                }
                 // Client traffic outranks fill: with more client fills in flight than
                 // `yield_above`, nothing new starts (ours are subtracted; each of ours
                 // is at most one claim).
@@ -175,6 +183,13 @@ impl Fills {
                 job.started = true;
                 job.state = State::Running;
                 self.in_flight.fetch_add(1, Relaxed);
+                // Debited now at the job's average size, settled when it completes.
+                let expected = job.counters.bytes.checked_div(job.fetched).unwrap_or(0);
+                job.bucket.debit(job.spec.rate_bytes_per_s, expected);
+                self.global
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .debit(opts.rate_bytes_per_s, expected);
                 let start = Start {
                     server,
                     name: job.name.clone(),
@@ -183,6 +198,7 @@ impl Fills {
                     retries: opts.retries,
                     global_rate: opts.rate_bytes_per_s,
                     pinned: job.spec.pinned,
+                    expected,
                 };
                 tokio::task::spawn_local(Arc::clone(self).fetch(start, item));
             }
@@ -203,6 +219,7 @@ impl Fills {
             retries,
             global_rate,
             pinned,
+            expected,
         } = start;
         let mut result = get(server, &item.host, &item.target, item.playlist).await;
         let bytes = result.as_ref().map_or(0, |f| f.bytes);
@@ -240,7 +257,7 @@ impl Fills {
         self.global
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .debit(global_rate, bytes);
+            .settle(global_rate, expected, bytes);
         let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         let mut totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
         totals.bytes += bytes;
@@ -252,8 +269,12 @@ impl Fills {
             return;
         };
         job.in_flight -= 1;
-        job.bucket.debit(job.spec.rate_bytes_per_s, bytes);
+        job.bucket
+            .settle(job.spec.rate_bytes_per_s, expected, bytes);
         job.counters.bytes += bytes;
+        if bytes > 0 {
+            job.fetched += 1;
+        }
         job.recent.push_back((Instant::now(), bytes, 1));
         while job.recent.len() > RECENT {
             job.recent.pop_front();
