@@ -1,7 +1,8 @@
-//! Fill jobs (pre-positioning): an operator hands the admin API a named list of URLs
-//! and HLS playlists (`PUT /fill/manifests/{name}`), and the admin thread fetches every
-//! object into the cache ahead of the viewers, under a rate cap, inside a local-time
-//! window, yielding to client traffic.
+//! Fill jobs (pre-positioning): an operator hands the admin API a named list of URLs,
+//! HLS playlists and DASH MPDs (`PUT /fill/manifests/{name}`), and the admin thread
+//! fetches every object into the cache ahead of the viewers, under a rate cap, inside a
+//! local-time window, yielding to client traffic, optionally pinning what it holds
+//! (`Store::pin`: never evicted until the job is deleted).
 //!
 //! How an object is fetched: as a client would, with a GET over loopback to the server's
 //! own first plain listener (`run`). So it takes exactly the client path: the route and
@@ -61,7 +62,8 @@ const MAX_NAME: usize = 128;
 pub(crate) struct Spec {
     /// Objects: absolute `http://` URLs, or paths (then `host` is needed).
     pub urls: Vec<String>,
-    /// HLS playlists (master or media), expanded to every segment of every rendition.
+    /// HLS playlists (master or media) and DASH MPDs, expanded to every segment of
+    /// every rendition.
     pub manifests: Vec<String>,
     /// Host that paths in `urls` and `manifests` are requested with.
     #[serde(skip_serializing_if = "Option::is_none")]
