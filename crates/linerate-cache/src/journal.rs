@@ -30,6 +30,7 @@ const KIND_SNAPSHOT: u16 = 2;
 const FILE_HEADER_LEN: usize = 16;
 const REC_INSERT: u8 = 1;
 const REC_REMOVE: u8 = 2;
+const REC_PIN: u8 = 3;
 /// Largest record payload: an insert with the longest key.
 const MAX_RECORD_LEN: usize = 64 + MAX_KEY_LEN;
 /// Snapshot bytes buffered before each write: large enough to write at disk speed,
@@ -62,6 +63,14 @@ pub enum Record {
         /// Key hash.
         hash: KeyHash,
     },
+    /// An object was pinned (never evicted) or unpinned. A later insert of the same
+    /// hash keeps the pin (a refreshed copy of a pinned object stays pinned).
+    Pin {
+        /// Key hash.
+        hash: KeyHash,
+        /// Pinned (true) or evictable again.
+        pinned: bool,
+    },
 }
 
 impl Record {
@@ -83,6 +92,7 @@ impl Record {
                 out.extend_from_slice(&created_ms.to_le_bytes());
                 out.push(match queue {
                     QueueId::Main => 1,
+                    QueueId::Pinned => 3,
                     _ => 0,
                 });
                 out.extend_from_slice(&(key.len() as u32).to_le_bytes());
@@ -91,6 +101,11 @@ impl Record {
             Record::Remove { hash } => {
                 out.push(REC_REMOVE);
                 out.extend_from_slice(&hash.0.to_le_bytes());
+            }
+            Record::Pin { hash, pinned } => {
+                out.push(REC_PIN);
+                out.extend_from_slice(&hash.0.to_le_bytes());
+                out.push(u8::from(*pinned));
             }
         }
         let len = (out.len() - start - 4) as u32;
@@ -125,6 +140,14 @@ impl Record {
                 }
             }
             REC_REMOVE => Record::Remove { hash },
+            REC_PIN => Record::Pin {
+                hash,
+                pinned: match r.take(1)?[0] {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(HeaderError::BadMeta),
+                },
+            },
             _ => return Err(HeaderError::BadMeta),
         };
         if r.pos != payload.len() {
@@ -338,6 +361,31 @@ mod tests {
         let p = parse(&buf, false).ok();
         assert_eq!(p.as_ref().map(|p| (p.gen, p.records.len())), Some((7, 3)));
         assert!(parse(&buf, true).is_err(), "a journal is not a snapshot");
+    }
+
+    #[test]
+    fn pin_records_and_pinned_inserts_round_trip() {
+        let mut buf = file_header(KIND_JOURNAL, 3).to_vec();
+        let pin = Record::Pin {
+            hash: KeyHash::of(b"k"),
+            pinned: true,
+        };
+        let unpin = Record::Pin {
+            hash: KeyHash::of(b"k"),
+            pinned: false,
+        };
+        let pinned_insert = Record::Insert {
+            hash: KeyHash::of(b"k"),
+            charge: 4096,
+            created_ms: 9,
+            queue: QueueId::Pinned,
+            key: b"k".to_vec(),
+        };
+        for r in [&pin, &unpin, &pinned_insert] {
+            r.encode_into(&mut buf);
+        }
+        let p = parse(&buf, false).ok().map(|p| p.records);
+        assert_eq!(p, Some(vec![pin, unpin, pinned_insert]));
     }
 
     #[test]

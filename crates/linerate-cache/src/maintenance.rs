@@ -152,7 +152,16 @@ fn load(inner: &Arc<Inner>, i: usize) {
             queue,
             key,
         } => {
+            // A refreshed copy of a pinned object stays pinned (as `Inner::
+            // account_inserted` does while running).
+            let mut queue = queue;
             if let Some(p) = pos.insert(hash.0, order.len()) {
+                if order[p]
+                    .as_ref()
+                    .is_some_and(|l| l.queue == QueueId::Pinned)
+                {
+                    queue = QueueId::Pinned;
+                }
                 order[p] = None;
             }
             order.push(Some(Loaded {
@@ -166,6 +175,15 @@ fn load(inner: &Arc<Inner>, i: usize) {
         Record::Remove { hash } => {
             if let Some(p) = pos.remove(&hash.0) {
                 order[p] = None;
+            }
+        }
+        Record::Pin { hash, pinned } => {
+            if let Some(l) = pos.get(&hash.0).and_then(|&p| order[p].as_mut()) {
+                l.queue = if pinned {
+                    QueueId::Pinned
+                } else {
+                    QueueId::Main
+                };
             }
         }
     };

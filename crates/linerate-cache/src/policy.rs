@@ -9,6 +9,9 @@
 //! and cannot flush the popular set (the failure of nginx's LRU, nginx#868), and a hit
 //! is one relaxed atomic store on the object, with no queue lock: the request path
 //! never touches this structure. Lookups, files and disks are not this file's concern.
+//!
+//! Pinned objects (fill jobs with `"pinned": true`) are taken out of both queues: they
+//! are never victims, whatever their hits, until unpinned (back into main) or removed.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -33,6 +36,8 @@ pub enum QueueId {
     Main,
     /// Not in the policy any more (evicted, purged or replaced).
     Removed,
+    /// Pinned: in no queue, never evicted.
+    Pinned,
 }
 
 impl QueueId {
@@ -42,6 +47,7 @@ impl QueueId {
             QueueId::Small => "small",
             QueueId::Main => "main",
             QueueId::Removed => "removed",
+            QueueId::Pinned => "pinned",
         }
     }
 
@@ -50,6 +56,7 @@ impl QueueId {
             QueueId::Small => 0,
             QueueId::Main => 1,
             QueueId::Removed => 2,
+            QueueId::Pinned => 3,
         }
     }
 
@@ -58,6 +65,7 @@ impl QueueId {
         match v {
             1 => QueueId::Main,
             2 => QueueId::Removed,
+            3 => QueueId::Pinned,
             _ => QueueId::Small,
         }
     }
@@ -133,6 +141,9 @@ pub struct S3Fifo<T> {
     main_bytes: u64,
     small_target: u64,
     ghost: Ghost,
+    /// Pinned objects, by key hash (in neither queue).
+    pinned: HashMap<u128, Arc<T>>,
+    pinned_bytes: u64,
 }
 
 impl<T: Tracked> S3Fifo<T> {
@@ -145,12 +156,48 @@ impl<T: Tracked> S3Fifo<T> {
             main_bytes: 0,
             small_target: capacity / 100 * SMALL_QUEUE_PERCENT,
             ghost: Ghost::default(),
+            pinned: HashMap::new(),
+            pinned_bytes: 0,
         }
     }
 
     /// Bytes of all objects tracked.
     pub fn bytes(&self) -> u64 {
-        self.small_bytes + self.main_bytes
+        self.small_bytes + self.main_bytes + self.pinned_bytes
+    }
+
+    /// Bytes of pinned objects (never evicted).
+    pub fn pinned_bytes(&self) -> u64 {
+        self.pinned_bytes
+    }
+
+    /// Take a tracked object out of eviction. Returns whether it is pinned now (false:
+    /// it is not tracked any more).
+    pub fn pin(&mut self, item: &Arc<T>) -> bool {
+        let p = item.policy();
+        match p.queue() {
+            QueueId::Pinned => return true,
+            QueueId::Removed => return false,
+            QueueId::Small => self.small_bytes -= item.charge(),
+            QueueId::Main => self.main_bytes -= item.charge(),
+        }
+        // Its slot in the queue is dropped lazily when it reaches the head.
+        p.set_queue(QueueId::Pinned);
+        self.pinned_bytes += item.charge();
+        self.pinned.insert(item.key_hash(), Arc::clone(item));
+        true
+    }
+
+    /// Make a pinned object evictable again, at the tail of main (it was wanted).
+    /// Returns whether it was pinned.
+    pub fn unpin(&mut self, item: &Arc<T>) -> bool {
+        if item.policy().queue() != QueueId::Pinned {
+            return false;
+        }
+        self.pinned.remove(&item.key_hash());
+        self.pinned_bytes -= item.charge();
+        self.insert_into(Arc::clone(item), QueueId::Main);
+        true
     }
 
     /// Add a new object: to main if its hash is in the ghost (it was evicted from small
@@ -173,6 +220,11 @@ impl<T: Tracked> S3Fifo<T> {
                 self.main_bytes += item.charge();
                 self.main.push_back(item);
             }
+            QueueId::Pinned => {
+                p.set_queue(QueueId::Pinned);
+                self.pinned_bytes += item.charge();
+                self.pinned.insert(item.key_hash(), item);
+            }
             QueueId::Small | QueueId::Removed => {
                 p.set_queue(QueueId::Small);
                 self.small_bytes += item.charge();
@@ -187,6 +239,10 @@ impl<T: Tracked> S3Fifo<T> {
         match item.policy().queue() {
             QueueId::Small => self.small_bytes -= item.charge(),
             QueueId::Main => self.main_bytes -= item.charge(),
+            QueueId::Pinned => {
+                self.pinned_bytes -= item.charge();
+                self.pinned.remove(&item.key_hash());
+            }
             QueueId::Removed => return false,
         }
         item.policy().set_queue(QueueId::Removed);
@@ -265,6 +321,11 @@ impl<T: Tracked> S3Fifo<T> {
                 }
             }
         }
+        out.extend(
+            self.pinned
+                .values()
+                .map(|i| (Arc::clone(i), QueueId::Pinned)),
+        );
         out
     }
 
@@ -275,8 +336,12 @@ impl<T: Tracked> S3Fifo<T> {
                 item.policy().set_queue(QueueId::Removed);
             }
         }
+        for (_, item) in self.pinned.drain() {
+            item.policy().set_queue(QueueId::Removed);
+        }
         self.small_bytes = 0;
         self.main_bytes = 0;
+        self.pinned_bytes = 0;
     }
 }
 
@@ -355,6 +420,42 @@ mod tests {
             "a popular object was evicted"
         );
         assert!(popular.iter().all(|o| o.policy().queue() == QueueId::Main));
+    }
+
+    #[test]
+    fn pinned_objects_are_never_victims() {
+        let mut p = S3Fifo::new(100);
+        let pinned: Vec<_> = (0..5).map(obj).collect();
+        for o in &pinned {
+            p.insert(Arc::clone(o));
+            assert!(p.pin(o));
+        }
+        assert_eq!(p.pinned_bytes(), 50);
+        let mut victims = Vec::new();
+        for h in 100..200u128 {
+            p.insert(obj(h));
+            p.evict(p.bytes().saturating_sub(100), &mut victims);
+        }
+        assert!(
+            victims.iter().all(|v| v.0 >= 100),
+            "a pinned object was evicted"
+        );
+        // Everything evictable gone and still asked for more: evict stops, pins stay.
+        p.evict(1000, &mut victims);
+        assert_eq!(p.bytes(), 50);
+        assert_eq!(p.live().len(), 5);
+        assert!(p.live().iter().all(|(_, q)| *q == QueueId::Pinned));
+        assert!(p.unpin(&pinned[0]));
+        assert!(!p.unpin(&pinned[0]));
+        assert_eq!(pinned[0].policy().queue(), QueueId::Main);
+        p.evict(10, &mut victims);
+        assert_eq!(
+            victims.last().map(|v| v.0),
+            Some(0),
+            "unpinned: evictable again"
+        );
+        assert!(p.remove(&pinned[1]));
+        assert_eq!(p.pinned_bytes(), 30);
     }
 
     #[test]

@@ -400,6 +400,41 @@ impl Store {
         removed.len() as u64
     }
 
+    /// Pin (`pinned`) or unpin the stored object `key`: a pinned object is never
+    /// evicted (purges still remove it); the change is journaled, so it survives a
+    /// restart. Returns whether the object is stored (and so was changed).
+    pub fn pin(&self, key: &[u8], pinned: bool) -> bool {
+        let inner = &self.inner;
+        let hash = KeyHash::of(key);
+        let Some(entry) = inner.index.get(hash).filter(|e| *e.key == *key) else {
+            return false;
+        };
+        let disk = &inner.disks[usize::from(entry.disk)];
+        let changed = {
+            let mut policy = lock(&disk.policy);
+            if pinned {
+                entry.policy.queue() != QueueId::Pinned && policy.pin(&entry)
+            } else {
+                policy.unpin(&entry)
+            }
+        };
+        if changed {
+            if let Err(err) = disk.journal(&*inner.io, &Record::Pin { hash, pinned }) {
+                inner.disk_error(disk.id, IoOp::Append, disk.dir(), &err);
+            }
+        }
+        entry.policy.queue() != QueueId::Removed
+    }
+
+    /// Bytes of pinned objects, all disks.
+    pub fn pinned_bytes(&self) -> u64 {
+        self.inner
+            .disks
+            .iter()
+            .map(|d| lock(&d.policy).pinned_bytes())
+            .sum()
+    }
+
     /// Per-disk statistics (plain counters, summed on read).
     pub fn stats(&self) -> Vec<DiskStats> {
         self.inner.disks.iter().map(DiskStats::of).collect()
@@ -570,6 +605,17 @@ impl Inner {
                     // A stale copy on another disk (written while this disk was out,
                     // or before a placement change): remove it there.
                     self.delete_object(&old);
+                }
+                if queue == QueueId::Pinned {
+                    // A refreshed copy of a pinned object stays pinned.
+                    let disk = &self.disks[usize::from(entry.disk)];
+                    let hash = entry.hash;
+                    disk.track(entry, Some(QueueId::Pinned));
+                    let rec = Record::Pin { hash, pinned: true };
+                    if let Err(err) = disk.journal(&*self.io, &rec) {
+                        self.disk_error(disk.id, IoOp::Append, disk.dir(), &err);
+                    }
+                    return;
                 }
                 let keep = inherit && old.disk == entry.disk && queue != QueueId::Removed;
                 if keep {

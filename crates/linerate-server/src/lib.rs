@@ -20,6 +20,8 @@ mod conn;
 mod context;
 mod dirwatch;
 mod exchange;
+mod fill;
+pub mod fillopts;
 mod handler;
 mod listeners;
 pub mod notify;

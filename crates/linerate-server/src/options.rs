@@ -120,6 +120,8 @@ pub struct ServerOptions {
     /// Cache mode as one node of a cluster (`[cluster]`): peers and placement. Reloads
     /// apply. Default: none (a lone node).
     pub cluster: Option<crate::clusteropts::ClusterOptions>,
+    /// `[fill]`: pre-positioning jobs (cache mode).
+    pub fill: crate::fillopts::FillOptions,
 }
 
 /// Default time a TLS client gets to finish its handshake, from accept. The TLS
@@ -266,6 +268,7 @@ impl ServerOptions {
             tls: None,
             cache: None,
             cluster: None,
+            fill: crate::fillopts::FillOptions::default(),
         }
     }
 }

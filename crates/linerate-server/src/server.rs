@@ -406,7 +406,12 @@ fn run_controlled(
     let mut admin_thread = None;
     if let Some(listener) = admin_listener {
         admin_addr = listener.local_addr().ok();
-        let admin = crate::admin::api::Admin::new(control.clone(), stats, cache.clone());
+        let admin = crate::admin::api::Admin::new(
+            control.clone(),
+            stats,
+            cache.clone(),
+            local_addrs.first().copied(),
+        );
         admin_thread = Some(
             std::thread::Builder::new()
                 .name("linerate-admin".into())

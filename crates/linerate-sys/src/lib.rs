@@ -13,6 +13,7 @@ pub mod epoll;
 pub mod fs;
 pub mod ktls;
 pub mod limits;
+pub mod localtime;
 pub mod net;
 pub mod open;
 pub mod pagecache;

@@ -61,7 +61,7 @@ pub struct StatsArgs {
 }
 
 impl AdminArgs {
-    fn resolve(&self) -> anyhow::Result<(SocketAddr, String)> {
+    pub(crate) fn resolve(&self) -> anyhow::Result<(SocketAddr, String)> {
         let config = match &self.config {
             Some(p) => Some(crate::config::Config::load(p)?),
             None => None,
@@ -86,14 +86,27 @@ impl AdminArgs {
 
 /// One admin call; returns status and body.
 fn call(addr: SocketAddr, method: &str, path: &str, token: &str) -> anyhow::Result<(u16, String)> {
-    call_within(addr, method, path, token, CALL_TIMEOUT)
+    call_within(addr, method, path, token, b"", CALL_TIMEOUT)
 }
 
+/// One admin call sending `body`; returns status and body.
+pub(crate) fn call_with_body(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: &[u8],
+) -> anyhow::Result<(u16, String)> {
+    call_within(addr, method, path, token, body, CALL_TIMEOUT)
+}
+
+/// One admin call sending `body`, waiting up to `timeout` for the answer.
 fn call_within(
     addr: SocketAddr,
     method: &str,
     path: &str,
     token: &str,
+    body: &[u8],
     timeout: Duration,
 ) -> anyhow::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, CALL_TIMEOUT)
@@ -107,8 +120,10 @@ fn call_within(
     };
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
     )?;
+    s.write_all(body)?;
     let mut answer = Vec::new();
     s.take(MAX_ANSWER).read_to_end(&mut answer)?;
     let text = String::from_utf8_lossy(&answer);
@@ -146,7 +161,7 @@ pub fn upgrade(args: &UpgradeArgs) -> anyhow::Result<()> {
         }
         None => "/upgrade".to_owned(),
     };
-    let (status, body) = call_within(addr, "POST", &path, &token, UPGRADE_TIMEOUT)?;
+    let (status, body) = call_within(addr, "POST", &path, &token, b"", UPGRADE_TIMEOUT)?;
     if status != 200 {
         anyhow::bail!("upgrade failed ({status}): {}", body.trim());
     }

@@ -41,6 +41,8 @@ pub struct Config {
     pub tcp: crate::opsconfig::TcpSection,
     /// `[tls]`
     pub tls: crate::tlsconfig::TlsSection,
+    /// `[fill]` (fill jobs, cache mode).
+    pub fill: crate::fillconfig::FillSection,
     /// `[cache]` (cache mode; see [`crate::cacheconfig`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::cacheconfig::CacheSection>,
@@ -343,6 +345,7 @@ impl Config {
         o.tls = self.tls.to_options();
         o.cache = self.cache_options.clone();
         o.cluster = self.cluster_options.clone();
+        o.fill = self.fill.to_options();
         o
     }
 }

@@ -6,6 +6,8 @@ mod adminctl;
 mod cacheconfig;
 mod clusterconfig;
 mod config;
+mod fillconfig;
+mod fillctl;
 mod opsconfig;
 mod tlsconfig;
 
@@ -39,6 +41,9 @@ enum Command {
     Upgrade(adminctl::UpgradeArgs),
     /// A live terminal view of a running server (admin API `/stats.json`).
     Stats(adminctl::StatsArgs),
+    /// Fill (pre-positioning) jobs: submit, follow with a progress bar, pause, resume,
+    /// cancel (admin API `/fill/...`; changes need `admin.token`).
+    Fill(fillctl::FillArgs),
     /// Validate a configuration file and print the effective configuration; exit 0 if valid.
     CheckConfig {
         /// The configuration file (TOML).
@@ -108,6 +113,7 @@ fn main() -> ExitCode {
         Command::Drain(args) => adminctl::drain(&args),
         Command::Upgrade(args) => adminctl::upgrade(&args),
         Command::Stats(args) => adminctl::stats(&args),
+        Command::Fill(args) => fillctl::run(&args),
         Command::Bench(args) => linerate_bench::run(args),
     };
     match result {

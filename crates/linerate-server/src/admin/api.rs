@@ -4,11 +4,17 @@
 //! (drain, reload, reopen logs, purge, upgrade), and readiness (`/ready`). One request per connection, `Connection: close`; it is
 //! scraped every few seconds, not served at line rate.
 //!
+//! Cache mode adds the fill jobs (`/fill/...`, see `crate::fill`) and `/ready` (fill
+//! coverage); a fill job is the one request with a body (`Content-Length`, at most
+//! `MAX_JOB_BODY`).
+//!
 //! Defined answers for bad input: a malformed or oversized head is `400`, a command
 //! without the right `Authorization: Bearer` token is `401` (and changes nothing), a
 //! command when no token is configured is `403`, an unknown path `404` (as are `/metrics`
 //! and `/stats.json` when `admin.metrics` is off), a wrong method
-//! `405`, a reload whose file is invalid `422` (the old configuration keeps running).
+//! `405`, a reload whose file is invalid `422` (the old configuration keeps running); a
+//! bad fill job `400` with the reason, a pause/resume/cancel its state forbids `409`, a
+//! chunked body `411`, a body over the limit `413`.
 //!
 //! Not here: formatting the documents (`metrics`) or what drain and reload do (`control`).
 
@@ -23,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::admin::control::{Control, ReloadOutcome, RunState};
 use crate::admin::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrape};
+use crate::fill::{Fills, Submitted, MAX_JOB_BODY};
 use crate::operate::Metrics;
 use crate::stats::WorkerStats;
 
@@ -67,6 +74,10 @@ pub(crate) struct Admin {
     /// Cache mode (purges, and the disks and origins in metrics and health), when
     /// configured.
     cache: Option<Arc<crate::proxy::ProxyShared>>,
+    /// The server's first plain listener (fill jobs request objects there).
+    server: Option<SocketAddr>,
+    /// Fill jobs (cache mode; made on the admin thread, which runs them).
+    fills: Option<Arc<Fills>>,
 }
 
 /// Totals at one sampling instant, for rates.
@@ -84,17 +95,20 @@ impl Admin {
         control: Arc<Control>,
         stats: Vec<Arc<WorkerStats>>,
         cache: Option<Arc<crate::proxy::ProxyShared>>,
+        server: Option<SocketAddr>,
     ) -> Admin {
         Admin {
             control,
             stats,
             cache,
+            server,
+            fills: None,
             rates: RefCell::new(Rates::default()),
         }
     }
 
     /// The thread body: serve until the server stops.
-    pub(crate) fn run(self, listener: std::net::TcpListener) {
+    pub(crate) fn run(mut self, listener: std::net::TcpListener) {
         let rt = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -106,6 +120,11 @@ impl Admin {
             }
         };
         let local = tokio::task::LocalSet::new();
+        let fill_opts = self.control.options().fill.clone();
+        self.fills = self
+            .cache
+            .as_ref()
+            .map(|px| Arc::new(Fills::new(Arc::clone(px), self.server, &fill_opts)));
         let admin = Rc::new(self);
         local.block_on(&rt, async move {
             let listener = match TcpListener::from_std(listener) {
@@ -116,6 +135,13 @@ impl Admin {
                 }
             };
             let sampler = tokio::task::spawn_local(sample_rates(admin.clone()));
+            let executor = admin.fills.clone().map(|f| {
+                let control = admin.control.clone();
+                tokio::task::spawn_local(f.run(move || {
+                    let serving = control.run_state() == RunState::Serving;
+                    (control.options().fill.clone(), serving)
+                }))
+            });
             let mut mode = admin.control.watch_run_state();
             let mut requests = tokio::task::JoinSet::new();
             loop {
@@ -148,6 +174,9 @@ impl Admin {
             })
             .await;
             sampler.abort();
+            if let Some(e) = executor {
+                e.abort();
+            }
         });
     }
 
@@ -238,12 +267,16 @@ impl Reply {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        201 => "Created",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Content Too Large",
         422 => "Unprocessable Content",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
@@ -255,13 +288,15 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
     let mut buf = Vec::with_capacity(1024);
     let deadline = tokio::time::Instant::now() + ADMIN_HEAD_TIMEOUT;
     let reply = loop {
-        if let Some(reply) = parse_and_route(&admin, &buf) {
-            break reply;
-        }
-        if buf.len() >= MAX_ADMIN_HEAD {
+        let head_done = match parse_and_route(&admin, &buf) {
+            Parsed::Done(reply) => break reply,
+            Parsed::NeedBody => true,
+            Parsed::NeedHead => false,
+        };
+        if !head_done && buf.len() >= MAX_ADMIN_HEAD {
             break Reply::text(400, "request head too large");
         }
-        let mut chunk = [0u8; 1024];
+        let mut chunk = [0u8; 16 * 1024];
         match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return,
             Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
@@ -282,27 +317,58 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
     let _ = stream.shutdown().await;
 }
 
-/// `None` while the head is incomplete. The head goes through the same strict parser
-/// as client requests (`linerate_http::request`).
-fn parse_and_route(admin: &Admin, buf: &[u8]) -> Option<Reply> {
+/// How far a request has arrived.
+enum Parsed {
+    /// The head is incomplete.
+    NeedHead,
+    /// The head is complete; its `Content-Length` body is not.
+    NeedBody,
+    Done(Reply),
+}
+
+/// The head goes through the same strict parser as client requests
+/// (`linerate_http::request`). A body is read only when `Content-Length` announces one
+/// (fill job submissions), up to [`MAX_JOB_BODY`].
+fn parse_and_route(admin: &Admin, buf: &[u8]) -> Parsed {
     let mut fields = linerate_http::request::FieldBuf::new();
-    let head = match linerate_http::parse_request(buf, &mut fields) {
-        Ok(linerate_http::ParseOutcome::Partial) => return None,
-        Err(e) => return Some(Reply::text(e.status().code(), "malformed request")),
-        Ok(linerate_http::ParseOutcome::Complete { head, .. }) => head,
+    let (head, head_len) = match linerate_http::parse_request(buf, &mut fields) {
+        Ok(linerate_http::ParseOutcome::Partial) => return Parsed::NeedHead,
+        Err(e) => return Parsed::Done(Reply::text(e.status().code(), "malformed request")),
+        Ok(linerate_http::ParseOutcome::Complete { head, head_len }) => (head, head_len),
     };
+    let length = match head.field(b"content-length") {
+        None => 0,
+        Some(v) => match std::str::from_utf8(v)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            Some(n) => n,
+            None => return Parsed::Done(Reply::text(400, "bad Content-Length")),
+        },
+    };
+    if head.field(b"transfer-encoding").is_some() {
+        return Parsed::Done(Reply::text(411, "send the body with Content-Length"));
+    }
+    if length > MAX_JOB_BODY {
+        return Parsed::Done(Reply::text(413, "request body too large"));
+    }
+    if buf.len() < head_len + length {
+        return Parsed::NeedBody;
+    }
+    let body = &buf[head_len..head_len + length];
     let Some((path, query)) = head.path_and_query() else {
-        return Some(Reply::text(400, "malformed request"));
+        return Parsed::Done(Reply::text(400, "malformed request"));
     };
     // The parser's alphabet for targets is ASCII, so these never fail.
     let path = std::str::from_utf8(path).unwrap_or("/");
     let query = std::str::from_utf8(query.strip_prefix(b"?").unwrap_or(query)).unwrap_or("");
-    Some(route(
+    Parsed::Done(route(
         admin,
         head.method_token,
         path,
         query,
         head.field(b"authorization"),
+        body,
     ))
 }
 
@@ -312,8 +378,12 @@ fn route(
     path: &str,
     query: &str,
     authorization: Option<&[u8]>,
+    body: &[u8],
 ) -> Reply {
     let read_only = matches!(method, "GET" | "HEAD");
+    if path == "/fill" || path.starts_with("/fill/") {
+        return fill_reply(admin, method, path, authorization, body);
+    }
     let command = matches!(
         path,
         "/drain" | "/reload" | "/reopen-logs" | "/purge" | "/upgrade"
@@ -322,16 +392,7 @@ fn route(
         if method != "POST" {
             return method_not_allowed("POST");
         }
-        let token = admin.control.options().admin.token.clone();
-        if token.is_empty() {
-            return Reply::text(
-                403,
-                "commands are disabled: set admin.token in the configuration",
-            );
-        }
-        if !authorized(authorization, &token) {
-            let mut r = Reply::text(401, "missing or wrong bearer token");
-            r.extra = "WWW-Authenticate: Bearer realm=\"linerate\"\r\n";
+        if let Err(r) = check_token(admin, authorization) {
             return r;
         }
         if path == "/purge" {
@@ -355,13 +416,23 @@ fn route(
             if let Some(cluster) = admin.cache.as_ref().and_then(|c| c.cluster.as_ref()) {
                 cluster.render(&mut text);
             }
+            if let Some(f) = &admin.fills {
+                text.push_str(&f.prometheus());
+            }
             text
         }),
         "/ready" => {
+            // Fill coverage counts only when the operator asked for it.
+            let need = admin.control.options().fill.ready_coverage;
+            let fill = (need > 0.0).then(|| crate::admin::ready::FillFacts {
+                coverage: admin.fills.as_ref().map_or(1.0, |f| f.coverage()),
+                need,
+            });
             let (status, body) = crate::admin::ready::reply(&crate::admin::ready::ReadyFacts {
                 mode: facts.mode,
                 disks: facts.cache.as_ref().map(|c| c.disks.as_slice()),
                 store_lent: admin.cache.as_ref().is_some_and(|c| c.store.is_lent()),
+                fill,
             });
             Reply::new(status, "application/json", body)
         }
@@ -411,12 +482,106 @@ fn player_page(listen: &[SocketAddr]) -> String {
 
 fn method_not_allowed(allow: &'static str) -> Reply {
     let mut r = Reply::text(405, "method not allowed");
-    r.extra = if allow == "POST" {
-        "Allow: POST\r\n"
-    } else {
-        "Allow: GET, HEAD\r\n"
+    r.extra = match allow {
+        "POST" => "Allow: POST\r\n",
+        "PUT" => "Allow: PUT\r\n",
+        "DELETE" => "Allow: GET, HEAD, DELETE\r\n",
+        _ => "Allow: GET, HEAD\r\n",
     };
     r
+}
+
+/// Commands need `admin.token` configured (else 403) and sent (else 401).
+fn check_token(admin: &Admin, authorization: Option<&[u8]>) -> Result<(), Reply> {
+    let token = admin.control.options().admin.token.clone();
+    if token.is_empty() {
+        return Err(Reply::text(
+            403,
+            "commands are disabled: set admin.token in the configuration",
+        ));
+    }
+    if !authorized(authorization, &token) {
+        let mut r = Reply::text(401, "missing or wrong bearer token");
+        r.extra = "WWW-Authenticate: Bearer realm=\"linerate\"\r\n";
+        return Err(r);
+    }
+    Ok(())
+}
+
+/// `/fill/...`: `PUT /fill/manifests/{name}`, `GET /fill/jobs[/{name}]`,
+/// `POST /fill/jobs/{name}/{pause|resume|cancel}`, `DELETE /fill/jobs/{name}`.
+/// Reads are open like `/metrics`; changes need the token.
+fn fill_reply(
+    admin: &Admin,
+    method: &str,
+    path: &str,
+    authorization: Option<&[u8]>,
+    body: &[u8],
+) -> Reply {
+    let Some(fills) = &admin.fills else {
+        return Reply::text(404, "fill jobs need cache mode");
+    };
+    let parts: Vec<&str> = path.trim_start_matches("/fill/").split('/').collect();
+    let read = matches!(method, "GET" | "HEAD");
+    if !read {
+        if let Err(r) = check_token(admin, authorization) {
+            return r;
+        }
+    }
+    let json = |status, body: String| Reply::new(status, "application/json", body);
+    match parts.as_slice() {
+        ["manifests", name] => {
+            if method != "PUT" {
+                return method_not_allowed("PUT");
+            }
+            match fills.submit(name, body) {
+                Ok(s) => {
+                    let (status, name, outcome) = match s {
+                        Submitted::Created(n) => (201, n, "created"),
+                        Submitted::Unchanged(n) => (200, n, "unchanged"),
+                        Submitted::Replaced(n) => (200, n, "replaced"),
+                    };
+                    tracing::info!(job = %name, outcome, "fill job submitted");
+                    let job = fills.render(Some(&name)).unwrap_or_default();
+                    json(
+                        status,
+                        format!("{{\"outcome\":\"{outcome}\",\"job\":{}}}\n", job.trim_end()),
+                    )
+                }
+                Err(reason) => Reply::text(400, &reason),
+            }
+        }
+        ["jobs"] if read => json(200, fills.render(None).unwrap_or_default()),
+        ["jobs"] => method_not_allowed("GET"),
+        ["jobs", name] => match method {
+            "GET" | "HEAD" => match fills.render(Some(name)) {
+                Some(j) => json(200, j),
+                None => Reply::text(404, "no such job"),
+            },
+            "DELETE" => {
+                if fills.delete(name) {
+                    tracing::info!(job = %name, "fill job deleted");
+                    json(200, "{\"deleted\":true}\n".into())
+                } else {
+                    Reply::text(404, "no such job")
+                }
+            }
+            _ => method_not_allowed("DELETE"),
+        },
+        ["jobs", name, action] => {
+            if method != "POST" {
+                return method_not_allowed("POST");
+            }
+            match fills.act(name, action) {
+                Ok(()) => {
+                    tracing::info!(job = %name, action, "fill job changed");
+                    json(200, fills.render(Some(name)).unwrap_or_default())
+                }
+                Err((status, reason)) => Reply::text(status, &reason),
+            }
+        }
+        _ => Reply::text(404, "not found"),
+    }
 }
 
 /// `POST /purge?url=URL` removes one URL (its variants and slices too);

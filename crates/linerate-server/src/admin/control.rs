@@ -285,6 +285,8 @@ fn merge_reloadable(
     keep!(tcp.max_pacing_rate, "tcp.max_pacing_rate");
     keep!(tcp.listeners, "tcp.listeners");
     keep!(timeouts.shutdown_grace, "timeouts.shutdown_grace_ms");
+    // Read once, when the admin thread loads the jobs.
+    keep!(fill.state_file, "fill.state_file");
     // Cache mode's store, origin pools and routes are built once at start-up (the store
     // owns its disks; each worker's pools are its own). Compared by their printed form:
     // the option types carry durations and paths, all of which print exactly.

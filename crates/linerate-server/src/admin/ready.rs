@@ -20,6 +20,17 @@ pub(crate) struct ReadyFacts<'a> {
     pub(crate) disks: Option<&'a [DiskStats]>,
     /// Cache mode: the store is lent to the next process of an upgrade.
     pub(crate) store_lent: bool,
+    /// Fill coverage, when `[fill] ready_coverage` asks for some (see `fill`).
+    pub(crate) fill: Option<FillFacts>,
+}
+
+/// How much of what the readiness-counting fill jobs plan is held, and how much must be.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FillFacts {
+    /// Share held, 0.0 to 1.0 (1.0 with no such job).
+    pub(crate) coverage: f64,
+    /// `[fill] ready_coverage`.
+    pub(crate) need: f64,
 }
 
 /// Why this process is not ready; the first that applies, in this order.
@@ -33,6 +44,8 @@ pub(crate) enum NotReady {
     NoDiskInService,
     /// A disk in service has not finished loading its index: hits would be misses.
     IndexLoading,
+    /// The fill jobs that count toward readiness hold less than `[fill] ready_coverage`.
+    FillCoverage,
 }
 
 impl NotReady {
@@ -43,6 +56,7 @@ impl NotReady {
             NotReady::HandingOver => "handing_over",
             NotReady::NoDiskInService => "no_disk_in_service",
             NotReady::IndexLoading => "index_loading",
+            NotReady::FillCoverage => "fill_coverage",
         }
     }
 }
@@ -64,16 +78,28 @@ pub(crate) fn decide(f: &ReadyFacts<'_>) -> Result<(), NotReady> {
             return Err(NotReady::IndexLoading);
         }
     }
+    if f.fill.is_some_and(|x| x.coverage < x.need) {
+        return Err(NotReady::FillCoverage);
+    }
     Ok(())
 }
 
-/// Status and JSON body of `GET /ready`.
+/// Status and JSON body of `GET /ready` (with the fill coverage when it counts).
 pub(crate) fn reply(f: &ReadyFacts<'_>) -> (u16, String) {
+    let fill = f.fill.map_or(String::new(), |x| {
+        format!(
+            ",\"fill_coverage\":{:.4},\"fill_ready_coverage\":{}",
+            x.coverage, x.need
+        )
+    });
     match decide(f) {
-        Ok(()) => (200, "{\"ready\":true}\n".into()),
+        Ok(()) => (200, format!("{{\"ready\":true{fill}}}\n")),
         Err(why) => (
             503,
-            format!("{{\"ready\":false,\"reason\":\"{}\"}}\n", why.as_str()),
+            format!(
+                "{{\"ready\":false,\"reason\":\"{}\"{fill}}}\n",
+                why.as_str()
+            ),
         ),
     }
 }
@@ -103,6 +129,7 @@ mod tests {
             mode,
             disks,
             store_lent,
+            fill: None,
         }
     }
 
@@ -149,5 +176,29 @@ mod tests {
                 "{\"ready\":false,\"reason\":\"index_loading\"}\n".into()
             )
         );
+    }
+
+    #[test]
+    fn fill_coverage_counts_only_when_asked_for_and_last() {
+        let up = [disk(DiskState::InService, true)];
+        let with = |coverage, need| ReadyFacts {
+            fill: Some(FillFacts { coverage, need }),
+            ..facts(RunState::Serving, Some(&up), false)
+        };
+        assert_eq!(decide(&with(0.5, 0.9)), Err(NotReady::FillCoverage));
+        assert_eq!(decide(&with(0.9, 0.9)), Ok(()));
+        assert_eq!(
+            reply(&with(0.25, 1.0)),
+            (
+                503,
+                "{\"ready\":false,\"reason\":\"fill_coverage\",\"fill_coverage\":0.2500,\"fill_ready_coverage\":1}\n".into()
+            )
+        );
+        // Draining is said first.
+        let draining = ReadyFacts {
+            mode: RunState::Draining,
+            ..with(0.0, 1.0)
+        };
+        assert_eq!(decide(&draining), Err(NotReady::Draining));
     }
 }

@@ -132,8 +132,7 @@ impl Fills {
         map.get(key).map(watch::Sender::subscribe)
     }
 
-    /// Keys being fetched now.
-    #[cfg(test)]
+    /// Keys being fetched now (fill jobs yield to client fills by this count).
     pub(crate) fn in_progress(&self) -> usize {
         self.map
             .lock()

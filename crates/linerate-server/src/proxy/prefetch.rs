@@ -65,7 +65,7 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
     let manifest = if hls::is_playlist_path(path) || content_type.is_some_and(hls::is_playlist_type)
     {
         Some(Manifest::Hls)
-    } else if dash::is_mpd_path(path) || content_type.is_some_and(dash::is_mpd_type) {
+    } else if dash::is_mpd_path(path) || content_type.is_some_and(is_mpd_type) {
         Some(Manifest::Dash)
     } else {
         None
@@ -112,6 +112,16 @@ fn response_field<'h>(head: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
     })
 }
 
+/// Whether a `Content-Type` value names an MPD (parameters and case ignored).
+fn is_mpd_type(content_type: &[u8]) -> bool {
+    let essence = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or(b"")
+        .trim_ascii();
+    essence.eq_ignore_ascii_case(b"application/dash+xml")
+}
+
 /// What kind of manifest a response is.
 #[derive(Clone, Copy)]
 enum Manifest {
@@ -143,7 +153,7 @@ async fn read_playlist(
     };
     if h.meta.status != 200
         || h.meta.header(VARY_STUB).is_some()
-        || len > hls::MAX_PLAYLIST_BYTES.max(dash::MAX_MPD_BYTES) as u64
+        || len > hls::MAX_PLAYLIST_BYTES as u64
         || !px.prefetch.first_read(&key, h.created_ms)
     {
         return;
@@ -166,22 +176,18 @@ async fn read_playlist(
             )],
             None => Vec::new(),
         },
-        Manifest::Dash => dash::parse_mpd(&body)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|rep| {
-                // Each BaseURL against the one before; one that leaves the host (a
-                // scheme or an authority) resolves to nothing, and so does the rest.
-                let base = rep
-                    .bases
-                    .iter()
-                    .try_fold(target.clone(), |base, b| hls::resolve(&base, b.as_bytes()))?;
-                Some((
-                    base,
-                    rep.segments.into_iter().map(String::into_bytes).collect(),
-                ))
-            })
-            .collect(),
+        // Origin-form targets already (BaseURLs applied, absolute ones refused): each
+        // resolves to itself below, under the same prefix and route checks.
+        Manifest::Dash => match dash::representations(&body, &target, true) {
+            Ok(reps) => reps
+                .into_iter()
+                .map(|rep| (target.clone(), rep.media))
+                .collect(),
+            Err(why) => {
+                tracing::debug!(key = %String::from_utf8_lossy(&key), why, "MPD not read");
+                Vec::new()
+            }
+        },
     };
     if sequences.is_empty() {
         tracing::debug!(key = %String::from_utf8_lossy(&key), "no segments prefetch can read");

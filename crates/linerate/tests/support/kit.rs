@@ -153,6 +153,7 @@ pub struct CacheConfig {
     route_keys: Keys,
     before_route: String,
     extra: String,
+    disk_bytes: u64,
 }
 
 impl CacheConfig {
@@ -176,6 +177,7 @@ impl CacheConfig {
             route_keys: Keys::default(),
             before_route: String::new(),
             extra: String::new(),
+            disk_bytes: 1 << 30,
         };
         c.server_keys.set("listen = [\"127.0.0.1:0\"]\nworkers = 2");
         c.cache_keys.set("durability = \"no_sync\"");
@@ -220,6 +222,12 @@ impl CacheConfig {
         self
     }
 
+    /// The disk's `max_bytes` (default 1 GiB).
+    pub fn disk_bytes(mut self, bytes: u64) -> CacheConfig {
+        self.disk_bytes = bytes;
+        self
+    }
+
     /// Append whole sections after the route.
     pub fn extra(mut self, toml: &str) -> CacheConfig {
         self.extra = format!("{}{toml}\n", self.extra);
@@ -230,7 +238,7 @@ impl CacheConfig {
     pub fn text(&self, dir: &Path) -> String {
         format!(
             "[server]\n{server}\n[cache]\n{cache}\n\
-             [[cache.disk]]\nname = \"d0\"\npath = {path:?}\nmax_bytes = 1073741824\n\n\
+             [[cache.disk]]\nname = \"d0\"\npath = {path:?}\nmax_bytes = {disk_bytes}\n\n\
              [[origin]]\n{origin}\n{before}[[route]]\n{route}\n{extra}\n",
             server = self.server_keys.text(),
             cache = self.cache_keys.text(),
@@ -239,6 +247,7 @@ impl CacheConfig {
             route = self.route_keys.text(),
             before = self.before_route,
             extra = self.extra,
+            disk_bytes = self.disk_bytes,
         )
     }
 

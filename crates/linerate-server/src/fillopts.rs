@@ -1,0 +1,46 @@
+//! `[fill]`: how pre-positioning (fill) jobs run, as the binary's parser hands them over
+//! (see `fill` for what a job is; reference: docs/config.md).
+
+use std::path::PathBuf;
+
+/// Default `[fill] concurrency`: objects fetched at once, all jobs together.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+
+/// Default `[fill] yield_above`: a fill job starts no new object while more client
+/// fills than this are in flight.
+pub const DEFAULT_YIELD_ABOVE: usize = 8;
+
+/// Default `[fill] retries`: further tries of an object that failed.
+pub const DEFAULT_RETRIES: u32 = 2;
+
+/// The `[fill]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FillOptions {
+    /// Objects fetched at once, all jobs together.
+    pub concurrency: usize,
+    /// Bytes per second, all jobs together; 0 = no cap.
+    pub rate_bytes_per_s: u64,
+    /// Client-driven fills in flight above which no fill-job object starts.
+    pub yield_above: usize,
+    /// Further tries of a failed object (each failure is counted by reason once, when
+    /// the object gives up).
+    pub retries: u32,
+    /// Share (0.0..=1.0) of the objects of jobs marked `"ready": true` that must be held
+    /// before `/ready` answers 200. 0 = fill jobs never hold readiness back.
+    pub ready_coverage: f64,
+    /// Where jobs are kept across restarts; `None`: the first disk's directory.
+    pub state_file: Option<PathBuf>,
+}
+
+impl Default for FillOptions {
+    fn default() -> Self {
+        FillOptions {
+            concurrency: DEFAULT_CONCURRENCY,
+            rate_bytes_per_s: 0,
+            yield_above: DEFAULT_YIELD_ABOVE,
+            retries: DEFAULT_RETRIES,
+            ready_coverage: 0.0,
+            state_file: None,
+        }
+    }
+}
