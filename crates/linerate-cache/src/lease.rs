@@ -63,25 +63,8 @@ impl StoreLock {
     /// Lock every disk of `cfg` (creating its directory and lock file when missing).
     /// Never waits: a lock held elsewhere is [`LockError::Held`] at once.
     pub fn acquire(cfg: &StoreConfig) -> Result<StoreLock, LockError> {
-        let mut disks = Vec::with_capacity(cfg.disks.len());
-        for d in &cfg.disks {
-            let io = |source| LockError::Io {
-                path: d.path.clone(),
-                source,
-            };
-            std::fs::create_dir_all(&d.path).map_err(io)?;
-            let f = open_lock_file(&d.path).map_err(io)?;
-            match try_lock_exclusive(f.as_fd()).map_err(io)? {
-                Locked::Yes => {}
-                Locked::HeldElsewhere => {
-                    return Err(LockError::Held {
-                        path: d.path.clone(),
-                    })
-                }
-            }
-            disks.push((d.path.clone(), f));
-        }
-        Ok(StoreLock { disks })
+        // Adopting nothing locks every disk afresh.
+        StoreLock::adopt(cfg, Vec::new())
     }
 
     /// Take over locks passed by the previous process. Each disk of `cfg` whose lock

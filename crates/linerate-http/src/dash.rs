@@ -39,6 +39,12 @@ pub fn is_mpd_path(path: &[u8]) -> bool {
     path.len() >= 4 && path[path.len() - 4..].eq_ignore_ascii_case(b".mpd")
 }
 
+/// Whether a `Content-Type` value names an MPD (`application/dash+xml`; parameters and
+/// case ignored).
+pub fn is_mpd_type(content_type: &[u8]) -> bool {
+    crate::mime::essence(content_type).eq_ignore_ascii_case(b"application/dash+xml")
+}
+
 /// Whether `body` looks like an XML document (so not an HLS playlist).
 pub fn looks_like_xml(body: &[u8]) -> bool {
     let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);

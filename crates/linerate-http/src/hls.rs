@@ -19,11 +19,7 @@ pub const MEDIA_TYPES: [&[u8]; 2] = [b"application/vnd.apple.mpegurl", b"applica
 
 /// Whether a `Content-Type` value names a playlist (parameters and case ignored).
 pub fn is_playlist_type(content_type: &[u8]) -> bool {
-    let essence = content_type
-        .split(|&b| b == b';')
-        .next()
-        .unwrap_or(b"")
-        .trim_ascii();
+    let essence = crate::mime::essence(content_type);
     MEDIA_TYPES.iter().any(|t| essence.eq_ignore_ascii_case(t))
 }
 

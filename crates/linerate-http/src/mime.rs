@@ -14,6 +14,16 @@ pub const DEFAULT_TYPE: &str = "application/octet-stream";
 /// Longest extension in the table, in bytes; longer ones are unknown without a lookup.
 const MAX_EXTENSION: usize = 8;
 
+/// The essence of a `Content-Type` value (RFC 9110 §8.3.1: type/subtype, without
+/// parameters or surrounding whitespace); compare it case-insensitively.
+pub fn essence(content_type: &[u8]) -> &[u8] {
+    content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or(b"")
+        .trim_ascii()
+}
+
 /// The `Content-Type` for a path (case-insensitive extension match on the last segment).
 ///
 /// `seg.M3U8` and `seg.m3u8` get the same type. A name without a dot, a name ending in a

@@ -65,7 +65,7 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
     let manifest = if hls::is_playlist_path(path) || content_type.is_some_and(hls::is_playlist_type)
     {
         Some(Manifest::Hls)
-    } else if dash::is_mpd_path(path) || content_type.is_some_and(is_mpd_type) {
+    } else if dash::is_mpd_path(path) || content_type.is_some_and(dash::is_mpd_type) {
         Some(Manifest::Dash)
     } else {
         None
@@ -110,16 +110,6 @@ fn response_field<'h>(head: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
             .eq_ignore_ascii_case(name)
             .then(|| line[colon + 1..].trim_ascii())
     })
-}
-
-/// Whether a `Content-Type` value names an MPD (parameters and case ignored).
-fn is_mpd_type(content_type: &[u8]) -> bool {
-    let essence = content_type
-        .split(|&b| b == b';')
-        .next()
-        .unwrap_or(b"")
-        .trim_ascii();
-    essence.eq_ignore_ascii_case(b"application/dash+xml")
 }
 
 /// What kind of manifest a response is.
