@@ -90,6 +90,11 @@ pub struct StoreConfig {
     /// How often the background task of each disk wakes when nothing signals it.
     /// Default 1 s.
     pub maintenance_interval: Duration,
+    /// Most objects whose file is kept open between hits, across all disks (see
+    /// `handles.rs`): a hit on one costs no open, header read, `fstat` or close.
+    /// Default [`crate::handles::DEFAULT_OPEN_HANDLES`]; 0 opens the file on every hit.
+    /// Each costs a file descriptor (the server caps it below its `RLIMIT_NOFILE`).
+    pub open_handles: usize,
 }
 
 impl StoreConfig {
@@ -108,6 +113,7 @@ impl StoreConfig {
             journal_compact_bytes: 64 << 20,
             reconcile_on_start: true,
             maintenance_interval: Duration::from_secs(1),
+            open_handles: crate::handles::DEFAULT_OPEN_HANDLES,
         }
     }
 

@@ -124,9 +124,9 @@ impl StoreIo for FaultyIo {
         self.check(IoOp::Append, path)?;
         RealIo.append(file, path, buf)
     }
-    fn file_len(&self, file: &File, path: &Path) -> io::Result<u64> {
+    fn file_state(&self, file: &File, path: &Path) -> io::Result<crate::io::FileState> {
         self.check(IoOp::Read, path)?;
-        RealIo.file_len(file, path)
+        RealIo.file_state(file, path)
     }
     fn is_dir(&self, path: &Path) -> io::Result<bool> {
         self.check(IoOp::Open, path)?;

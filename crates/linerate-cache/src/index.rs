@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::handles::OpenObject;
 use crate::key::KeyHash;
 use crate::policy::{PolicyState, Tracked};
 use crate::writer::Inflight;
@@ -30,6 +31,9 @@ pub struct Entry {
     pub created_ms: u64,
     /// Eviction state.
     pub policy: PolicyState,
+    /// The object's file, kept open between hits (`handles.rs`); `None` until a hit
+    /// opens it, and again once it is closed.
+    pub(crate) open: Mutex<Option<Arc<OpenObject>>>,
 }
 
 impl Tracked for Entry {

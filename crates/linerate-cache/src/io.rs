@@ -14,6 +14,15 @@ use std::path::{Path, PathBuf};
 
 pub use linerate_sys::fs::FsSpace;
 
+/// What `fstat` says of an open file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileState {
+    /// Length in bytes.
+    pub len: u64,
+    /// Whether any name still links to it (false once unlinked).
+    pub linked: bool,
+}
+
 /// Which file operation, for fault matching and error logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoOp {
@@ -109,9 +118,13 @@ pub trait StoreIo: Send + Sync + 'static {
         (&*file).write_all(buf)
     }
 
-    /// Length of an open file (`fstat`).
-    fn file_len(&self, file: &File, _path: &Path) -> io::Result<u64> {
-        Ok(file.metadata()?.len())
+    /// Length and link count of an open file (`fstat`).
+    fn file_state(&self, file: &File, _path: &Path) -> io::Result<FileState> {
+        let m = file.metadata()?;
+        Ok(FileState {
+            len: m.len(),
+            linked: std::os::unix::fs::MetadataExt::nlink(&m) > 0,
+        })
     }
 
     /// Whether `path` exists and is a directory (`stat`).

@@ -18,6 +18,7 @@ pub mod config;
 mod disk;
 pub mod fault;
 pub mod format;
+mod handles;
 pub mod health;
 mod index;
 pub mod io;

@@ -10,12 +10,14 @@
 //! the body is the caller's job.
 
 use std::fs::File;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::disk::now_ms;
 use crate::format::{decode_complete, peek_header_len, HeaderError, HEADER_READ_LEN};
+use crate::handles::OpenObject;
 use crate::health::DiskErrorKind;
-use crate::index::Entry;
+use crate::index::{lock, Entry};
 use crate::io::IoOp;
 use crate::key::KeyHash;
 use crate::meta::ObjectMeta;
@@ -87,9 +89,11 @@ pub enum Body {
 /// An open object: send `file` from `body_offset + start` for up to the body length.
 #[derive(Debug)]
 pub struct ObjectHandle {
-    /// Open, read-only file holding header and body. Owned: close by dropping. Remains
-    /// valid after eviction or purge (the inode lives until the last descriptor).
-    pub file: File,
+    /// Open, read-only file holding header and body, shared with the store's kept
+    /// handle and other responses (read it with positional calls only: `sendfile` with
+    /// an offset, `pread`). Remains valid after eviction or purge (the inode lives
+    /// until the last descriptor).
+    pub file: Arc<File>,
     /// Offset of body byte 0 within `file`.
     pub body_offset: u64,
     /// Body state.
@@ -165,7 +169,7 @@ impl Store {
     ) -> Lookup {
         if let Some(w) = inflight.filter(|w| w.followable && *w.key == *key) {
             let file = match w.file.try_clone() {
-                Ok(f) => f,
+                Ok(f) => Arc::new(f),
                 Err(_) => return Lookup::Miss(MissReason::DiskError),
             };
             return Lookup::Filling(ObjectHandle {
@@ -217,7 +221,8 @@ impl Inner {
     }
 
     /// Open the indexed object `e` for `key`; a failure forgets the entry (and deletes
-    /// a corrupt file). `touch`: count a hit for eviction.
+    /// a corrupt file). `touch`: count a hit for eviction. A file kept open from an
+    /// earlier hit answers without a syscall (`handles.rs`).
     pub(crate) fn lookup_entry(&self, key: &[u8], e: &Arc<Entry>, touch: bool) -> Lookup {
         if *e.key != *key {
             return Lookup::Miss(MissReason::KeyMismatch);
@@ -226,10 +231,19 @@ impl Inner {
         if !self.disks[disk].health.in_service() {
             return Lookup::Miss(MissReason::DiskOutOfService);
         }
+        if let Some(h) = self.kept(e) {
+            if touch {
+                e.policy.touch();
+            }
+            return Lookup::Hit(h);
+        }
         match self.open_verified(disk, e.hash, key) {
             Ok(h) => {
                 if touch {
                     e.policy.touch();
+                }
+                if self.handles.enabled() {
+                    self.handles.keep(e, Arc::new(self.to_kept(&h)));
                 }
                 Lookup::Hit(h)
             }
@@ -238,11 +252,54 @@ impl Inner {
                 if self.index.remove_if_same(e) {
                     match f {
                         Failure::Corrupt(_) | Failure::KeyMismatch => self.delete_object(e),
-                        Failure::Missing | Failure::Disk => self.disks[disk].untrack(e),
+                        Failure::Missing | Failure::Disk => self.untrack(e),
                     }
                 }
                 Lookup::Miss(f.reason())
             }
+        }
+    }
+
+    /// A hit from the file `e` keeps open, checked again (`fstat`: still linked, still
+    /// its full length) when its last check is older than [`crate::handles::RECHECK_MS`]. A file that
+    /// fails the check is closed; the caller opens it again and finds what is there.
+    fn kept(&self, e: &Entry) -> Option<ObjectHandle> {
+        let o = lock(&e.open).clone()?;
+        let now = now_ms();
+        if !o.fresh(now) {
+            let d = &self.disks[usize::from(e.disk)];
+            match self.io.file_state(&o.file, &d.object_path(e.hash)) {
+                Ok(st) if st.linked && st.len >= o.file_len => {
+                    o.checked_ms.store(now, Ordering::Relaxed);
+                }
+                _ => {
+                    self.handles.close(e);
+                    return None;
+                }
+            }
+        }
+        Some(ObjectHandle {
+            file: Arc::clone(&o.file),
+            body_offset: o.body_offset,
+            body: Body::Complete { len: o.body_len },
+            meta: Arc::clone(&o.meta),
+            created_ms: o.created_ms,
+            disk: self.disks[usize::from(e.disk)].id,
+        })
+    }
+
+    /// What a hit's handle keeps open for later hits (sharing its file and metadata).
+    fn to_kept(&self, h: &ObjectHandle) -> OpenObject {
+        let body_len = h.body_len().unwrap_or(0);
+        OpenObject {
+            file: Arc::clone(&h.file),
+            body_offset: h.body_offset,
+            body_len,
+            file_len: h.body_offset + body_len,
+            meta: Arc::clone(&h.meta),
+            created_ms: h.created_ms,
+            checked_ms: AtomicU64::new(now_ms()),
+            _live: self.handles.live(),
         }
     }
 
@@ -296,8 +353,8 @@ impl Inner {
         if header.key != key {
             return Err(Failure::KeyMismatch);
         }
-        match self.io.file_len(&file, &path) {
-            Ok(len) if len >= header.file_len() => {}
+        match self.io.file_state(&file, &path) {
+            Ok(st) if st.len >= header.file_len() => {}
             Ok(_) => return Err(corrupt(HeaderError::Truncated)),
             Err(e) => {
                 self.disk_error(id, IoOp::Read, &path, &e);
@@ -305,7 +362,7 @@ impl Inner {
             }
         }
         Ok(ObjectHandle {
-            file,
+            file: Arc::new(file),
             body_offset: header.body_offset,
             body: Body::Complete {
                 len: header.body_len,
@@ -337,7 +394,7 @@ pub(crate) fn read_header(
     let Ok(header) = decode_complete(&buf) else {
         return Ok(None);
     };
-    let len = io.file_len(&file, path)?;
+    let len = io.file_state(&file, path)?.len;
     if len < header.file_len() {
         return Ok(None);
     }

@@ -250,6 +250,7 @@ fn load(inner: &Arc<Inner>, i: usize) {
             charge: l.charge,
             created_ms: l.created_ms,
             policy: PolicyState::default(),
+            open: Default::default(),
         });
         match inner.index.insert(Arc::clone(&entry)) {
             crate::index::Inserted::New => disk.track(entry, Some(l.queue)),
@@ -407,6 +408,7 @@ fn reconcile_dir(inner: &Inner, i: usize, dir: &Path) {
                     charge: charge_for(len),
                     created_ms: h.created_ms,
                     policy: PolicyState::default(),
+                    open: Default::default(),
                 });
                 inner.index_published(Arc::clone(&entry));
                 let rec = Record::Insert {

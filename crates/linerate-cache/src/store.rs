@@ -17,6 +17,7 @@ use crate::config::{ConfigError, StoreConfig};
 use crate::disk::{charge_for, format_disk_states, now_ms, parse_disk_states, Disk, Reservation};
 use crate::disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
 use crate::format::{body_offset_for, ObjectHeader, BODY_LEN_UNKNOWN};
+use crate::handles::Handles;
 use crate::health::{DiskErrorKind, DiskState, Verdict};
 use crate::index::{lock, Entry, Index, Inserted};
 use crate::io::{IoOp, StoreIo};
@@ -105,6 +106,8 @@ pub(crate) struct Inner {
     /// Lent to the next process ([`Store::lend`]): nothing is written, maintenance
     /// pauses. Read without a lock on every write's start; set rarely.
     pub(crate) lent: AtomicBool,
+    /// Object files kept open between hits, and their bound.
+    pub(crate) handles: Handles,
 }
 
 /// The persistent multi-disk object store. Cheap to share (`Arc<Store>`); every method
@@ -173,6 +176,7 @@ impl Store {
         }
         let inner = Arc::new(Inner {
             index: Index::new(cfg.index_shards),
+            handles: Handles::new(cfg.open_handles),
             cfg,
             io,
             disks,
@@ -440,6 +444,13 @@ impl Store {
         self.inner.disks.iter().map(DiskStats::of).collect()
     }
 
+    /// Object files open through kept handles now (held for later hits, or still
+    /// being sent from after their object left): descriptors the store holds beyond
+    /// those of writes in flight. At most [`StoreConfig::open_handles`] are kept.
+    pub fn open_files(&self) -> usize {
+        self.inner.handles.count()
+    }
+
     /// Objects in the in-memory index (all disks). Cost: locks every shard in turn.
     pub fn indexed_objects(&self) -> usize {
         self.inner.index.len()
@@ -598,9 +609,8 @@ impl Inner {
         match inserted {
             Inserted::New => self.disks[usize::from(entry.disk)].track(entry, None),
             Inserted::Replaced(old) => {
-                let old_disk = &self.disks[usize::from(old.disk)];
                 let queue = old.policy.queue();
-                old_disk.untrack(&old);
+                self.untrack(&old);
                 if old.disk != entry.disk {
                     // A stale copy on another disk (written while this disk was out,
                     // or before a placement change): remove it there.
@@ -647,10 +657,18 @@ impl Inner {
         }
     }
 
+    /// Stop tracking an object that left the index (purged, replaced, evicted, found
+    /// missing) and close its kept file, so its blocks are freed when it is unlinked
+    /// (responses still sending from it finish first).
+    pub(crate) fn untrack(&self, e: &Entry) {
+        self.handles.close(e);
+        self.disks[usize::from(e.disk)].untrack(e);
+    }
+
     /// Unlink an object that is no longer indexed and journal its removal.
     pub(crate) fn delete_object(&self, e: &Entry) {
         let disk = &self.disks[usize::from(e.disk)];
-        disk.untrack(e);
+        self.untrack(e);
         if !disk.health.in_service() {
             return; // wiped when it returns to service
         }
@@ -704,6 +722,9 @@ impl Inner {
         d.loaded.store(false, Ordering::Release);
         *lock(&d.journal) = None;
         let dropped = self.index.drain_matching(|e| usize::from(e.disk) == i);
+        for e in &dropped {
+            self.handles.close(e);
+        }
         lock(&d.policy).clear();
         d.used.store(0, Ordering::Release);
         d.objects.store(0, Ordering::Release);

@@ -278,6 +278,7 @@ impl ObjectWriter {
             charge,
             created_ms: self.header.created_ms,
             policy: PolicyState::default(),
+            open: Default::default(),
         });
         let inflight = &self.inflight;
         let published = inner.index_published_if(Arc::clone(&entry), replaces.is_some(), |cur| {

@@ -48,11 +48,22 @@ fn disk_failing_mid_run_goes_out_of_service_while_the_other_keeps_serving() {
     let (on0, on1) = keys_by_disk(&store, 200);
     assert!(on0.len() > 50 && on1.len() > 50);
 
-    // d0 starts returning EIO on every operation.
+    // d0 starts returning EIO on every operation. Its objects' files are already open
+    // (kept by the lookups above), so at first they still answer: no operation goes
+    // through the seam until a kept file is checked again (`fstat`, after
+    // RECHECK_MS), and those checks fail and take the disk out.
     io.add(FaultRule::always(None, &dir.path().join("d0"), libc_eio()));
+    assert!(matches!(store.lookup(on0[0].as_bytes()), Lookup::Hit(_)));
+    wait_until("d0 out of service", || {
+        for k in &on0 {
+            let _ = store.lookup(k.as_bytes());
+        }
+        store.stats()[0].state == DiskState::OutOfService
+    });
     for k in &on0 {
         assert!(matches!(store.lookup(k.as_bytes()), Lookup::Miss(_)));
     }
+    assert_eq!(store.open_files(), on1.len(), "d0's kept files were closed");
     let st = store.stats();
     assert_eq!(st[0].state, DiskState::OutOfService);
     assert!(st[0].io_errors >= 5);
@@ -196,10 +207,15 @@ fn deleted_objects_directory_takes_the_disk_out() {
     let store = Store::open(cfg).unwrap();
     let (on0, on1) = keys_by_disk(&store, 100);
     std::fs::remove_dir_all(dir.path().join("d0/objects")).unwrap();
-    for k in &on0 {
-        let _ = store.lookup(k.as_bytes());
-    }
-    assert_eq!(store.stats()[0].state, DiskState::OutOfService);
+    // Kept files (opened by the lookups above) still hold the bytes, so they answer
+    // until they are checked again (RECHECK_MS); the checks find them unlinked, the
+    // reopen finds no `objects/`, and the disk goes out.
+    wait_until("d0 out of service", || {
+        for k in &on0 {
+            let _ = store.lookup(k.as_bytes());
+        }
+        store.stats()[0].state == DiskState::OutOfService
+    });
     for k in &on1 {
         check_hit(&store, k.as_bytes(), &body_for(k.as_bytes(), 2000)).unwrap();
     }

@@ -294,6 +294,16 @@ fn run_controlled(
         Some(s) => Some(s.lease().map_err(ServerError::Upgrade)?),
         None => None,
     };
+    let nofile = match linerate_sys::limits::raise_nofile_limit() {
+        Ok(n) => {
+            tracing::debug!(nofile = n, "file descriptor limit");
+            Some(n)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not raise the file descriptor limit");
+            None
+        }
+    };
     // Cache mode opens its store before the root (it creates the cache directories);
     // the page-cache probe then looks at the first cache disk instead of a library root.
     let cache = match &options.cache {
@@ -305,8 +315,23 @@ fn run_controlled(
                 ),
                 None => None,
             };
+            // Files the store keeps open for hits may take at most a quarter of the
+            // descriptors, as the appliance's open-file cache (capped on a copy, so a
+            // reload compares the configured value).
+            let mut c = c.clone();
+            if let Some(n) = nofile {
+                let cap = usize::try_from(n / 4).unwrap_or(usize::MAX);
+                if c.store.open_handles > cap {
+                    tracing::warn!(
+                        configured = c.store.open_handles,
+                        cap,
+                        "cache.open_files capped to a quarter of the descriptor limit"
+                    );
+                    c.store.open_handles = cap;
+                }
+            }
             Some(
-                crate::proxy::ProxyShared::new(c.clone(), lock, options.cluster.clone())
+                crate::proxy::ProxyShared::new(c, lock, options.cluster.clone())
                     .map_err(ServerError::Cache)?,
             )
         }
@@ -316,16 +341,6 @@ fn run_controlled(
         (Some(root), _) => root,
         (None, Some(c)) => open_root(&c.store.disks[0].path)?,
         (None, None) => open_root(&options.root)?,
-    };
-    let nofile = match linerate_sys::limits::raise_nofile_limit() {
-        Ok(n) => {
-            tracing::debug!(nofile = n, "file descriptor limit");
-            Some(n)
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "could not raise the file descriptor limit");
-            None
-        }
     };
     let probe = linerate_sys::pagecache::PageCacheProbe::detect(root.as_fd());
     let cold = ColdPool::start(options.cold_threads_per_disk).map_err(ServerError::Runtime)?;

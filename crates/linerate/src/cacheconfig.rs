@@ -83,6 +83,9 @@ pub struct CacheSection {
     /// Largest object (or slice) stored, bytes. Default 4 GiB.
     #[serde(deserialize_with = "positive_size")]
     pub max_object_bytes: u64,
+    /// Most stored objects whose file stays open between hits, all disks together.
+    /// Default 4096; 0 opens the file on every hit.
+    pub open_files: usize,
     /// `[[cache.disk]]`: the cache directories.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub disk: Vec<DiskSection>,
@@ -104,6 +107,7 @@ impl Default for CacheSection {
             high_watermark_percent: store.high_watermark_percent,
             low_watermark_percent: store.low_watermark_percent,
             max_object_bytes: store.max_object_bytes,
+            open_files: store.open_handles,
             disk: Vec::new(),
         }
     }
@@ -570,6 +574,7 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
         store.high_watermark_percent = cache.high_watermark_percent;
         store.low_watermark_percent = cache.low_watermark_percent;
         store.max_object_bytes = cache.max_object_bytes;
+        store.open_handles = cache.open_files;
         store
             .validate()
             .map_err(|e| CrossKeyError::whole(format!("cache mode: {e}")))?;

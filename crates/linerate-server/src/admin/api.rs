@@ -192,6 +192,7 @@ impl Admin {
                 disks: c.store.stats(),
                 origins: c.origins.iter().map(|o| o.snapshot()).collect(),
                 prefetch: c.prefetch.counts(),
+                open_files: c.store.open_files(),
             }),
         }
     }

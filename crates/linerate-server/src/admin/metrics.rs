@@ -58,6 +58,8 @@ pub(crate) struct CacheFacts {
     pub(crate) origins: Vec<OriginSnapshot>,
     /// HLS segment prefetch, all workers together.
     pub(crate) prefetch: PrefetchCounts,
+    /// Object files the store keeps open for hits (`Store::open_files`).
+    pub(crate) open_files: usize,
 }
 
 /// What `/health` tells a load balancer, and why.
@@ -381,6 +383,12 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
         disk_families(&mut out, &cache.disks);
         origin_families(&mut out, &cache.origins);
         prefetch_families(&mut out, &cache.prefetch);
+        gauge(
+            &mut out,
+            "linerate_cache_open_files",
+            "Object files the store holds open so hits skip open, header read and close (bounded by cache.open_files; includes files still being sent from after their object left the store).",
+            cache.open_files as f64,
+        );
     }
     counter(
         &mut out,
@@ -911,6 +919,7 @@ mod tests {
                     skipped: 1,
                     playlists: 2,
                 },
+                open_files: 3,
             }),
         }
     }

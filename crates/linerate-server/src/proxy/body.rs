@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
+use std::sync::Arc;
 
 use linerate_cache::{BodyProgress, Progress, Readable};
 use linerate_http::range::ByteRange;
@@ -45,7 +46,7 @@ pub(crate) enum Segment {
 
 /// A stored object being sent.
 pub(crate) struct Stored {
-    pub(crate) file: File,
+    pub(crate) file: Arc<File>,
     pub(crate) body_offset: u64,
     /// The writer's progress; `None` once the object is known complete.
     pub(crate) progress: Option<BodyProgress>,

@@ -75,7 +75,7 @@ pub(crate) struct SliceCtx {
 /// One slice, open.
 struct Open {
     index: u64,
-    file: File,
+    file: Arc<File>,
     body_offset: u64,
     progress: Option<BodyProgress>,
     /// This slice's length.
