@@ -49,11 +49,14 @@ pub const DEFAULT_COLD_THREADS_PER_DISK: usize = 8;
 /// in sync; larger bodies get 413 and the connection closes.
 pub const DEFAULT_MAX_DISCARDED_BODY: u64 = 64 * 1024;
 
-/// Default open files cached per worker (appliance mode). Each holds one descriptor;
-/// 1024 covers the hot segments of hundreds of live channels on one core, and 1024 per
-/// worker stays far below the descriptor limit linerate raises at start-up (the
-/// connections need most of it). nginx's `open_file_cache max` has no default (off).
-pub const DEFAULT_OPEN_FILE_CACHE: usize = 1024;
+/// Default open files cached per worker (appliance mode). Each holds one descriptor and
+/// ~200 bytes. 16,384 covers the hot set of a busy edge's library (a 2 h title in 6 s
+/// segments and five renditions is 6,000 segments; a hot set is a few titles plus the
+/// live channels) so that hot requests never open a file; at start-up it is capped at
+/// a quarter of the descriptor limit per worker, so on a small limit it shrinks rather
+/// than starving connections. nginx's `open_file_cache max` has no default (off);
+/// tuned nginx configurations use 10,000 to 200,000.
+pub const DEFAULT_OPEN_FILE_CACHE: usize = 16_384;
 
 /// Default time a cached open file is trusted before its path is checked again (one
 /// `stat`): the longest a replaced, deleted or modified file may still be served as it
