@@ -5,19 +5,27 @@
 # What it owns: the set-up around bench/proxy.py — build the release binaries, install
 # nginx from Debian packages when it is missing, raise the file-descriptor limit, then
 # run the benchmark and kill whatever is left on exit. bench/proxy.py does the
-# measuring (warm-hit throughput and CPU per GB, a 200-client herd on one uncached
-# object, a deep range in an uncached 1 GiB object); see docs/benchmarks.md, "Proxy mode".
+# measuring; see docs/benchmarks.md, "Proxy mode". Tests (--tests, all by default):
+#   warm        warm-hit throughput and CPU per GB on the 200 x 2 MiB objects, 16 conns
+#   warm-small  the same on the 2,000 x 64 KiB objects, 64 conns (per-request cost)
+#   herd        200 clients at once on one uncached 2 MiB object
+#   range       a 1 KiB range deep in an uncached 1 GiB object
+# Warm-hit tests fill both caches first (two passes; the second must not reach the
+# origin) and count origin requests during the measured window (must be 0).
 #
 # Usage:
-#   bench/proxy.sh                        3 rounds of each test, both servers (~3 min)
-#   bench/proxy.sh --quick                1 round, 2 s throughput runs (~1 min)
+#   bench/proxy.sh                        3 rounds of each test, both servers (~7 min)
+#   bench/proxy.sh --quick                1 round, 2 s throughput runs (~1.5 min)
 #   bench/proxy.sh --servers nginx        nginx alone (linerate cache mode not needed)
-#   bench/proxy.sh --tests herd,range     some tests only
+#   bench/proxy.sh --tests warm,warm-small   some tests only
+#   bench/proxy.sh --wait-quiet 60 --retries 2   on a shared machine
 #   bench/proxy.sh --help                 every option (they are proxy.py's)
 #
 # linerate runs in cache mode from a generated config file: one worker, 1 MiB slices
 # like nginx's `slice 1m`, an ephemeral admin port; when that binary lacks cache mode
-# the script says so, measures nginx alone and exits with status 2.
+# the script says so, measures nginx alone and exits with status 2. nginx gets
+# proxy_cache + slice 1m + proxy_cache_lock, and `open_file_cache max=1024` (which
+# nginx applies to its cache files too; --nginx-open-file-cache 0 turns it off).
 #
 # Results: a Markdown table on stdout, every run in $WORKDIR/proxy-results.json
 # (default /var/tmp/linerate-bench, content shared with bench/run.sh). Needs 2+ CPUs
