@@ -95,6 +95,11 @@ pub struct StoreConfig {
     /// Default [`crate::handles::DEFAULT_OPEN_HANDLES`]; 0 opens the file on every hit.
     /// Each costs a file descriptor (the server caps it below its `RLIMIT_NOFILE`).
     pub open_handles: usize,
+    /// How long a kept file answers hits before its path is checked again (one
+    /// `stat`: same device and inode, full length). Default
+    /// [`crate::handles::DEFAULT_RECHECK`] (1 s): the longest a file removed, moved or
+    /// truncated by hand is still served from the open file.
+    pub open_handle_recheck: Duration,
 }
 
 impl StoreConfig {
@@ -114,6 +119,7 @@ impl StoreConfig {
             reconcile_on_start: true,
             maintenance_interval: Duration::from_secs(1),
             open_handles: crate::handles::DEFAULT_OPEN_HANDLES,
+            open_handle_recheck: crate::handles::DEFAULT_RECHECK,
         }
     }
 

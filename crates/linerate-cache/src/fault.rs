@@ -128,6 +128,10 @@ impl StoreIo for FaultyIo {
         self.check(IoOp::Read, path)?;
         RealIo.file_state(file, path)
     }
+    fn path_state(&self, path: &Path) -> io::Result<crate::io::FileState> {
+        self.check(IoOp::Open, path)?;
+        RealIo.path_state(path)
+    }
     fn is_dir(&self, path: &Path) -> io::Result<bool> {
         self.check(IoOp::Open, path)?;
         RealIo.is_dir(path)

@@ -1,4 +1,5 @@
-//! Open object files kept between hits, so a warm hit costs no syscall in the store.
+//! Open object files kept between hits, so a warm hit makes no file syscall in the
+//! store (one clock read, from the vDSO).
 //!
 //! Without them every hit opens the object file, reads and checks its header and
 //! `fstat`s it (and the server closes it after sending): four syscalls and two
@@ -20,22 +21,29 @@
 //! next hit and rejoins at the back). The ring's lock is taken only when a handle is
 //! opened, never on a hit.
 //!
-//! Files changed behind the store's back (an operator deleting objects by hand, a
-//! disk remounted): a handle is trusted for [`RECHECK_MS`], then one `fstat` checks
-//! the file still has a name and its full length before the next hit uses it; one that
-//! fails is closed and the lookup opens the file again, finding what a store without
-//! handles would.
+//! Files changed behind the store's back (an operator deleting, moving or truncating
+//! objects by hand, a disk remounted): a handle is trusted for
+//! `StoreConfig::open_handle_recheck`, then one `stat` of the object's path checks it
+//! still names the same file (device and inode) at its full length before the next hit
+//! uses it; one that fails is closed and the lookup opens the path again, finding what
+//! a store without handles would. Times are monotonic (a clock step cannot stop the
+//! checks).
+//!
+//! A lent store (an upgrade's hand-over, `Store::lend`) closes every handle and keeps
+//! none: the next process may purge or replace objects, and this one must see that on
+//! its next hit and must not hold evicted files' blocks while it drains.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use crate::index::{lock, Entry};
 use crate::meta::ObjectMeta;
 
-/// How long an open handle answers hits before its file is checked again (`fstat`).
-pub const RECHECK_MS: u64 = 1_000;
+/// Default time a kept file answers hits before its path is checked again.
+pub const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
 
 /// Default bound on entries holding an open file (see `StoreConfig::open_handles`).
 pub const DEFAULT_OPEN_HANDLES: usize = 4096;
@@ -48,15 +56,20 @@ pub(crate) struct OpenObject {
     pub(crate) body_len: u64,
     /// Length the header says the file has (header plus body).
     pub(crate) file_len: u64,
+    /// Device and inode of the file, to tell that its path still names it.
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
     pub(crate) meta: Arc<ObjectMeta>,
     pub(crate) created_ms: u64,
-    /// When the file was last found intact, Unix milliseconds.
-    pub(crate) checked_ms: AtomicU64,
+    /// When the file was last found intact ([`Handles::now`]).
+    pub(crate) checked: AtomicU64,
+    /// Which keeping this is (the ring names handles by it).
+    pub(crate) seq: u64,
     pub(crate) _live: Live,
 }
 
-/// Counts an [`OpenObject`] for as long as it lives (held by its entry or by a
-/// response still sending from it): the number of descriptors handles hold.
+/// Counts an [`OpenObject`] for as long as it lives (held by its entry, or for a
+/// moment by a lookup that cloned it): the number of files kept open.
 #[derive(Debug)]
 pub(crate) struct Live(Arc<AtomicUsize>);
 
@@ -66,27 +79,28 @@ impl Drop for Live {
     }
 }
 
-impl OpenObject {
-    /// Whether the last check is recent enough to answer without another.
-    pub(crate) fn fresh(&self, now_ms: u64) -> bool {
-        now_ms.saturating_sub(self.checked_ms.load(Ordering::Relaxed)) < RECHECK_MS
-    }
-}
-
 /// The bound on open handles and the order they are closed in.
 #[derive(Debug)]
 pub(crate) struct Handles {
     cap: usize,
-    ring: Mutex<VecDeque<Weak<Entry>>>,
-    /// Open objects alive now, kept or still sending ([`Live`]).
+    recheck_ms: u64,
+    /// Origin of [`Handles::now`].
+    base: Instant,
+    ring: Mutex<VecDeque<(Weak<Entry>, u64)>>,
+    /// Numbers the handles made ([`OpenObject::seq`]).
+    seq: AtomicU64,
+    /// Open objects alive now ([`Live`]).
     live: Arc<AtomicUsize>,
 }
 
 impl Handles {
-    pub(crate) fn new(cap: usize) -> Handles {
+    pub(crate) fn new(cap: usize, recheck: Duration) -> Handles {
         Handles {
             cap,
+            recheck_ms: u64::try_from(recheck.as_millis()).unwrap_or(u64::MAX),
+            base: Instant::now(),
             ring: Mutex::new(VecDeque::new()),
+            seq: AtomicU64::new(0),
             live: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -96,16 +110,28 @@ impl Handles {
         self.cap > 0
     }
 
-    /// Object files open through handles now: kept in entries or still being sent
-    /// from after their entry let go.
+    /// Monotonic milliseconds since the store opened.
+    pub(crate) fn now(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether `o`'s last check is recent enough to answer at `now` without another.
+    pub(crate) fn fresh(&self, o: &OpenObject, now: u64) -> bool {
+        now.saturating_sub(o.checked.load(Ordering::Relaxed)) < self.recheck_ms
+    }
+
+    /// Object files kept open now.
     pub(crate) fn count(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
 
-    /// Count a new open object for as long as it lives.
-    pub(crate) fn live(&self) -> Live {
+    /// Count a new open object for as long as it lives; and its number.
+    pub(crate) fn live(&self) -> (Live, u64) {
         self.live.fetch_add(1, Ordering::Relaxed);
-        Live(Arc::clone(&self.live))
+        (
+            Live(Arc::clone(&self.live)),
+            self.seq.fetch_add(1, Ordering::Relaxed),
+        )
     }
 
     /// Keep `obj` open in `entry` for later hits, closing the oldest handle when the
@@ -115,6 +141,7 @@ impl Handles {
         if !self.enabled() {
             return;
         }
+        let seq = obj.seq;
         {
             let mut slot = lock(&entry.open);
             if slot.is_some() {
@@ -125,7 +152,7 @@ impl Handles {
         let mut victims = Vec::new();
         {
             let mut ring = lock(&self.ring);
-            ring.push_back(Arc::downgrade(entry));
+            ring.push_back((Arc::downgrade(entry), seq));
             while ring.len() > self.cap {
                 if let Some(old) = ring.pop_front() {
                     victims.push(old);
@@ -134,9 +161,18 @@ impl Handles {
         }
         // Closed outside the ring's lock: `close` of a file another thread is sending
         // from only drops a reference, but it is still a syscall.
-        for v in victims {
+        // A position left by a handle closed and reopened since names an older number
+        // and closes nothing.
+        for (v, seq) in victims {
             if let Some(e) = v.upgrade() {
-                self.close(&e);
+                let old = {
+                    let mut slot = lock(&e.open);
+                    match &*slot {
+                        Some(cur) if cur.seq == seq => slot.take(),
+                        _ => None,
+                    }
+                };
+                drop(old);
             }
         }
     }
@@ -145,5 +181,133 @@ impl Handles {
     pub(crate) fn close(&self, entry: &Entry) {
         let old = lock(&entry.open).take();
         drop(old); // after the entry's lock is released
+    }
+
+    /// Close `entry`'s handle only if it is still `o` (not one reopened meanwhile).
+    pub(crate) fn close_if(&self, entry: &Entry, o: &Arc<OpenObject>) {
+        let old = {
+            let mut slot = lock(&entry.open);
+            match &*slot {
+                Some(cur) if Arc::ptr_eq(cur, o) => slot.take(),
+                _ => None,
+            }
+        };
+        drop(old);
+    }
+
+    /// Close every kept handle (the store is lent to another process).
+    pub(crate) fn close_all(&self) {
+        let all: Vec<(Weak<Entry>, u64)> = lock(&self.ring).drain(..).collect();
+        for (w, _) in all {
+            if let Some(e) = w.upgrade() {
+                self.close(&e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests on temp dirs they created")]
+mod tests {
+    use super::*;
+    use crate::fault::FaultyIo;
+    use crate::io::FsSpace;
+    use crate::key::KeyHash;
+    use crate::{DiskConfig, Durability, Lookup, ObjectMeta, Store, StoreConfig};
+
+    fn store(dir: &std::path::Path) -> Store {
+        let mut cfg = StoreConfig::new(vec![DiskConfig {
+            name: "d0".into(),
+            path: dir.join("d0"),
+            max_bytes: 64 << 20,
+        }]);
+        cfg.durability = Durability::NoSync;
+        let io = Arc::new(FaultyIo::new());
+        io.set_space(Some(FsSpace {
+            total_bytes: 1 << 40,
+            available_bytes: 1 << 39,
+            read_only: false,
+        }));
+        Store::open_with_io(cfg, io).unwrap()
+    }
+
+    fn put(store: &Store, key: &[u8], body: &[u8]) {
+        let mut w = store
+            .begin_write(key, ObjectMeta::default(), Some(body.len() as u64))
+            .unwrap();
+        w.append(body).unwrap();
+        w.finish().unwrap();
+    }
+
+    /// Held entry of `key` after a hit kept its file.
+    fn kept_entry(store: &Store, key: &[u8]) -> Arc<Entry> {
+        assert!(matches!(store.lookup(key), Lookup::Hit(_)));
+        let e = store.inner.index.get(KeyHash::of(key)).unwrap();
+        assert!(lock(&e.open).is_some(), "the hit kept its file");
+        e
+    }
+
+    /// Purge and replacement close the handle themselves, not only by dropping the
+    /// entry: a reference to the entry held elsewhere (a lookup in progress) must not
+    /// keep an object file that left the store open.
+    #[test]
+    fn leaving_the_index_closes_the_handle_while_the_entry_is_still_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        put(&s, b"purged", b"body");
+        let e = kept_entry(&s, b"purged");
+        assert!(s.purge(b"purged"));
+        assert!(lock(&e.open).is_none(), "purge closed it");
+
+        put(&s, b"replaced", b"old");
+        let e = kept_entry(&s, b"replaced");
+        put(&s, b"replaced", b"new!");
+        assert!(lock(&e.open).is_none(), "replacement closed it");
+        assert_eq!(s.open_files(), 0);
+    }
+
+    fn object(h: &Handles) -> Arc<OpenObject> {
+        let (live, seq) = h.live();
+        Arc::new(OpenObject {
+            file: Arc::new(tempfile::tempfile().unwrap()),
+            body_offset: 0,
+            body_len: 0,
+            file_len: 0,
+            dev: 0,
+            ino: 0,
+            meta: Arc::new(ObjectMeta::default()),
+            created_ms: 0,
+            checked: AtomicU64::new(0),
+            seq,
+            _live: live,
+        })
+    }
+
+    /// A ring position left by a handle that was closed and reopened names an older
+    /// handle: popping it must not close the new one; the bound still holds.
+    #[test]
+    fn an_old_ring_position_does_not_close_a_newer_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        put(&s, b"x", b"x");
+        put(&s, b"y", b"y");
+        let x = s.inner.index.get(KeyHash::of(b"x")).unwrap();
+        let y = s.inner.index.get(KeyHash::of(b"y")).unwrap();
+        let h = Handles::new(1, DEFAULT_RECHECK);
+        h.keep(&x, object(&h));
+        h.close(&x); // as a failed recheck does
+        let newer = object(&h);
+        let newer_seq = newer.seq;
+        h.keep(&x, newer); // two positions for x; the bound pops the older one
+        assert_eq!(
+            lock(&x.open).as_ref().map(|o| o.seq),
+            Some(newer_seq),
+            "the newer handle stayed"
+        );
+        assert_eq!(h.count(), 1);
+        h.keep(&y, object(&h)); // pops x's current position: closes it
+        assert!(lock(&x.open).is_none());
+        assert!(lock(&y.open).is_some());
+        assert_eq!(h.count(), 1);
     }
 }

@@ -14,13 +14,26 @@ use std::path::{Path, PathBuf};
 
 pub use linerate_sys::fs::FsSpace;
 
-/// What `fstat` says of an open file.
+/// What `stat` says of a file: enough to tell whether a path still names an open file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileState {
     /// Length in bytes.
     pub len: u64,
-    /// Whether any name still links to it (false once unlinked).
-    pub linked: bool,
+    /// Device holding it.
+    pub dev: u64,
+    /// Inode number on that device.
+    pub ino: u64,
+}
+
+impl FileState {
+    fn of(m: &std::fs::Metadata) -> FileState {
+        use std::os::unix::fs::MetadataExt;
+        FileState {
+            len: m.len(),
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    }
 }
 
 /// Which file operation, for fault matching and error logs.
@@ -118,13 +131,14 @@ pub trait StoreIo: Send + Sync + 'static {
         (&*file).write_all(buf)
     }
 
-    /// Length and link count of an open file (`fstat`).
+    /// Length, device and inode of an open file (`fstat`).
     fn file_state(&self, file: &File, _path: &Path) -> io::Result<FileState> {
-        let m = file.metadata()?;
-        Ok(FileState {
-            len: m.len(),
-            linked: std::os::unix::fs::MetadataExt::nlink(&m) > 0,
-        })
+        Ok(FileState::of(&file.metadata()?))
+    }
+
+    /// Length, device and inode of the file `path` names now (`stat`).
+    fn path_state(&self, path: &Path) -> io::Result<FileState> {
+        Ok(FileState::of(&std::fs::metadata(path)?))
     }
 
     /// Whether `path` exists and is a directory (`stat`).

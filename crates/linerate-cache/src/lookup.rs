@@ -13,12 +13,11 @@ use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::disk::now_ms;
 use crate::format::{decode_complete, peek_header_len, HeaderError, HEADER_READ_LEN};
 use crate::handles::OpenObject;
 use crate::health::DiskErrorKind;
 use crate::index::{lock, Entry};
-use crate::io::IoOp;
+use crate::io::{FileState, IoOp};
 use crate::key::KeyHash;
 use crate::meta::ObjectMeta;
 use crate::progress::BodyProgress;
@@ -211,7 +210,7 @@ impl Inner {
         if let Some(i) = self.place(hash) {
             if !self.disks[i].loaded.load(Ordering::Acquire) {
                 return match self.open_verified(i, hash, key) {
-                    Ok(h) => Lookup::Hit(h),
+                    Ok((h, _)) => Lookup::Hit(h),
                     Err(Failure::Missing) => Lookup::Miss(MissReason::NotCached),
                     Err(f) => Lookup::Miss(f.reason()),
                 };
@@ -238,12 +237,12 @@ impl Inner {
             return Lookup::Hit(h);
         }
         match self.open_verified(disk, e.hash, key) {
-            Ok(h) => {
+            Ok((h, st)) => {
                 if touch {
                     e.policy.touch();
                 }
-                if self.handles.enabled() {
-                    self.handles.keep(e, Arc::new(self.to_kept(&h)));
+                if self.handles.enabled() && !self.lent.load(Ordering::Acquire) {
+                    self.handles.keep(e, Arc::new(self.to_kept(&h, st)));
                 }
                 Lookup::Hit(h)
             }
@@ -260,20 +259,24 @@ impl Inner {
         }
     }
 
-    /// A hit from the file `e` keeps open, checked again (`fstat`: still linked, still
-    /// its full length) when its last check is older than [`crate::handles::RECHECK_MS`]. A file that
-    /// fails the check is closed; the caller opens it again and finds what is there.
+    /// A hit from the file `e` keeps open, its path checked again (`stat`: the same
+    /// device and inode, the full length) when its last check is older than
+    /// `StoreConfig::open_handle_recheck`. A file that fails the check is closed; the
+    /// caller opens the path again and finds what is there. None on a lent store.
     fn kept(&self, e: &Entry) -> Option<ObjectHandle> {
+        if self.lent.load(Ordering::Acquire) {
+            return None;
+        }
         let o = lock(&e.open).clone()?;
-        let now = now_ms();
-        if !o.fresh(now) {
+        let now = self.handles.now();
+        if !self.handles.fresh(&o, now) {
             let d = &self.disks[usize::from(e.disk)];
-            match self.io.file_state(&o.file, &d.object_path(e.hash)) {
-                Ok(st) if st.linked && st.len >= o.file_len => {
-                    o.checked_ms.store(now, Ordering::Relaxed);
+            match self.io.path_state(&d.object_path(e.hash)) {
+                Ok(st) if st.dev == o.dev && st.ino == o.ino && st.len >= o.file_len => {
+                    o.checked.store(now, Ordering::Relaxed);
                 }
                 _ => {
-                    self.handles.close(e);
+                    self.handles.close_if(e, &o);
                     return None;
                 }
             }
@@ -288,23 +291,33 @@ impl Inner {
         })
     }
 
-    /// What a hit's handle keeps open for later hits (sharing its file and metadata).
-    fn to_kept(&self, h: &ObjectHandle) -> OpenObject {
+    /// What a hit's handle keeps open for later hits (sharing its file and metadata);
+    /// `st`: the file's `fstat` from the open.
+    fn to_kept(&self, h: &ObjectHandle, st: FileState) -> OpenObject {
         let body_len = h.body_len().unwrap_or(0);
+        let (live, seq) = self.handles.live();
         OpenObject {
             file: Arc::clone(&h.file),
             body_offset: h.body_offset,
             body_len,
             file_len: h.body_offset + body_len,
+            dev: st.dev,
+            ino: st.ino,
             meta: Arc::clone(&h.meta),
             created_ms: h.created_ms,
-            checked_ms: AtomicU64::new(now_ms()),
-            _live: self.handles.live(),
+            checked: AtomicU64::new(self.handles.now()),
+            seq,
+            _live: live,
         }
     }
 
     /// Open the object file for `hash` on disk `i` and verify it belongs to `key`.
-    fn open_verified(&self, i: usize, hash: KeyHash, key: &[u8]) -> Result<ObjectHandle, Failure> {
+    fn open_verified(
+        &self,
+        i: usize,
+        hash: KeyHash,
+        key: &[u8],
+    ) -> Result<(ObjectHandle, FileState), Failure> {
         let disk = &self.disks[i];
         let path = disk.object_path(hash);
         let id = disk.id;
@@ -353,15 +366,15 @@ impl Inner {
         if header.key != key {
             return Err(Failure::KeyMismatch);
         }
-        match self.io.file_state(&file, &path) {
-            Ok(st) if st.len >= header.file_len() => {}
+        let st = match self.io.file_state(&file, &path) {
+            Ok(st) if st.len >= header.file_len() => st,
             Ok(_) => return Err(corrupt(HeaderError::Truncated)),
             Err(e) => {
                 self.disk_error(id, IoOp::Read, &path, &e);
                 return Err(Failure::Disk);
             }
-        }
-        Ok(ObjectHandle {
+        };
+        let handle = ObjectHandle {
             file: Arc::new(file),
             body_offset: header.body_offset,
             body: Body::Complete {
@@ -370,7 +383,8 @@ impl Inner {
             meta: Arc::new(header.meta),
             created_ms: header.created_ms,
             disk: id,
-        })
+        };
+        Ok((handle, st))
     }
 }
 

@@ -176,7 +176,7 @@ impl Store {
         }
         let inner = Arc::new(Inner {
             index: Index::new(cfg.index_shards),
-            handles: Handles::new(cfg.open_handles),
+            handles: Handles::new(cfg.open_handles, cfg.open_handle_recheck),
             cfg,
             io,
             disks,
@@ -444,9 +444,10 @@ impl Store {
         self.inner.disks.iter().map(DiskStats::of).collect()
     }
 
-    /// Object files open through kept handles now (held for later hits, or still
-    /// being sent from after their object left): descriptors the store holds beyond
-    /// those of writes in flight. At most [`StoreConfig::open_handles`] are kept.
+    /// Object files kept open for later hits now: descriptors the store holds beyond
+    /// those of writes in flight (responses still sending from a file that was closed
+    /// here hold their own reference and are not counted). At most
+    /// [`StoreConfig::open_handles`].
     pub fn open_files(&self) -> usize {
         self.inner.handles.count()
     }

@@ -44,16 +44,16 @@ fn disk_failing_mid_run_goes_out_of_service_while_the_other_keeps_serving() {
     let mut cfg = config(dir.path(), &[("d0", 64 * MIB), ("d1", 64 * MIB)]);
     cfg.error_threshold = 5;
     cfg.probe_interval = Duration::from_secs(3600);
+    cfg.open_handle_recheck = Duration::from_millis(100);
     let store = Store::open_with_io(cfg.clone(), io.clone()).unwrap();
     let (on0, on1) = keys_by_disk(&store, 200);
     assert!(on0.len() > 50 && on1.len() > 50);
 
     // d0 starts returning EIO on every operation. Its objects' files are already open
-    // (kept by the lookups above), so at first they still answer: no operation goes
-    // through the seam until a kept file is checked again (`fstat`, after
-    // RECHECK_MS), and those checks fail and take the disk out.
+    // (kept by the lookups above), so no operation goes through the seam until a kept
+    // file's path is checked again (`stat`, after open_handle_recheck); those checks
+    // and the reopens fail and take the disk out.
     io.add(FaultRule::always(None, &dir.path().join("d0"), libc_eio()));
-    assert!(matches!(store.lookup(on0[0].as_bytes()), Lookup::Hit(_)));
     wait_until("d0 out of service", || {
         for k in &on0 {
             let _ = store.lookup(k.as_bytes());
@@ -204,12 +204,13 @@ fn deleted_objects_directory_takes_the_disk_out() {
     let mut cfg = config(dir.path(), &[("d0", 64 * MIB), ("d1", 64 * MIB)]);
     cfg.error_threshold = 3;
     cfg.probe_interval = Duration::from_secs(3600);
+    cfg.open_handle_recheck = Duration::from_millis(100);
     let store = Store::open(cfg).unwrap();
     let (on0, on1) = keys_by_disk(&store, 100);
     std::fs::remove_dir_all(dir.path().join("d0/objects")).unwrap();
     // Kept files (opened by the lookups above) still hold the bytes, so they answer
-    // until they are checked again (RECHECK_MS); the checks find them unlinked, the
-    // reopen finds no `objects/`, and the disk goes out.
+    // until their paths are checked again (open_handle_recheck); the checks find them
+    // gone, the reopen finds no `objects/`, and the disk goes out.
     wait_until("d0 out of service", || {
         for k in &on0 {
             let _ = store.lookup(k.as_bytes());

@@ -1,8 +1,8 @@
 //! Kept object files (`handles.rs`): a warm hit answers from the file a lookup opened
 //! before, without opening, reading or `fstat`ing it again; every way an object leaves
 //! the store closes its file at once (no evicted or purged file stays allocated behind
-//! the store's accounting); the count is bounded; and a file changed behind the store's
-//! back is seen after `RECHECK_MS`.
+//! the store's accounting); the count is bounded; a file changed behind the store's
+//! back is seen after `open_handle_recheck`; a lent store keeps none.
 #![allow(clippy::unwrap_used, reason = "tests on temp dirs they created")]
 
 mod common;
@@ -65,6 +65,8 @@ fn a_warm_hit_opens_and_reads_nothing() {
         let io = roomy_io();
         let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
         cfg.error_threshold = 1000;
+        // No recheck within the test: only the kept file can answer.
+        cfg.open_handle_recheck = Duration::from_secs(3600);
         if !kept {
             cfg.open_handles = 0;
         }
@@ -181,13 +183,16 @@ fn kept_files_are_bounded() {
     assert_eq!(open_under(dir.path()).len(), 3);
 }
 
-/// A file removed or truncated behind the store's back (by hand) still answers from
-/// the open file, with its full, intact bytes, until its check is due; then the check
-/// sees it and the lookup misses (the index forgets it) as it would without handles.
+/// A file removed, moved away or truncated behind the store's back (by hand) still
+/// answers from the open file, with its full, intact bytes, until its check is due;
+/// then the check sees it and the lookup misses (the index forgets it) as it would
+/// without handles.
 #[test]
 fn files_changed_behind_the_store_are_seen_after_the_recheck() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with_io(config(dir.path(), &[("d0", 64 * MIB)]), roomy_io()).unwrap();
+    let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
+    cfg.open_handle_recheck = Duration::from_millis(200);
+    let store = Store::open_with_io(cfg, roomy_io()).unwrap();
     let removed = body_for(b"removed", 9000);
     put(&store, b"removed", &removed);
     check_hit(&store, b"removed", &removed).unwrap();
@@ -195,7 +200,7 @@ fn files_changed_behind_the_store_are_seen_after_the_recheck() {
     assert_eq!(files.len(), 1);
     std::fs::remove_file(&files[0]).unwrap();
     check_hit(&store, b"removed", &removed).unwrap();
-    std::thread::sleep(Duration::from_millis(1100));
+    std::thread::sleep(Duration::from_millis(300));
     assert!(matches!(
         store.lookup(b"removed"),
         Lookup::Miss(MissReason::NotCached)
@@ -212,7 +217,52 @@ fn files_changed_behind_the_store_are_seen_after_the_recheck() {
         .open(&files[0])
         .unwrap();
     f.set_len(100).unwrap();
-    std::thread::sleep(Duration::from_millis(1100));
+    std::thread::sleep(Duration::from_millis(300));
     assert!(matches!(store.lookup(b"cut"), Lookup::Miss(_)));
-    assert!(matches!(store.lookup(b"cut"), Lookup::Miss(_)));
+    assert!(
+        !files[0].exists(),
+        "the truncated file is deleted as corrupt"
+    );
+
+    // Moved away (still linked, under another name): the path no longer names it.
+    let moved = body_for(b"moved", 9000);
+    put(&store, b"moved", &moved);
+    check_hit(&store, b"moved", &moved).unwrap();
+    let files = object_files(dir.path());
+    assert_eq!(files.len(), 1);
+    std::fs::rename(&files[0], dir.path().join("elsewhere")).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(matches!(
+        store.lookup(b"moved"),
+        Lookup::Miss(MissReason::NotCached)
+    ));
+    assert_eq!(store.open_files(), 0);
+}
+
+/// Lending the store (an upgrade's hand-over) closes every kept file and keeps none
+/// while lent: hits open the path again, so an object the next process purged or
+/// replaced is seen at once. Taken back, hits keep files again.
+#[test]
+fn a_lent_store_keeps_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
+    cfg.open_handle_recheck = Duration::from_secs(3600);
+    let store = Store::open_with_io(cfg, roomy_io()).unwrap();
+    let body = body_for(b"seg", 9000);
+    put(&store, b"seg", &body);
+    check_hit(&store, b"seg", &body).unwrap();
+    assert_eq!(store.open_files(), 1);
+    store.lend(Duration::from_secs(5)).unwrap();
+    assert_eq!(store.open_files(), 0);
+    assert_eq!(open_under(dir.path()), Vec::<String>::new());
+    check_hit(&store, b"seg", &body).unwrap();
+    assert_eq!(store.open_files(), 0);
+    // What the next process does to the file is seen on the next hit.
+    let files = object_files(dir.path());
+    std::fs::remove_file(&files[0]).unwrap();
+    assert!(matches!(store.lookup(b"seg"), Lookup::Miss(_)));
+    store.resume();
+    put(&store, b"seg", &body);
+    check_hit(&store, b"seg", &body).unwrap();
+    assert_eq!(store.open_files(), 1);
 }

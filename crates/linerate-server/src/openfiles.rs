@@ -36,7 +36,7 @@
 //! a player or a scanner asking for a missing segment over and over costs no path walk.
 //! Bounded by `open_file_cache` names (forgotten all at once when full).
 //!
-//! Bounded by entry count (`open_file_cache`, default 1024, each one descriptor),
+//! Bounded by entry count (`open_file_cache`, default 16384, each one descriptor),
 //! evicted by CLOCK (second chance): a hit sets a bit, the hand clears bits until it
 //! finds an unreferenced entry. Not here: deciding the response (`appliance`).
 

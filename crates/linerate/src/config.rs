@@ -143,7 +143,7 @@ impl Default for TimeoutsSection {
 pub struct ApplianceSection {
     /// Directory served. Default: the bundled sample library.
     pub root: PathBuf,
-    /// Open files cached per worker; 0 disables the cache. Default 1024.
+    /// Open files cached per worker; 0 disables the cache. Default 16384.
     #[serde(deserialize_with = "open_file_cache")]
     pub open_file_cache: u64,
     /// Milliseconds a cached open file is trusted before its path is checked again.

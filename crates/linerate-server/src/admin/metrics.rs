@@ -386,7 +386,7 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
         gauge(
             &mut out,
             "linerate_cache_open_files",
-            "Object files the store holds open so hits skip open, header read and close (bounded by cache.open_files; includes files still being sent from after their object left the store).",
+            "Object files the store keeps open so hits skip open, header read, fstat and close (at most cache.open_files).",
             cache.open_files as f64,
         );
     }
