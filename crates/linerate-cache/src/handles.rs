@@ -15,6 +15,9 @@
 //! would keep an evicted file's blocks allocated behind the store's accounting.
 //! Responses still sending from it keep the file until they finish, as before.
 //!
+//! When: from an object's second hit (a lookup that finds it already hit once), so
+//! objects asked for once (probes, one-off requests) never take a place.
+//!
 //! How many: at most `StoreConfig::open_handles` entries hold one. A ring of weak
 //! references in opening order closes the oldest when a new one would exceed the
 //! bound (first in, first out: a hot object whose handle was closed is reopened on its
@@ -242,6 +245,7 @@ mod tests {
     /// Held entry of `key` after a hit kept its file.
     fn kept_entry(store: &Store, key: &[u8]) -> Arc<Entry> {
         assert!(matches!(store.lookup(key), Lookup::Hit(_)));
+        assert!(matches!(store.lookup(key), Lookup::Hit(_))); // kept from the second
         let e = store.inner.index.get(KeyHash::of(key)).unwrap();
         assert!(lock(&e.open).is_some(), "the hit kept its file");
         e

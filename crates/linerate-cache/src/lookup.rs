@@ -238,10 +238,13 @@ impl Inner {
         }
         match self.open_verified(disk, e.hash, key) {
             Ok((h, st)) => {
+                // Kept from the second hit on: an object asked for once (a probe, a
+                // one-off request) never takes a place from a hot one.
+                let again = e.policy.freq() > 0;
                 if touch {
                     e.policy.touch();
                 }
-                if self.handles.enabled() && !self.lent.load(Ordering::Acquire) {
+                if touch && again && self.handles.enabled() && !self.lent.load(Ordering::Acquire) {
                     self.handles.keep(e, Arc::new(self.to_kept(&h, st)));
                 }
                 Lookup::Hit(h)

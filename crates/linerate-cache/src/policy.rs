@@ -106,7 +106,7 @@ impl PolicyState {
         self.queue.store(q.to_u8(), Ordering::Relaxed);
     }
 
-    fn freq(&self) -> u8 {
+    pub(crate) fn freq(&self) -> u8 {
         self.freq.load(Ordering::Relaxed)
     }
 

@@ -28,6 +28,7 @@ fn keys_by_disk(store: &Store, n: usize) -> (Vec<String>, Vec<String>) {
     for i in 0..n {
         let k = format!("http://o/seg/{i}");
         put(store, k.as_bytes(), &body_for(k.as_bytes(), 2000));
+        let _ = store.lookup(k.as_bytes()); // a second hit keeps the file open
         match store.lookup(k.as_bytes()) {
             Lookup::Hit(h) if h.disk == 0 => d0.push(k),
             Lookup::Hit(_) => d1.push(k),

@@ -55,9 +55,10 @@ fn roomy_io() -> Arc<FaultyIo> {
     io
 }
 
-/// With handles, the second hit performs no I/O through the store's seam: every open
-/// and read on the disk failing does not stop it. The same sequence with handles off
-/// misses, which shows the test would notice the kept file not being used.
+/// Files are kept from an object's second hit (one hit keeps nothing). Then a hit
+/// performs no I/O through the store's seam: every open and read on the disk failing
+/// does not stop it. The same sequence with handles off misses, which shows the test
+/// would notice the kept file not being used.
 #[test]
 fn a_warm_hit_opens_and_reads_nothing() {
     for kept in [true, false] {
@@ -73,6 +74,8 @@ fn a_warm_hit_opens_and_reads_nothing() {
         let store = Store::open_with_io(cfg, io.clone()).unwrap();
         let body = body_for(b"seg/1", 70_000);
         put(&store, b"seg/1", &body);
+        check_hit(&store, b"seg/1", &body).unwrap();
+        assert_eq!(store.open_files(), 0, "one hit keeps nothing");
         check_hit(&store, b"seg/1", &body).unwrap();
         assert_eq!(store.open_files(), usize::from(kept));
 
@@ -104,6 +107,7 @@ fn objects_leaving_the_store_close_their_files() {
     // Purge.
     put(&store, b"a", b"first");
     check_hit(&store, b"a", b"first").unwrap();
+    check_hit(&store, b"a", b"first").unwrap();
     assert_eq!(open_under(dir.path()).len(), 1);
     assert!(store.purge(b"a"));
     assert_eq!(open_under(dir.path()), Vec::<String>::new());
@@ -113,7 +117,9 @@ fn objects_leaving_the_store_close_their_files() {
     // Replaced by a new write: the next hit is the new body, and only its file is open.
     put(&store, b"b", b"old body");
     check_hit(&store, b"b", b"old body").unwrap();
+    check_hit(&store, b"b", b"old body").unwrap();
     put(&store, b"b", b"new body!");
+    check_hit(&store, b"b", b"new body!").unwrap();
     check_hit(&store, b"b", b"new body!").unwrap();
     let open = open_under(dir.path());
     assert_eq!(open.len(), 1, "{open:?}");
@@ -142,6 +148,7 @@ fn objects_leaving_the_store_close_their_files() {
         let k = format!("e/{i}");
         put(&store, k.as_bytes(), &[3u8; 16_000]);
         let _ = store.lookup(k.as_bytes());
+        let _ = store.lookup(k.as_bytes()); // kept from the second hit
         if i % 50 == 0 {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -173,6 +180,7 @@ fn kept_files_are_bounded() {
         let body = body_for(k.as_bytes(), 5000);
         put(&store, k.as_bytes(), &body);
         check_hit(&store, k.as_bytes(), &body).unwrap();
+        check_hit(&store, k.as_bytes(), &body).unwrap();
         assert_eq!(store.open_files(), (i + 1).min(3));
     }
     assert_eq!(open_under(dir.path()).len(), 3);
@@ -196,6 +204,7 @@ fn files_changed_behind_the_store_are_seen_after_the_recheck() {
     let removed = body_for(b"removed", 9000);
     put(&store, b"removed", &removed);
     check_hit(&store, b"removed", &removed).unwrap();
+    check_hit(&store, b"removed", &removed).unwrap();
     let files = object_files(dir.path());
     assert_eq!(files.len(), 1);
     std::fs::remove_file(&files[0]).unwrap();
@@ -210,6 +219,7 @@ fn files_changed_behind_the_store_are_seen_after_the_recheck() {
 
     let cut = body_for(b"cut", 9000);
     put(&store, b"cut", &cut);
+    check_hit(&store, b"cut", &cut).unwrap();
     check_hit(&store, b"cut", &cut).unwrap();
     let files = object_files(dir.path());
     let f = std::fs::OpenOptions::new()
@@ -227,6 +237,7 @@ fn files_changed_behind_the_store_are_seen_after_the_recheck() {
     // Moved away (still linked, under another name): the path no longer names it.
     let moved = body_for(b"moved", 9000);
     put(&store, b"moved", &moved);
+    check_hit(&store, b"moved", &moved).unwrap();
     check_hit(&store, b"moved", &moved).unwrap();
     let files = object_files(dir.path());
     assert_eq!(files.len(), 1);
@@ -251,6 +262,7 @@ fn a_lent_store_keeps_no_files() {
     let body = body_for(b"seg", 9000);
     put(&store, b"seg", &body);
     check_hit(&store, b"seg", &body).unwrap();
+    check_hit(&store, b"seg", &body).unwrap();
     assert_eq!(store.open_files(), 1);
     store.lend(Duration::from_secs(5)).unwrap();
     assert_eq!(store.open_files(), 0);
@@ -263,6 +275,7 @@ fn a_lent_store_keeps_no_files() {
     assert!(matches!(store.lookup(b"seg"), Lookup::Miss(_)));
     store.resume();
     put(&store, b"seg", &body);
+    check_hit(&store, b"seg", &body).unwrap();
     check_hit(&store, b"seg", &body).unwrap();
     assert_eq!(store.open_files(), 1);
 }
