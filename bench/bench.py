@@ -276,7 +276,7 @@ http {{
     tcp_nodelay on;
     keepalive_requests 1000000;
     keepalive_timeout 600s;
-    {open_file_cache}
+{open_file_cache}
     types {{ application/octet-stream bin; }}
     default_type application/octet-stream;
     client_body_temp_path {work}/tmp;
@@ -290,6 +290,14 @@ http {{
     }}
 }}
 """
+
+
+def nginx_open_file_cache(entries: int) -> str:
+    """nginx's open-file cache directives for the `http` block (also bench/proxy.py's):
+    `entries` files revalidated after 1 s, as linerate checks its kept files; 0 = off."""
+    if entries <= 0:
+        return "    open_file_cache off;"
+    return f"    open_file_cache max={entries} inactive=60s;\n    open_file_cache_valid 1s;"
 
 
 def start_nginx(cfg, port: int, stock: bool = False) -> Server:
@@ -307,10 +315,7 @@ def start_nginx(cfg, port: int, stock: bool = False) -> Server:
             root=cfg.root,
             nofile=nofile,
             worker_connections=max(1024, nofile - 100),
-            open_file_cache=(
-                "open_file_cache off;" if stock else
-                f"open_file_cache max={cfg.nginx_open_files} inactive=60s;\n    open_file_cache_valid 1s;"
-            ),
+            open_file_cache=nginx_open_file_cache(0 if stock else cfg.nginx_open_files),
         )
     )
     with open(work / "nginx-stderr.log", "ab") as log_file:  # the child keeps its own copy

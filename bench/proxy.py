@@ -232,7 +232,7 @@ def start_nginx_proxy(cfg, origin: Origin) -> B.Server:
         PROXY_CONF.format(
             work=work, host=HOST, port=port, origin_port=origin.port, cache=work / "cache",
             nofile=nofile, worker_connections=max(1024, nofile - 100), slice=SLICE,
-            open_file_cache=nginx_open_file_cache(cfg.nginx_open_file_cache),
+            open_file_cache=B.nginx_open_file_cache(cfg.nginx_open_file_cache),
         )
     )
     with open(work / "stderr.log", "ab") as f:
@@ -242,12 +242,6 @@ def start_nginx_proxy(cfg, origin: Origin) -> B.Server:
         )
     B.wait_listening(port, p)
     return B.Server("nginx", p, port)
-
-
-def nginx_open_file_cache(entries: int) -> str:
-    if entries <= 0:
-        return "    open_file_cache off;"
-    return f"    open_file_cache max={entries} inactive=60s;\n    open_file_cache_valid 1s;"
 
 
 def linerate_cache_flags_missing(linerate: str) -> str | None:

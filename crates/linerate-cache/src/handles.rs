@@ -168,34 +168,20 @@ impl Handles {
         // and closes nothing.
         for (v, seq) in victims {
             if let Some(e) = v.upgrade() {
-                let old = {
-                    let mut slot = lock(&e.open);
-                    match &*slot {
-                        Some(cur) if cur.seq == seq => slot.take(),
-                        _ => None,
-                    }
-                };
-                drop(old);
+                self.close_seq(&e, seq);
             }
         }
     }
 
     /// Close `entry`'s handle if it has one (responses using it keep it until done).
     pub(crate) fn close(&self, entry: &Entry) {
-        let old = lock(&entry.open).take();
-        drop(old); // after the entry's lock is released
+        close_where(entry, |_| true);
     }
 
-    /// Close `entry`'s handle only if it is still `o` (not one reopened meanwhile).
-    pub(crate) fn close_if(&self, entry: &Entry, o: &Arc<OpenObject>) {
-        let old = {
-            let mut slot = lock(&entry.open);
-            match &*slot {
-                Some(cur) if Arc::ptr_eq(cur, o) => slot.take(),
-                _ => None,
-            }
-        };
-        drop(old);
+    /// Close `entry`'s handle only if it is still handle number `seq` (not one
+    /// reopened meanwhile).
+    pub(crate) fn close_seq(&self, entry: &Entry, seq: u64) {
+        close_where(entry, |cur| cur.seq == seq);
     }
 
     /// Close every kept handle (the store is lent to another process).
@@ -207,6 +193,20 @@ impl Handles {
             }
         }
     }
+}
+
+/// Take `entry`'s handle if `which` says so, and close it after the entry's lock is
+/// released (the last reference closes the file).
+fn close_where(entry: &Entry, which: impl FnOnce(&OpenObject) -> bool) {
+    let old = {
+        let mut slot = lock(&entry.open);
+        if slot.as_deref().is_some_and(which) {
+            slot.take()
+        } else {
+            None
+        }
+    };
+    drop(old);
 }
 
 #[cfg(test)]

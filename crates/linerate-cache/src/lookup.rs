@@ -279,7 +279,7 @@ impl Inner {
                     o.checked.store(now, Ordering::Relaxed);
                 }
                 _ => {
-                    self.handles.close_if(e, &o);
+                    self.handles.close_seq(e, o.seq);
                     return None;
                 }
             }

@@ -45,6 +45,15 @@ fn object_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Store `key` (a 9,000-byte body at most) and hit it twice, so its file is kept.
+fn put_kept(store: &Store, key: &[u8]) -> Vec<u8> {
+    let body = body_for(key, 9000);
+    put(store, key, &body);
+    check_hit(store, key, &body).unwrap();
+    check_hit(store, key, &body).unwrap();
+    body
+}
+
 fn roomy_io() -> Arc<FaultyIo> {
     let io = Arc::new(FaultyIo::new());
     io.set_space(Some(FsSpace {
@@ -201,10 +210,7 @@ fn files_changed_behind_the_store_are_seen_after_the_recheck() {
     let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
     cfg.open_handle_recheck = Duration::from_millis(200);
     let store = Store::open_with_io(cfg, roomy_io()).unwrap();
-    let removed = body_for(b"removed", 9000);
-    put(&store, b"removed", &removed);
-    check_hit(&store, b"removed", &removed).unwrap();
-    check_hit(&store, b"removed", &removed).unwrap();
+    let removed = put_kept(&store, b"removed");
     let files = object_files(dir.path());
     assert_eq!(files.len(), 1);
     std::fs::remove_file(&files[0]).unwrap();
@@ -217,10 +223,7 @@ fn files_changed_behind_the_store_are_seen_after_the_recheck() {
     assert_eq!(store.open_files(), 0);
     assert_eq!(open_under(dir.path()), Vec::<String>::new());
 
-    let cut = body_for(b"cut", 9000);
-    put(&store, b"cut", &cut);
-    check_hit(&store, b"cut", &cut).unwrap();
-    check_hit(&store, b"cut", &cut).unwrap();
+    put_kept(&store, b"cut");
     let files = object_files(dir.path());
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -235,13 +238,11 @@ fn files_changed_behind_the_store_are_seen_after_the_recheck() {
     );
 
     // Moved away (still linked, under another name): the path no longer names it.
-    let moved = body_for(b"moved", 9000);
-    put(&store, b"moved", &moved);
-    check_hit(&store, b"moved", &moved).unwrap();
-    check_hit(&store, b"moved", &moved).unwrap();
+    let moved = put_kept(&store, b"moved");
     let files = object_files(dir.path());
     assert_eq!(files.len(), 1);
     std::fs::rename(&files[0], dir.path().join("elsewhere")).unwrap();
+    check_hit(&store, b"moved", &moved).unwrap(); // from the open file until the check
     std::thread::sleep(Duration::from_millis(300));
     assert!(matches!(
         store.lookup(b"moved"),
@@ -259,10 +260,7 @@ fn a_lent_store_keeps_no_files() {
     let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
     cfg.open_handle_recheck = Duration::from_secs(3600);
     let store = Store::open_with_io(cfg, roomy_io()).unwrap();
-    let body = body_for(b"seg", 9000);
-    put(&store, b"seg", &body);
-    check_hit(&store, b"seg", &body).unwrap();
-    check_hit(&store, b"seg", &body).unwrap();
+    let body = put_kept(&store, b"seg");
     assert_eq!(store.open_files(), 1);
     store.lend(Duration::from_secs(5)).unwrap();
     assert_eq!(store.open_files(), 0);

@@ -54,8 +54,7 @@ pub const DEFAULT_MAX_DISCARDED_BODY: u64 = 64 * 1024;
 /// segments and five renditions is 6,000 segments; a hot set is a few titles plus the
 /// live channels) so that hot requests never open a file; at start-up it is capped at
 /// a quarter of the descriptor limit per worker, so on a small limit it shrinks rather
-/// than starving connections. nginx's `open_file_cache max` has no default (off);
-/// tuned nginx configurations use 10,000 to 200,000.
+/// than starving connections. nginx's `open_file_cache max` has no default (off).
 pub const DEFAULT_OPEN_FILE_CACHE: usize = 16_384;
 
 /// Default time a cached open file is trusted before its path is checked again (one
