@@ -286,9 +286,9 @@ pub fn normalize_proxy_target(target: &[u8]) -> Result<ProxyTarget, PathError> {
 
 /// Append the proxy normal form of `path` (which starts with `/`, query already cut).
 fn normalize_proxy_path_into(path: &[u8], out: &mut Vec<u8>) -> Result<(), PathError> {
-    // Where each segment kept so far starts in `out` (at its leading `/`): a `..`
-    // truncates to the last one.
-    let mut starts: Vec<usize> = Vec::new();
+    // `out` holds the segments kept so far, each with its leading `/` (segments have no
+    // raw `/`): a `..` truncates to the last `/`. Empty: nothing to climb into.
+    let base = out.len();
     let mut trailing_dot = false;
     // The path starts with `/`: the first split item is the empty string before it.
     for raw in path.split(|&b| b == b'/').skip(1) {
@@ -300,16 +300,17 @@ fn normalize_proxy_path_into(path: &[u8], out: &mut Vec<u8>) -> Result<(), PathE
         if segment == b".." {
             out.truncate(start);
             // §5.2.4 2C: remove the last segment; there is none to climb into.
-            let parent = starts.pop().ok_or(PathError::EscapesRoot)?;
-            out.truncate(parent);
+            if out.len() == base {
+                return Err(PathError::EscapesRoot);
+            }
+            let parent = out[base..].iter().rposition(|&b| b == b'/').unwrap_or(0);
+            out.truncate(base + parent);
         } else if segment == b"." {
             out.truncate(start);
-        } else {
-            starts.push(start);
         }
     }
     // `/a/.` and `/a/b/..` both name the directory `/a/` (§5.2.4 2B, 2C).
-    if trailing_dot || out.is_empty() {
+    if trailing_dot || out.len() == base {
         out.push(b'/');
     }
     Ok(())
