@@ -8,7 +8,8 @@
 //! testable with plain byte strings and fuzzable without I/O.
 //!
 //! Pipeline order, as the server uses it: [`request::parse_request`] →
-//! [`path::normalize_target`] → [`conditional::evaluate`] → [`conditional::if_range`] →
+//! [`path::normalize_target`] (cache mode: [`path::normalize_proxy_target`]) →
+//! [`conditional::evaluate`] → [`conditional::if_range`] →
 //! [`range::parse_range`] / [`range::resolve`] → [`multipart::plan`] when several ranges
 //! remain → [`response::HeadWriter`].
 #![forbid(unsafe_code)]

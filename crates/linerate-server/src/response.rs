@@ -152,6 +152,17 @@ pub(crate) fn error(worker: &Worker, status: StatusCode, persistence: Persistenc
     simple(worker, status, persistence, None)
 }
 
+/// A short text response for an error status that says why: `NNN Reason: why` as the
+/// body. `why` is a short stable name (`encoded_slash`), never bytes the client sent.
+pub(crate) fn error_because(
+    worker: &Worker,
+    status: StatusCode,
+    persistence: Persistence,
+    why: &'static str,
+) -> Response {
+    text(worker, status, persistence, None, Some(why))
+}
+
 /// A short text response: `NNN Reason` as the body, with one `extra` field.
 pub(crate) fn simple(
     worker: &Worker,
@@ -159,9 +170,23 @@ pub(crate) fn simple(
     persistence: Persistence,
     extra: Option<(&str, &[u8])>,
 ) -> Response {
+    text(worker, status, persistence, extra, None)
+}
+
+/// `NNN Reason` (then `: why`) as the body, with one `extra` field.
+fn text(
+    worker: &Worker,
+    status: StatusCode,
+    persistence: Persistence,
+    extra: Option<(&str, &[u8])>,
+    why: Option<&str>,
+) -> Response {
     let mut head = Vec::with_capacity(256);
     let reason = status.reason();
-    let body_len = 4 + reason.len() + 1; // "NNN " + reason + "\n"
+    let body = match why {
+        Some(why) => format!("{} {reason}: {why}\n", status.code()),
+        None => format!("{} {reason}\n", status.code()),
+    };
     let mut w = HeadWriter::new(&mut head, status);
     worker.date.with(|d| w.field("Date", d));
     w.field("Server", SERVER);
@@ -169,12 +194,12 @@ pub(crate) fn simple(
         w.field(name, value);
     }
     w.field("Content-Type", b"text/plain; charset=utf-8");
-    w.field_u64("Content-Length", body_len as u64);
+    w.field_u64("Content-Length", body.len() as u64);
     if matches!(persistence, Persistence::Close) {
         w.field("Connection", b"close");
     }
     w.finish();
-    head.extend_from_slice(format!("{} {}\n", status.code(), reason).as_bytes());
+    head.extend_from_slice(body.as_bytes());
     Response {
         head,
         body: Body::Empty,

@@ -896,7 +896,19 @@ fn path_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
             "a path starting with `/` (visible ASCII, no spaces, `?` or `#`)",
         ));
     }
-    Ok(s)
+    // Requests are routed by their normalised path (`normalize_proxy_target`): a prefix
+    // in another spelling (`/a/./`, `/%7Euser/`) would never match one.
+    match linerate_http::path::normalize_proxy_target(s.as_bytes()) {
+        Ok(n) if n.as_bytes() == s.as_bytes() => Ok(s),
+        Ok(n) => Err(serde::de::Error::custom(format!(
+            "a path in normal form, as requests are matched: write {:?}",
+            String::from_utf8_lossy(n.as_bytes())
+        ))),
+        Err(e) => Err(serde::de::Error::custom(format!(
+            "a path a request could have (this one is refused: {})",
+            e.as_str()
+        ))),
+    }
 }
 
 /// A file extension key of `[route.ttl_s]`: its own type so the error points at the key.
@@ -1234,6 +1246,8 @@ profile = "video"
                 "host",
             ),
             ("[[route]]\norigin = \"o\"\npath_prefix = \"vod\"\n", "line 3", "starting with"),
+            ("[[route]]\norigin = \"o\"\npath_prefix = \"/a/./%7e/\"\n", "line 3", "write \"/a/~/\""),
+            ("[[route]]\norigin = \"o\"\npath_prefix = \"/a/../../\"\n", "line 3", "escapes_root"),
             ("[[route]]\norigin = \"o\"\nhost = \"a.com:80\"\n", "line 3", "without port"),
             ("[[route]]\norigin = \"o\"\nquery = \"some\"\n", "line 3", "include"),
             ("[[route]]\norigin = \"o\"\nslice_bytes = 100\n", "line 3", "at least"),

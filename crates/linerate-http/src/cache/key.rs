@@ -4,8 +4,10 @@
 //!
 //! The key is built only from what identifies the resource: the scheme of the listener
 //! the request came in on, the authority the request names (lower-cased, without its
-//! port) and the path and query as sent, less CMCD telemetry and with Low-Latency HLS
-//! directives in one order ([`query`]). Everything else that reaches the origin must
+//! port), the path as normalised for forwarding ([`crate::path::normalize_proxy_target`]:
+//! every spelling of a resource is one key, the one the origin is sent) and the query as
+//! sent, less CMCD telemetry and with Low-Latency HLS directives in one order
+//! ([`query`]). Everything else that reaches the origin must
 //! either be in the key, in a `Vary`, or be something the origin cannot read (see
 //! `forward`): that is what keeps one client's header from poisoning an object for
 //! everyone.

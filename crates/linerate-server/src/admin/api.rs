@@ -587,7 +587,8 @@ fn fill_reply(
 
 /// `POST /purge?url=URL` removes one URL (its variants and slices too);
 /// `POST /purge?prefix=URL` every URL starting with it. URLs are keys as cache mode
-/// builds them: `http[s]://host/path[?query]`, host lower-case and without its port.
+/// builds them: `http[s]://host/path[?query]`, host lower-case and without its port,
+/// path normalised (`linerate_http::path::normalize_proxy_target`).
 fn purge_reply(admin: &Admin, query: &str) -> Reply {
     let Some(cache) = &admin.cache else {
         return Reply::text(404, "not in cache mode");
@@ -607,14 +608,18 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
             "give exactly one of url= or prefix= (a percent-encoded http:// or https:// URL)",
         )
     };
+    // The URL's path is normalised as a request's is (`ProxyShared::key_for_url`), so
+    // the purge names the object every spelling of it was stored under; a URL the
+    // normaliser refuses (`/../x`, `%2F`) names none, and is answered with why.
+    let refused = |why: &str| Reply::text(400, &format!("bad purge URL: {why}"));
     let (kind, removed) = match (url, prefix) {
         (Some(Some(u)), None) => match cache.key_for_url(&u) {
-            Some(key) => ("url", cache.purge_url(&key)),
-            None => return bad(),
+            Ok(key) => ("url", cache.purge_url(&key)),
+            Err(why) => return refused(why),
         },
         (None, Some(Some(p))) => match cache.key_for_url(&p) {
-            Some(key) => ("prefix", cache.purge_prefix(&key)),
-            None => return bad(),
+            Ok(key) => ("prefix", cache.purge_prefix(&key)),
+            Err(why) => return refused(why),
         },
         _ => return bad(),
     };

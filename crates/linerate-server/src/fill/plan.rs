@@ -2,7 +2,7 @@
 //! when a window is open. Pure functions over the routes; the I/O is `run`'s.
 
 use linerate_http::cache::key::{self, Scheme};
-use linerate_http::hls;
+use linerate_http::{hls, path};
 
 use super::Item;
 use crate::proxy::ProxyShared;
@@ -40,14 +40,18 @@ pub(super) fn item(px: &ProxyShared, host: Option<&str>, url: &str) -> Result<It
     {
         return Err(format!("{url:?}: not a valid host"));
     }
-    // Split as a request's target is: the query keeps its `?`.
-    let (path, query) = target.split_at(target.find('?').unwrap_or(target.len()));
+    // Normalised as the server will normalise the request this job sends (and sent in
+    // that form): `/a/./b` is `/a/b`'s object, so the key checked and pinned below is the
+    // one the request stores, and a `..` that climbs out of a route is refused here
+    // with its reason rather than fetched from another route.
+    let normal = path::normalize_proxy_target(target.as_bytes())
+        .map_err(|e| format!("{url:?}: refused request target ({})", e.as_str()))?;
     let keyed_host = key::host_of(host.as_bytes());
-    let Some((key, route)) =
-        px.key_for(Scheme::Http, &keyed_host, path.as_bytes(), query.as_bytes())
-    else {
-        return Err(format!("{url:?} is on no cache route"));
+    let Some((key, route)) = px.key_for(Scheme::Http, &keyed_host, &normal) else {
+        let shown = String::from_utf8_lossy(normal.as_bytes());
+        return Err(format!("{url:?} ({shown}) is on no cache route"));
     };
+    let target = String::from_utf8_lossy(normal.as_bytes()).into_owned();
     // On a sliced route an object larger than a slice is stored as slices, a smaller
     // one whole: either means held.
     let slice_key = (px.routes[route].opts.slice_bytes > 0).then(|| key::slice(&key, 0));

@@ -2,8 +2,8 @@
 //! stream it to every client that asked meanwhile (see docs/request-flow.md).
 //!
 //! The pipeline, one stage per module, each importing only the ones listed after it:
-//! - here: [`respond`], which routes and keys a request once
-//!   ([`request::CacheRequest`]) and sends GET/HEAD to `flow`, everything else to the
+//! - here: [`respond`], which normalises the target (`linerate_http::path`), then
+//!   routes and keys it once ([`request::CacheRequest`]) and sends GET/HEAD to `flow`, everything else to the
 //!   origin uncached (`relay`), invalidating after unsafe methods;
 //! - `flow`: GET and HEAD: look up (through a `Vary` stub to the variant), decide with
 //!   `linerate_http::cache::decide`, serve, revalidate or fill;
@@ -43,9 +43,8 @@ use std::sync::Arc;
 
 use linerate_http::cache::key::{self, Scheme};
 use linerate_http::cache::{Fwd, RequestCacheControl};
-use linerate_http::{Method, Persistence, StatusCode, TargetForm};
+use linerate_http::{path, Method, Persistence, StatusCode};
 
-use crate::cacheopts::QueryKey;
 use crate::clusteropts::HOP_HEADER;
 use crate::context::Worker;
 use crate::response::Response;
@@ -75,21 +74,27 @@ pub(crate) async fn respond(
     if head.method == Method::Connect {
         return crate::response::error(worker, StatusCode::MethodNotAllowed, persistence);
     }
-    let Some((path, query)) = head.path_and_query() else {
-        // `OPTIONS *` asks about the server, which this cache does not relay.
-        debug_assert!(head.form == TargetForm::Asterisk);
-        return crate::response::error(worker, StatusCode::BadRequest, persistence);
+    // One form of the target for routing, keying and forwarding: a route's prefix is
+    // matched against the very path the origin receives, which has no dot segment left
+    // to climb out of it with (`path::normalize_proxy_target`). `OPTIONS *` asks about
+    // the server, which this cache does not relay: `bad_form`, as other refusals, 400.
+    let target = match path::normalize_proxy_target(head.target) {
+        Ok(t) => t,
+        Err(e) => {
+            return crate::response::error_because(
+                worker,
+                StatusCode::BadRequest,
+                persistence,
+                e.as_str(),
+            )
+        }
     };
     // RFC 9112 §3.2: an HTTP/1.0 request may lack Host; it is keyed under an empty host.
     let host = key::host_of(head.authority().unwrap_or(b""));
-    let Some(route) = px.route_for(&host, path) else {
+    let Some(route) = px.route_for(&host, target.path()) else {
         return crate::response::error(worker, StatusCode::NotFound, persistence);
     };
     let scheme = if secure { Scheme::Https } else { Scheme::Http };
-    let key_query = key::query(
-        query,
-        matches!(px.routes[route].opts.query, QueryKey::Include),
-    );
     let from_peer = head.field(HOP_HEADER.as_bytes()).is_some();
     if let (true, Some(cluster)) = (from_peer, &px.cluster) {
         cluster.count_hop_received();
@@ -105,8 +110,8 @@ pub(crate) async fn respond(
         px,
         head,
         route,
-        key: key::primary(scheme, &host, path, &key_query),
-        target: [path, query].concat(),
+        key: px.key_on(route, scheme, &host, &target),
+        target: target.into_bytes(),
         host,
         scheme,
         peer,

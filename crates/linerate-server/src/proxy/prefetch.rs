@@ -10,9 +10,10 @@
 //! is skipped. Client fills take no slot and are never held back.
 //!
 //! What is followed: only URIs relative to the playlist's host (no scheme, no
-//! authority), resolved per RFC 3986 (`linerate_http::hls::resolve`), whose path stays
-//! under the playlist route's `path_prefix` and which a route serves (for an MPD: each
-//! `BaseURL` resolved in turn, then the segment). The parsing is `linerate_http::hls`
+//! authority), resolved per RFC 3986 (`linerate_http::hls::resolve`), then normalised
+//! as a client's request is (`linerate_http::path::normalize_proxy_target`), whose path
+//! stays under the playlist route's `path_prefix` and which a route serves (for an MPD:
+//! each `BaseURL` resolved in turn, then the segment). The parsing is `linerate_http::hls`
 //! and `linerate_http::dash` (pure, tested); the memory is `ahead`.
 //!
 //! A request's CMCD `nor` hint (`CMCD-Request` header, CTA-5004) names one more object
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use linerate_cache::Lookup;
 use linerate_http::cache::key::{self, Scheme};
 use linerate_http::cache::RequestCacheControl;
-use linerate_http::{dash, hls, Method};
+use linerate_http::{dash, hls, path, Method};
 
 use super::ahead::{Next, Target};
 use super::fill::{self, Job, SliceJob};
@@ -210,17 +211,17 @@ fn segment(
     prefix: &[u8],
     uri: &[u8],
 ) -> Option<Arc<Target>> {
-    let target = hls::resolve(base, uri).filter(|t| t.len() <= MAX_TARGET)?;
-    let (path, query) = match target.iter().position(|&b| b == b'?') {
-        Some(i) => (&target[..i], &target[i + 1..]),
-        None => (&target[..], &b""[..]),
-    };
-    if !path.starts_with(prefix) {
+    let resolved = hls::resolve(base, uri).filter(|t| t.len() <= MAX_TARGET)?;
+    // The form a client's request for it is routed, keyed and forwarded in, so a
+    // prefetched copy is the one the client then hits (and a URI the normaliser refuses
+    // is not fetched: a client could not ask for it either).
+    let target = path::normalize_proxy_target(&resolved).ok()?;
+    if !target.path().starts_with(prefix) || target.as_bytes().len() > MAX_TARGET {
         return None;
     }
-    let (key, route) = px.key_for(scheme, host, path, query)?;
+    let (key, route) = px.key_for(scheme, host, &target)?;
     Some(Arc::new(Target {
-        target: target.into(),
+        target: target.into_bytes().into(),
         key: key.into(),
         route,
     }))

@@ -26,7 +26,9 @@ pub(crate) struct CacheRequest<'a> {
     pub(crate) route: usize,
     /// The host as keyed (lower-case, no port).
     pub(crate) host: Vec<u8>,
-    /// Path and query as sent to the origin (origin-form).
+    /// Path and query as sent to the origin (origin-form): the path normalised
+    /// (`linerate_http::path::normalize_proxy_target`), the query as the client sent it.
+    /// Routed and keyed in this same form.
     pub(crate) target: Vec<u8>,
     /// Primary cache key.
     pub(crate) key: Vec<u8>,

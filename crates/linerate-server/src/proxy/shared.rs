@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use linerate_cache::{Lookup, ObjectHandle, ObjectMeta, Store};
 use linerate_http::cache::key::{self, Scheme};
 use linerate_http::cache::{Freshness, Heuristic, Settings};
+use linerate_http::path::{self, PathError, ProxyTarget};
 
 use super::ahead;
 use super::fills::Fills;
@@ -175,7 +176,9 @@ impl ProxyShared {
         }))
     }
 
-    /// The first route matching `host` (as keyed: lower-case, no port) and `path`.
+    /// The first route matching `host` (as keyed: lower-case, no port) and `path`, a
+    /// normalised path ([`ProxyTarget::path`]): a route's `path_prefix` is compared
+    /// with the path the origin will receive, never with the client's spelling of it.
     pub(crate) fn route_for(&self, host: &[u8], path: &[u8]) -> Option<usize> {
         self.routes.iter().position(|r| {
             let host_ok = match &r.opts.host {
@@ -195,55 +198,71 @@ impl ProxyShared {
         })
     }
 
-    /// The primary key of `scheme://host/path?query` as a request for it is keyed (the
-    /// route's query rule applied), with its route; `None` when no route serves it.
+    /// The primary key of `scheme://host` + `target` on `route`: the normalised path,
+    /// and the query as the route keys it (`key::query`).
+    pub(crate) fn key_on(
+        &self,
+        route: usize,
+        scheme: Scheme,
+        host: &[u8],
+        target: &ProxyTarget,
+    ) -> Vec<u8> {
+        let keep = matches!(self.routes[route].opts.query, QueryKey::Include);
+        key::primary(
+            scheme,
+            host,
+            target.path(),
+            &key::query(target.query(), keep),
+        )
+    }
+
+    /// The primary key of `scheme://host` + `target` as a client request for it is
+    /// keyed, with its route; `None` when no route serves it.
     pub(crate) fn key_for(
         &self,
         scheme: Scheme,
         host: &[u8],
-        path: &[u8],
-        query: &[u8],
+        target: &ProxyTarget,
     ) -> Option<(Vec<u8>, usize)> {
-        let route = self.route_for(host, path)?;
-        let query = match self.routes[route].opts.query {
-            QueryKey::Include => query,
-            QueryKey::Ignore => b"",
-        };
-        Some((key::primary(scheme, host, path, query), route))
+        let route = self.route_for(host, target.path())?;
+        Some((self.key_on(route, scheme, host, target), route))
     }
 
     /// The key of a `Location`-style URI reference (`/path?q` or an absolute URL) when
     /// it names a resource on the host `host` (as keyed) that a request on `scheme`
     /// came for (RFC 9111 §4.4 invalidates only those: "a cache MUST NOT invalidate a
-    /// URI ... if the host part is different").
+    /// URI ... if the host part is different"). Normalised as a request for it would be;
+    /// a reference the normaliser refuses names nothing stored.
     pub(crate) fn same_host_key(
         &self,
         scheme: Scheme,
         host: &[u8],
         value: &[u8],
     ) -> Option<(Vec<u8>, usize)> {
-        if value.starts_with(b"/") && !value.starts_with(b"//") {
-            let (path, query) = match value.iter().position(|&b| b == b'?') {
-                Some(i) => value.split_at(i),
-                None => (value, &b""[..]),
-            };
-            return self.key_for(scheme, host, path, query);
-        }
-        let u = key::split_url(value)?;
-        if key::host_of(u.authority) != host {
-            return None;
-        }
-        self.key_for(u.scheme, host, u.path, u.query)
+        let scheme = if value.starts_with(b"/") && !value.starts_with(b"//") {
+            scheme
+        } else {
+            let u = key::split_url(value)?;
+            if key::host_of(u.authority) != host {
+                return None;
+            }
+            u.scheme
+        };
+        let target = path::normalize_proxy_target(value).ok()?;
+        self.key_for(scheme, host, &target)
     }
 
-    /// The primary key of an absolute URL, as requests for it are keyed (for purges).
-    pub(crate) fn key_for_url(&self, url: &[u8]) -> Option<Vec<u8>> {
-        let u = key::split_url(url)?;
+    /// The primary key of an absolute URL, as requests for it are keyed (for purges):
+    /// its path normalised as a request's is, so a purge of `/obj/./1` removes what
+    /// `/obj/%2E/1` stored. `Err`: why the URL cannot name a key (for a 400).
+    pub(crate) fn key_for_url(&self, url: &[u8]) -> Result<Vec<u8>, &'static str> {
+        let u = key::split_url(url).ok_or("not an http:// or https:// URL")?;
+        let target = path::normalize_proxy_target(url).map_err(PathError::as_str)?;
         let host = key::host_of(u.authority);
-        let keyed = self
-            .key_for(u.scheme, &host, u.path, u.query)
-            .map(|(k, _)| k);
-        Some(keyed.unwrap_or_else(|| key::primary(u.scheme, &host, u.path, u.query)))
+        Ok(match self.key_for(u.scheme, &host, &target) {
+            Some((k, _)) => k,
+            None => key::primary(u.scheme, &host, target.path(), target.query()),
+        })
     }
 
     /// The freshness of a stored response of `target` on `route`, now.
