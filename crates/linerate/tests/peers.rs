@@ -1,0 +1,146 @@
+//! Peer-field authentication end to end on 127.0.0.1, one node: a client's own
+//! `Linerate-Peer` field without `[cluster]`, and the transition setting
+//! (`accept_unsigned_from`) with a listed and an unlisted source address (the test
+//! binds 127.0.0.2, which every Linux loopback answers). The cases that need several
+//! nodes (a forger at a non-owner, a node with the wrong secret) are in cluster.rs.
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed step should fail loudly"
+)]
+
+mod support;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use support::kit::CacheConfig;
+use support::origin::{self, Origin};
+use support::{read_response, read_to_close};
+
+/// An origin whose every object is fresh for an hour.
+fn start_origin() -> Origin {
+    Origin::start(|_| origin::ok(b"body", &[("Cache-Control", "max-age=3600")]))
+}
+
+/// Every sample of `series` (a family name, or a name with its label set) on `admin`.
+fn metric(admin: SocketAddr, series: &str) -> u64 {
+    let mut s = TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let text = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(series).is_some_and(|rest| {
+                rest.starts_with(' ') || (!series.contains('{') && rest.starts_with('{'))
+            })
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// Guards finding 3 of issue 19 without a cluster: a client's `Linerate-Peer` field
+/// used to make its `no-cache` (and `only-if-cached`) obeyed although
+/// `honour_request_cache_control = false`, so every such request went to the origin.
+/// Now the field is ignored: one origin request, and the origin never sees the field.
+#[test]
+fn forged_peer_field_without_cluster_is_ignored_and_not_forwarded() {
+    let origin = start_origin();
+    let cache = CacheConfig::new(&origin)
+        .cache("honour_request_cache_control = false")
+        .start();
+    let forged = ["Cache-Control: no-cache", "Linerate-Peer: x"];
+    for _ in 0..2 {
+        let r = cache.server.get("/a", &forged);
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"body"[..]));
+    }
+    assert_eq!(origin.total(), 1, "{:?}", origin.requests());
+    // A peer's `only-if-cached` (the previous-owner ask) is obeyed; a client's is not
+    // here: a miss is filled, not answered 504.
+    let r = cache
+        .server
+        .get("/b", &["Cache-Control: only-if-cached", "Linerate-Peer: x"]);
+    assert_eq!(r.status, 200);
+    assert_eq!(origin.total(), 2);
+    for r in origin.requests() {
+        assert!(r.header("linerate-peer").is_none(), "{r:?}");
+    }
+    origin.assert_no_panics();
+}
+
+/// GET `path` from source address `from` with `fields` (CRLF-terminated lines).
+fn get_from(from: &str, to: SocketAddr, path: &str, fields: &str) -> support::Response {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: SocketAddr = format!("{from}:0").parse().unwrap();
+    socket.bind(&from.into()).unwrap();
+    socket.connect(&to.into()).unwrap();
+    let mut s: TcpStream = socket.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\n{fields}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_response(&mut s, false).unwrap()
+}
+
+/// Guards the transition setting: with `accept_unsigned_from = ["127.0.0.2"]` (peer b's
+/// address), an unsigned `Linerate-Peer: b` from 127.0.0.2 is a peer's request (its
+/// `no-cache` is obeyed although clients' are not: one more origin request), counted
+/// as unsigned; the same field from 127.0.0.1 is refused (`missing_mac`) and served
+/// from the cache. The setting is logged as a warning at start.
+#[test]
+fn unsigned_peer_field_accepted_only_from_listed_addresses() {
+    let origin = start_origin();
+    // This node is a; b is a peer at 127.0.0.2 where nothing listens. The path is one
+    // a owns, so no request of this test goes to b.
+    let path = (0..)
+        .map(|k| format!("/own{k}"))
+        .find(|p| {
+            let key = format!("http://test{p}");
+            linerate_server::cluster_rank(&[("a", 1.0), ("b", 1.0)], key.as_bytes())[0] == 0
+        })
+        .unwrap();
+    let cache = CacheConfig::new(&origin)
+        .cache("honour_request_cache_control = false")
+        .route("slice_bytes = 0")
+        .extra(
+            "[cluster]\nself = \"a\"\n\
+             peers = [{ name = \"a\", address = \"127.0.0.1:1\" }, { name = \"b\", address = \"127.0.0.2:1\" }]\n\
+             secret = \"peers-test-secret-0123456789abcdef0123456789\"\n\
+             accept_unsigned_from = [\"127.0.0.2\"]\n\
+             previous_owner_window_s = 0",
+        )
+        .start();
+    assert!(cache.server.logged("accepting UNSIGNED peer requests"));
+    let addr = cache.server.addr;
+    let admin = cache.server.admin_addr();
+    let unsigned = "Cache-Control: no-cache\r\nLinerate-Peer: b\r\n";
+    assert_eq!(get_from("127.0.0.1", addr, &path, "").status, 200);
+    assert_eq!(origin.total(), 1);
+    // Unlisted address: refused, a client's no-cache is not obeyed.
+    assert_eq!(get_from("127.0.0.1", addr, &path, unsigned).status, 200);
+    assert_eq!(origin.total(), 1);
+    assert_eq!(
+        metric(
+            admin,
+            "linerate_cluster_peer_auth_failures_total{reason=\"missing_mac\"}"
+        ),
+        1
+    );
+    // Listed address: a peer's request.
+    assert_eq!(get_from("127.0.0.2", addr, &path, unsigned).status, 200);
+    assert_eq!(origin.total(), 2);
+    assert_eq!(metric(admin, "linerate_cluster_peer_unsigned_accepted_total"), 1);
+    assert_eq!(metric(admin, "linerate_cluster_hop_requests_received_total"), 1);
+    assert_eq!(metric(admin, "linerate_cluster_peer_auth_failures_total"), 1);
+    for r in origin.requests() {
+        assert!(r.header("linerate-peer").is_none(), "{r:?}");
+    }
+    origin.assert_no_panics();
+}
