@@ -201,9 +201,8 @@ impl ClusterSection {
 
 /// `secret = "..."` or `secret = ["...", "..."]`.
 fn inline_secrets(value: &toml::Value) -> Result<Vec<ClusterSecret>, String> {
-    let shape = || {
-        format!("cluster: secret must be a string or a list of 1 to {MAX_SECRETS} strings")
-    };
+    let shape =
+        || format!("cluster: secret must be a string or a list of 1 to {MAX_SECRETS} strings");
     match value {
         toml::Value::String(s) => Ok(vec![ClusterSecret::new(s.as_bytes().to_vec())]),
         toml::Value::Array(list) if !list.is_empty() && list.len() <= MAX_SECRETS => list
@@ -220,8 +219,8 @@ fn inline_secrets(value: &toml::Value) -> Result<Vec<ClusterSecret>, String> {
 /// A secret file's bytes, less one trailing newline (`\n` or `\r\n`: what `echo` and
 /// editors add).
 fn read_secret_file(path: &Path) -> Result<ClusterSecret, String> {
-    let mut bytes = std::fs::read(path)
-        .map_err(|e| format!("cluster.secret_file {}: {e}", path.display()))?;
+    let mut bytes =
+        std::fs::read(path).map_err(|e| format!("cluster.secret_file {}: {e}", path.display()))?;
     if bytes.ends_with(b"\n") {
         bytes.pop();
         if bytes.ends_with(b"\r") {
@@ -298,25 +297,41 @@ mod tests {
         let peers = "self = \"a\"\npeers = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]\n";
         // No secret: the error says what to add.
         let e = parse_bare(peers).expect_err("no secret");
-        assert!(e.contains("secret_file = \"/etc/linerate/cluster.key\""), "{e}");
+        assert!(
+            e.contains("secret_file = \"/etc/linerate/cluster.key\""),
+            "{e}"
+        );
         // Inline, one or two (the first signs).
         let long = "x".repeat(32);
-        let o = parse_bare(&format!("{peers}secret = \"{long}\"")).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(o.secrets, vec![ClusterSecret::new(long.clone().into_bytes())]);
+        let o =
+            parse_bare(&format!("{peers}secret = \"{long}\"")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            o.secrets,
+            vec![ClusterSecret::new(long.clone().into_bytes())]
+        );
         let two = format!("{peers}secret = [\"{long}\", \"{}\"]", "y".repeat(40));
         let o = parse_bare(&two).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(o.secrets[1].bytes().len(), 40);
         // Printed back redacted, in the same shape.
         let section: ClusterSection = toml::from_str(&two).unwrap_or_else(|e| panic!("{e}"));
         let printed = toml::to_string(&section).unwrap_or_else(|e| panic!("{e}"));
-        assert!(printed.contains("secret = [\"<redacted>\", \"<redacted>\"]"), "{printed}");
+        assert!(
+            printed.contains("secret = [\"<redacted>\", \"<redacted>\"]"),
+            "{printed}"
+        );
         assert!(!printed.contains(&long), "{printed}");
         // Bad ones: named, not quoted.
         for (bad, needle) in [
             (format!("{peers}secret = \"short-xyzzy\""), "has 11 bytes"),
             (format!("{peers}secret = 12345678"), "must be a string"),
-            (format!("{peers}secret = [\"{long}xyzzy\", \"a\", \"b\"]"), "must be a string"),
-            (format!("{peers}secret = \"{long}xyzzy\"\nsecret_file = \"/k\""), "not both"),
+            (
+                format!("{peers}secret = [\"{long}xyzzy\", \"a\", \"b\"]"),
+                "must be a string",
+            ),
+            (
+                format!("{peers}secret = \"{long}xyzzy\"\nsecret_file = \"/k\""),
+                "not both",
+            ),
         ] {
             let e = parse_bare(&bad).expect_err(&bad);
             assert!(e.contains(needle), "{e}");
@@ -330,7 +345,10 @@ mod tests {
         std::fs::write(&old, "z".repeat(33)).unwrap_or_else(|e| panic!("{e}"));
         let one = format!("{peers}secret_file = {:?}", new.display().to_string());
         let o = parse_bare(&one).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(o.secrets, vec![ClusterSecret::new(long.clone().into_bytes())]);
+        assert_eq!(
+            o.secrets,
+            vec![ClusterSecret::new(long.clone().into_bytes())]
+        );
         let both = format!(
             "{peers}secret_file = [{:?}, {:?}]",
             new.display().to_string(),
@@ -342,13 +360,17 @@ mod tests {
         let e = parse_bare(&one).expect_err("short file");
         assert!(e.contains("has 11 bytes") && !e.contains("xyzzy"), "{e}");
         let missing = format!("{peers}secret_file = \"/nonexistent/linerate.key\"");
-        assert!(parse_bare(&missing).expect_err("missing").contains("/nonexistent/linerate.key"));
+        assert!(parse_bare(&missing)
+            .expect_err("missing")
+            .contains("/nonexistent/linerate.key"));
         // The transition list names peers only.
         let listed = format!("{peers}secret = \"{long}\"\naccept_unsigned_from = [\"10.0.0.2\"]");
         let o = parse_bare(&listed).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(o.accept_unsigned_from.len(), 1);
         let stranger = listed.replace("10.0.0.2\"]", "10.0.0.9\"]");
-        assert!(parse_bare(&stranger).expect_err("not a peer").contains("10.0.0.9"));
+        assert!(parse_bare(&stranger)
+            .expect_err("not a peer")
+            .contains("10.0.0.9"));
     }
 
     #[test]

@@ -893,7 +893,9 @@ fn forged_peer_field(slicing: bool) {
             n.name
         );
     }
-    assert!(nodes.iter().any(|n| n.server.logged("Linerate-Peer field refused")));
+    assert!(nodes
+        .iter()
+        .any(|n| n.server.logged("Linerate-Peer field refused")));
     origin.assert_no_panics();
 }
 
@@ -940,16 +942,24 @@ fn wrong_secret_is_not_a_peer() {
         ),
         1
     );
-    assert_eq!(metric(a.admin, "linerate_cluster_hop_requests_received_total"), 0);
+    assert_eq!(
+        metric(a.admin, "linerate_cluster_hop_requests_received_total"),
+        0
+    );
     // b again, with the right secret: a peer.
     drop(b);
     let b = start_node(&mut net, 1, &origin, &peers, &route, "");
     let got = get(b.addr, &paths[1], None);
     assert_eq!((got.status, got.len), (200, len as u64));
     assert_eq!(origin.total(), 2);
-    assert_eq!(metric(a.admin, "linerate_cluster_hop_requests_received_total"), 1);
-    assert_eq!(metric(a.admin, "linerate_cluster_peer_auth_failures_total"), 1);
+    assert_eq!(
+        metric(a.admin, "linerate_cluster_hop_requests_received_total"),
+        1
+    );
+    assert_eq!(
+        metric(a.admin, "linerate_cluster_peer_auth_failures_total"),
+        1
+    );
     assert_one_hop(&origin);
     origin.assert_no_panics();
 }
-

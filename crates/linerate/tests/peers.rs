@@ -118,6 +118,10 @@ fn unsigned_peer_field_accepted_only_from_listed_addresses() {
         )
         .start();
     assert!(cache.server.logged("accepting UNSIGNED peer requests"));
+    assert!(
+        !cache.server.logged("peers-test-secret"),
+        "the secret is never logged"
+    );
     let addr = cache.server.addr;
     let admin = cache.server.admin_addr();
     let unsigned = "Cache-Control: no-cache\r\nLinerate-Peer: b\r\n";
@@ -136,11 +140,67 @@ fn unsigned_peer_field_accepted_only_from_listed_addresses() {
     // Listed address: a peer's request.
     assert_eq!(get_from("127.0.0.2", addr, &path, unsigned).status, 200);
     assert_eq!(origin.total(), 2);
-    assert_eq!(metric(admin, "linerate_cluster_peer_unsigned_accepted_total"), 1);
-    assert_eq!(metric(admin, "linerate_cluster_hop_requests_received_total"), 1);
-    assert_eq!(metric(admin, "linerate_cluster_peer_auth_failures_total"), 1);
+    assert_eq!(
+        metric(admin, "linerate_cluster_peer_unsigned_accepted_total"),
+        1
+    );
+    assert_eq!(
+        metric(admin, "linerate_cluster_hop_requests_received_total"),
+        1
+    );
+    assert_eq!(
+        metric(admin, "linerate_cluster_peer_auth_failures_total"),
+        1
+    );
     for r in origin.requests() {
         assert!(r.header("linerate-peer").is_none(), "{r:?}");
     }
     origin.assert_no_panics();
+}
+
+/// Run `linerate check-config` on `text`: exit code, stdout, stderr.
+fn check_config(text: &str) -> (Option<i32>, String, String) {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    let out = std::process::Command::new(support::binary())
+        .arg("check-config")
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// Guards the breaking change and the secret's secrecy: a `[cluster]` without a secret
+/// is refused with the key to add; `check-config` prints a valid one as `<redacted>`
+/// and names a bad one without quoting it.
+#[test]
+fn check_config_requires_the_secret_and_never_prints_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[cache]\n[[cache.disk]]\nname = \"d0\"\npath = {:?}\nmax_bytes = 1048576\n\
+         [[origin]]\nname = \"o\"\nservers = [\"http://127.0.0.1:1\"]\n[[route]]\npath_prefix = \"/\"\norigin = \"o\"\n\
+         [cluster]\nself = \"a\"\npeers = [{{ name = \"a\", address = \"127.0.0.1:1\" }}]\n",
+        dir.path().join("cache").to_str().unwrap()
+    );
+    let (code, printed, err) = check_config(&base);
+    assert_eq!(code, Some(1), "{printed}");
+    assert!(
+        err.contains("[cluster] needs `secret_file = \"/etc/linerate/cluster.key\"`"),
+        "{err}"
+    );
+    let secret = "do-not-print-me-0123456789abcdef0123456789";
+    let (code, printed, err) = check_config(&format!("{base}secret = {secret:?}\n"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(printed.contains("secret = \"<redacted>\""), "{printed}");
+    assert!(!printed.contains(secret) && !err.contains(secret));
+    let key = dir.path().join("cluster.key");
+    std::fs::write(&key, "short-do-not-print\n").unwrap();
+    let (code, printed, err) = check_config(&format!(
+        "{base}secret_file = {:?}\n",
+        key.to_str().unwrap()
+    ));
+    assert_eq!(code, Some(1), "{printed}");
+    assert!(err.contains("has 18 bytes"), "{err}");
+    assert!(!err.contains("short-do-not-print"), "{err}");
 }

@@ -179,8 +179,10 @@ pub enum Reason {
     Malformed,
     /// Unsigned (just a name), from an address not in `accept_unsigned_from`.
     MissingMac,
-    /// The name is not another node of this cluster.
-    UnknownSender,
+    /// The sender is this node's own name (a reflected request, or two nodes with one
+    /// name). A name missing from this node's list is not refused: lists differ while
+    /// a node joins, and the secret is what makes a peer.
+    OwnName,
     /// Its time is more than [`MAX_SKEW_S`] from this node's clock.
     Stale,
     /// The MAC matches no key: another secret, or a covered part changed.
@@ -192,7 +194,7 @@ impl Reason {
     pub const ALL: [Reason; 5] = [
         Reason::Malformed,
         Reason::MissingMac,
-        Reason::UnknownSender,
+        Reason::OwnName,
         Reason::Stale,
         Reason::BadMac,
     ];
@@ -202,7 +204,7 @@ impl Reason {
         match self {
             Reason::Malformed => "malformed",
             Reason::MissingMac => "missing_mac",
-            Reason::UnknownSender => "unknown_sender",
+            Reason::OwnName => "own_name",
             Reason::Stale => "stale",
             Reason::BadMac => "bad_mac",
         }
@@ -390,18 +392,25 @@ mod tests {
             ("GET ", "HEAD "),
         ] {
             let forged = text.replacen(from, to, 1);
-            assert_eq!(check(&keys, forged.as_bytes(), T), Err(Reason::BadMac), "{to}");
+            assert_eq!(
+                check(&keys, forged.as_bytes(), T),
+                Err(Reason::BadMac),
+                "{to}"
+            );
         }
         // The sender and the time in the field itself.
         for (from, to) in [("b; t=", "c; t="), ("t=1764170000", "t=1764170001")] {
             let forged = text.replacen(from, to, 1);
             let mut buf = FieldBuf::new();
-            let Ok(ParseOutcome::Complete { head, .. }) = parse_request(forged.as_bytes(), &mut buf)
+            let Ok(ParseOutcome::Complete { head, .. }) =
+                parse_request(forged.as_bytes(), &mut buf)
             else {
                 panic!("unparsable");
             };
             let field = head.field(b"linerate-peer").and_then(Field::parse);
-            let Some(field) = field else { panic!("{forged}") };
+            let Some(field) = field else {
+                panic!("{forged}")
+            };
             assert_eq!(
                 keys.verify(&field, T, &Covered::of_head(&head)),
                 Err(Reason::BadMac),
@@ -433,7 +442,10 @@ mod tests {
             check(&old, &request(&rotating, T, |_| {}), T),
             Err(Reason::BadMac)
         );
-        assert_eq!(check(&new, &request(&old, T, |_| {}), T), Err(Reason::BadMac));
+        assert_eq!(
+            check(&new, &request(&old, T, |_| {}), T),
+            Err(Reason::BadMac)
+        );
     }
 
     #[test]
@@ -446,13 +458,14 @@ mod tests {
         let signed = format!("node-b; t=5; mac={mac}");
         assert!(matches!(
             Field::parse(signed.as_bytes()),
-            Some(Field::Signed { sender: "node-b", t: 5, .. })
+            Some(Field::Signed {
+                sender: "node-b",
+                t: 5,
+                ..
+            })
         ));
-        let unsigned_verdict = Keys::new([A]).verify(
-            &Field::Unsigned { sender: "b" },
-            T,
-            &Covered::default(),
-        );
+        let unsigned_verdict =
+            Keys::new([A]).verify(&Field::Unsigned { sender: "b" }, T, &Covered::default());
         assert_eq!(unsigned_verdict, Err(Reason::MissingMac));
         for bad in [
             "".to_string(),

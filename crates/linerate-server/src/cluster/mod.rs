@@ -211,9 +211,11 @@ impl Membership {
         head: &linerate_http::RequestHead<'_>,
         from: Option<IpAddr>,
     ) -> Result<Admitted, auth::Reason> {
-        let sender = field.sender();
-        if sender == self.opts.self_name || !self.opts.peers.iter().any(|p| p.name == sender) {
-            return Err(auth::Reason::UnknownSender);
+        // Any other name: a node that joined before this one's list was reloaded is
+        // still a peer (the MAC, or the listed address, authenticates it), so stale
+        // lists still make one hop.
+        if field.sender() == self.opts.self_name {
+            return Err(auth::Reason::OwnName);
         }
         let listed = from
             .map(|a| a.to_canonical())
@@ -344,7 +346,11 @@ impl Cluster {
     /// `accept_unsigned_from`. Otherwise the field is to be ignored (the request is a
     /// client's; the caller never forwards the field), and a field present is counted
     /// by reason and logged (at most one line a second).
-    pub(crate) fn admit(&self, head: &linerate_http::RequestHead<'_>, from: Option<IpAddr>) -> bool {
+    pub(crate) fn admit(
+        &self,
+        head: &linerate_http::RequestHead<'_>,
+        from: Option<IpAddr>,
+    ) -> bool {
         let mut values = head.values(HOP_HEADER.as_bytes());
         let Some(value) = values.next() else {
             return false;
@@ -471,7 +477,12 @@ impl Cluster {
             "# HELP {name} Requests whose Linerate-Peer field was refused (and ignored: handled as a client's), by reason.\n# TYPE {name} counter"
         );
         for (r, n) in auth::Reason::ALL.iter().zip(&self.auth_failures) {
-            let _ = writeln!(out, "{name}{{reason=\"{}\"}} {}", r.as_str(), n.load(Relaxed));
+            let _ = writeln!(
+                out,
+                "{name}{{reason=\"{}\"}} {}",
+                r.as_str(),
+                n.load(Relaxed)
+            );
         }
         let singles: [(&str, &str, &str, u64); 6] = [
             (
@@ -839,8 +850,15 @@ mod tests {
             format!("GET http://video.test/x HTTP/1.1\r\nHost: 10.0.0.1\r\nLinerate-Peer: {peer}\r\n\r\n")
                 .into_bytes()
         };
-        assert!(admit(&a, &req(&signed), "198.51.100.7"), "signed, any address");
-        assert!(!admit(&a, b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n", "198.51.100.7"));
+        assert!(
+            admit(&a, &req(&signed), "198.51.100.7"),
+            "signed, any address"
+        );
+        assert!(!admit(
+            &a,
+            b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n",
+            "198.51.100.7"
+        ));
         // Forged: just a name, from a client.
         assert!(!admit(&a, &req("b"), "198.51.100.7"));
         assert_eq!(failures(&a, auth::Reason::MissingMac), 1);
@@ -849,10 +867,22 @@ mod tests {
         assert!(admit(&a, &req("b"), "127.0.0.2"));
         assert!(admit(&a, &req("b"), "::ffff:127.0.0.2"));
         assert_eq!(a.unsigned_accepted.load(Relaxed), 2);
-        // From the listed address but naming no other peer, or this node.
-        assert!(!admit(&a, &req("zed"), "127.0.0.2"));
+        // Naming this node: refused, signed or not. A name this node does not list
+        // (a node that joined before this list was reloaded) is a peer when signed.
         assert!(!admit(&a, &req("a"), "127.0.0.2"));
-        assert_eq!(failures(&a, auth::Reason::UnknownSender), 2);
+        let own = signer.membership().keys.sign(
+            "a",
+            unix_now(),
+            &auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]),
+        );
+        assert!(!admit(&a, &req(&own), "198.51.100.7"));
+        assert_eq!(failures(&a, auth::Reason::OwnName), 2);
+        let newcomer = signer.membership().keys.sign(
+            "zed",
+            unix_now(),
+            &auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]),
+        );
+        assert!(admit(&a, &req(&newcomer), "198.51.100.7"));
         // A valid field with a covered part changed, or twice, or garbage.
         let changed = format!(
             "GET http://video.test/y HTTP/1.1\r\nHost: 10.0.0.1\r\nLinerate-Peer: {signed}\r\n\r\n"
@@ -879,7 +909,7 @@ mod tests {
         ));
         assert!(!admit(&a, &req(&wrong), "127.0.0.2"));
         assert_eq!(failures(&a, auth::Reason::BadMac), 2);
-        assert_eq!(a.hops_received.load(Relaxed), 3);
+        assert_eq!(a.hops_received.load(Relaxed), 4);
         let mut text = String::new();
         a.render(&mut text);
         assert!(
