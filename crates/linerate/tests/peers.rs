@@ -67,6 +67,12 @@ fn forged_peer_field_without_cluster_is_ignored_and_not_forwarded() {
         .get("/b", &["Cache-Control: only-if-cached", "Linerate-Peer: x"]);
     assert_eq!(r.status, 200);
     assert_eq!(origin.total(), 2);
+    // Relayed (not cached) requests drop it too.
+    let r = cache
+        .server
+        .request("POST", "/c", &["Linerate-Peer: x", "Content-Length: 0"]);
+    assert_eq!(r.status, 200);
+    assert_eq!(origin.total(), 3);
     for r in origin.requests() {
         assert!(r.header("linerate-peer").is_none(), "{r:?}");
     }

@@ -917,4 +917,27 @@ mod tests {
             "{text}"
         );
     }
+
+    /// Guards rotation on reload: a reload with a new secret list puts the new keys
+    /// in force (the first signs), and requests signed with either verify.
+    #[test]
+    fn a_reload_applies_new_secrets() {
+        let o = opts("a", &["a", "b"]);
+        let c = Cluster::new(o.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let covered = auth::Covered::with_fields(b"GET", b"/x", Some(b"h"), &[]);
+        let old = c.membership().sign(&covered);
+        let mut rotated = o.clone();
+        rotated
+            .secrets
+            .insert(0, crate::clusteropts::ClusterSecret::new(vec![b'n'; 40]));
+        c.apply(rotated).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.membership().generation, 2);
+        let new = c.membership().sign(&covered);
+        assert_ne!(old, new, "the first (new) secret signs");
+        let keys = &c.membership().keys;
+        for value in [&old, &new] {
+            let field = auth::Field::parse(value.as_bytes()).unwrap_or_else(|| unreachable!());
+            assert_eq!(keys.verify(&field, unix_now(), &covered), Ok(()));
+        }
+    }
 }
