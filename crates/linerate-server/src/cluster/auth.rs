@@ -515,4 +515,30 @@ mod tests {
             }
         }
     }
+
+    proptest::proptest! {
+        /// Any bytes a client sends as the field: parsed or refused, never a panic;
+        /// and a signed value always parses back to its sender and time, and verifies.
+        #[test]
+        fn parse_never_panics_and_signing_round_trips(
+            value in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+            sender in "[A-Za-z0-9._-]{1,64}",
+            t in 0u64..=u64::MAX / 2,
+            target in "/[ -~]{0,40}",
+        ) {
+            let _ = Field::parse(&value);
+            let keys = Keys::new([A]);
+            let c = Covered::with_fields(b"GET", target.as_bytes(), None, &[]);
+            let signed = keys.sign(&sender, t, &c);
+            let field = Field::parse(signed.as_bytes());
+            let round_trip = matches!(
+                &field,
+                Some(Field::Signed { sender: s, t: u, .. }) if *s == sender && *u == t
+            );
+            proptest::prop_assert!(round_trip, "{}", signed);
+            if let Some(field) = field {
+                proptest::prop_assert_eq!(keys.verify(&field, t, &c), Ok(()));
+            }
+        }
+    }
 }
