@@ -60,12 +60,8 @@ pub struct ClusterSection {
     /// The shared secret, inline: a string, or a list of two (the first signs, both
     /// verify: a rotation). At least 32 bytes each. Give this or `secret_file`.
     /// Kept as any TOML value until checked, so no parse error echoes it.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "redacted"
-    )]
-    pub secret: Option<toml::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<InlineSecret>,
     /// A file holding the shared secret (one trailing newline is not part of it), or a
     /// list of two files (the first signs). Read at start and on every reload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,11 +82,24 @@ pub enum SecretFiles {
     List(Vec<PathBuf>),
 }
 
-/// Print a secret's shape, never its bytes.
-fn redacted<S: Serializer>(value: &Option<toml::Value>, s: S) -> Result<S::Ok, S::Error> {
-    match value {
-        Some(toml::Value::Array(a)) => s.collect_seq(a.iter().map(|_| REDACTED)),
-        _ => s.serialize_str(REDACTED),
+/// `secret` as written: any TOML value (checked in [`ClusterSection::to_options`], so
+/// no parse error quotes it). `Debug` and `Serialize` show only its shape.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct InlineSecret(toml::Value);
+
+impl std::fmt::Debug for InlineSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InlineSecret(<redacted>)")
+    }
+}
+
+impl Serialize for InlineSecret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            toml::Value::Array(a) => s.collect_seq(a.iter().map(|_| REDACTED)),
+            _ => s.serialize_str(REDACTED),
+        }
     }
 }
 
@@ -181,7 +190,7 @@ impl ClusterSection {
                 return Err("cluster: give secret or secret_file, not both".into());
             }
             (None, None) => return Err(NEEDS_SECRET.into()),
-            (Some(value), None) => inline_secrets(value)?,
+            (Some(InlineSecret(value)), None) => inline_secrets(value)?,
             (None, Some(SecretFiles::One(path))) => vec![read_secret_file(path)?],
             (None, Some(SecretFiles::List(paths))) => {
                 if paths.is_empty() || paths.len() > MAX_SECRETS {
@@ -320,6 +329,7 @@ mod tests {
             "{printed}"
         );
         assert!(!printed.contains(&long), "{printed}");
+        assert!(!format!("{section:?}").contains(&long));
         // Bad ones: named, not quoted.
         for (bad, needle) in [
             (format!("{peers}secret = \"short-xyzzy\""), "has 11 bytes"),
