@@ -210,3 +210,125 @@ fn check_config_requires_the_secret_and_never_prints_it() {
     assert!(err.contains("has 18 bytes"), "{err}");
     assert!(!err.contains("short-do-not-print"), "{err}");
 }
+
+/// The `Linerate-Peer` value for a request, computed here from docs/config.md ("Peer
+/// authentication") rather than with the server's code, so the documented encoding is
+/// what the server checks.
+fn sign_as_documented(
+    secret: &str,
+    sender: &str,
+    t: u64,
+    method: &str,
+    target: &str,
+    authority: Option<&str>,
+    fields: &[(&str, &str)],
+) -> String {
+    fn push(m: &mut Vec<u8>, b: &[u8]) {
+        m.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        m.extend_from_slice(b);
+    }
+    let mut m = b"linerate-peer-v1\n".to_vec();
+    push(&mut m, sender.as_bytes());
+    push(&mut m, t.to_string().as_bytes());
+    push(&mut m, method.as_bytes());
+    push(&mut m, target.as_bytes());
+    match authority {
+        None => m.push(0),
+        Some(a) => {
+            m.push(1);
+            push(&mut m, a.as_bytes());
+        }
+    }
+    for name in [
+        "range",
+        "if-range",
+        "if-none-match",
+        "if-modified-since",
+        "if-match",
+        "if-unmodified-since",
+        "cache-control",
+        "pragma",
+    ] {
+        let values: Vec<&str> = fields
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+            .collect();
+        m.extend_from_slice(&(values.len() as u32).to_be_bytes());
+        for v in values {
+            push(&mut m, v.as_bytes());
+        }
+    }
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    let tag = ring::hmac::sign(&key, &m);
+    let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("{sender}; t={t}; mac={hex}")
+}
+
+/// Guards the documented MAC and the skew bound with the real binary: a request signed
+/// as docs/config.md says is a peer's (its `no-cache` obeyed although clients' are
+/// not); the same signed 2 minutes ago is refused as `stale`, and one signed with
+/// another secret as `bad_mac`, both then served from the cache as a client's.
+#[test]
+fn documented_mac_is_accepted_and_stale_or_wrong_ones_are_not() {
+    let origin = start_origin();
+    let secret = "peers-test-secret-0123456789abcdef0123456789";
+    let path = (0..)
+        .map(|k| format!("/own{k}"))
+        .find(|p| {
+            let key = format!("http://test{p}");
+            linerate_server::cluster_rank(&[("a", 1.0), ("b", 1.0)], key.as_bytes())[0] == 0
+        })
+        .unwrap();
+    let cache = CacheConfig::new(&origin)
+        .cache("honour_request_cache_control = false")
+        .route("slice_bytes = 0")
+        .extra(&format!(
+            "[cluster]\nself = \"a\"\n\
+             peers = [{{ name = \"a\", address = \"127.0.0.1:1\" }}, {{ name = \"b\", address = \"127.0.0.2:1\" }}]\n\
+             secret = {secret:?}\nprevious_owner_window_s = 0"
+        ))
+        .start();
+    let addr = cache.server.addr;
+    let admin = cache.server.admin_addr();
+    let target = format!("http://test{path}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let fields = [("Cache-Control", "no-cache")];
+    let send = |peer: &str| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nCache-Control: no-cache\r\nLinerate-Peer: {peer}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        read_response(&mut s, false).unwrap().status
+    };
+    let sign = |secret: &str, t: u64| {
+        sign_as_documented(secret, "b", t, "GET", &target, Some("test"), &fields)
+    };
+    assert_eq!(send(&sign(secret, now)), 200);
+    assert_eq!(origin.total(), 1);
+    assert_eq!(send(&sign(secret, now)), 200, "a peer's no-cache is obeyed");
+    assert_eq!(origin.total(), 2);
+    assert_eq!(
+        metric(admin, "linerate_cluster_hop_requests_received_total"),
+        2
+    );
+    assert_eq!(send(&sign(secret, now - 120)), 200);
+    let other = "another-secret-0123456789abcdef0123456789";
+    assert_eq!(send(&sign(other, now)), 200);
+    assert_eq!(
+        origin.total(),
+        2,
+        "refused: a client's no-cache is not obeyed"
+    );
+    for (reason, n) in [("stale", 1), ("bad_mac", 1)] {
+        let series = format!("linerate_cluster_peer_auth_failures_total{{reason=\"{reason}\"}}");
+        assert_eq!(metric(admin, &series), n, "{reason}");
+    }
+    origin.assert_no_panics();
+}
