@@ -182,6 +182,8 @@ echo "|---|---|---|---|---|---|---|"
 # --- linerate cluster ----------------------------------------------------------
 peers="$work/peers"
 for i in 1 2 3; do echo "n$i $prefix.$i:8080"; done >"$peers"
+# The shared secret that authenticates peer requests (required with [cluster]).
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/cluster.key"
 for i in 1 2 3; do
     mkdir -p "$work/lr$i"
     cat >"$work/lr$i/linerate.toml" <<EOF
@@ -206,6 +208,7 @@ origin = "o"
 [cluster]
 self = "n$i"
 peers_file = "$peers"
+secret_file = "$work/cluster.key"
 load_factor = $LOAD_FACTOR
 EOF
     ip netns exec "${tag}n$i" "$LINERATE" serve --config "$work/lr$i/linerate.toml" 2>"$work/lr$i/log" &

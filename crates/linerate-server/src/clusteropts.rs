@@ -4,7 +4,7 @@
 //!
 //! Not here: placement itself (`cluster::ring`) or the peer requests (`proxy::peer`).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// Default bounded-load factor c: a peer is passed over for a key it owns while this
@@ -32,9 +32,39 @@ pub const DEFAULT_PEER_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Most peers a cluster may list (the ranking is computed per miss: O(peers)).
 pub const MAX_PEERS: usize = 1024;
 
-/// The request field that marks a request from a peer; its value is the sender's name.
-/// A node never forwards a request that carries it (one hop only).
+/// The request field that marks a request from a peer: the sender's name, the time and
+/// a MAC with the cluster secret (`cluster::auth`). A node never forwards a request
+/// that carries a valid one (one hop only); it removes any other.
 pub const HOP_HEADER: &str = "Linerate-Peer";
+/// Fewest bytes of a cluster secret: 256 bits, HMAC-SHA256's key strength (RFC 2104 §3:
+/// less than the hash output length weakens the MAC).
+pub const MIN_SECRET_BYTES: usize = 32;
+/// Most cluster secrets at once: the one that signs and the one being rotated out.
+pub const MAX_SECRETS: usize = 2;
+/// What a `[cluster]` without a secret is told to add (the change that made it needed).
+pub const NEEDS_SECRET: &str = "[cluster] needs `secret_file = \"/etc/linerate/cluster.key\"` (32+ bytes, the same on every node, e.g. `openssl rand -hex 32 > /etc/linerate/cluster.key`): peer requests between nodes are authenticated since the release after 0.1.0; see docs/config.md, [cluster]";
+
+/// A cluster secret. Its bytes are never printed: `Debug` shows only its length.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterSecret(Vec<u8>);
+
+impl ClusterSecret {
+    /// A secret of these bytes (checked by [`ClusterOptions::check`]).
+    pub fn new(bytes: Vec<u8>) -> ClusterSecret {
+        ClusterSecret(bytes)
+    }
+
+    /// Its bytes, for the HMAC key.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ClusterSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClusterSecret(<{} bytes, redacted>)", self.0.len())
+    }
+}
 
 /// One node of the cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +98,13 @@ pub struct ClusterOptions {
     pub connect_timeout: Duration,
     /// Response-head timeout from a peer. Default [`DEFAULT_PEER_FIRST_BYTE_TIMEOUT`].
     pub first_byte_timeout: Duration,
+    /// The shared secrets that authenticate peer requests: the first signs, every one
+    /// verifies (1 or 2, each at least [`MIN_SECRET_BYTES`]). No default: required.
+    pub secrets: Vec<ClusterSecret>,
+    /// Addresses (of configured peers) whose unsigned `Linerate-Peer` fields are
+    /// accepted, while a fleet of nodes from before authentication is upgraded.
+    /// Default none.
+    pub accept_unsigned_from: Vec<IpAddr>,
 }
 
 impl ClusterOptions {
@@ -83,11 +120,14 @@ impl ClusterOptions {
             previous_owner_window: DEFAULT_PREVIOUS_OWNER_WINDOW,
             connect_timeout: DEFAULT_PEER_CONNECT_TIMEOUT,
             first_byte_timeout: DEFAULT_PEER_FIRST_BYTE_TIMEOUT,
+            secrets: Vec::new(),
+            accept_unsigned_from: Vec::new(),
         }
     }
 
     /// Check what the types cannot: `self` listed, names unique and hop-header safe,
-    /// weights positive and finite, factors in range.
+    /// weights positive and finite, factors in range, secrets present and long
+    /// enough, unsigned senders among the peers. No message holds a secret.
     pub fn check(&self) -> Result<(), String> {
         let name_ok = |n: &str| {
             !n.is_empty()
@@ -127,6 +167,36 @@ impl ClusterOptions {
         if self.down_after == 0 || self.up_after == 0 {
             return Err("cluster: down_after and up_after must be at least 1".into());
         }
+        if self.secrets.is_empty() {
+            return Err(NEEDS_SECRET.into());
+        }
+        if self.secrets.len() > MAX_SECRETS {
+            return Err(format!(
+                "cluster: at most {MAX_SECRETS} secrets (the one that signs, then the one being rotated out)"
+            ));
+        }
+        if let Some(i) = self
+            .secrets
+            .iter()
+            .position(|s| s.bytes().len() < MIN_SECRET_BYTES)
+        {
+            return Err(format!(
+                "cluster: secret {} has {} bytes; at least {MIN_SECRET_BYTES} needed (e.g. `openssl rand -hex 32`)",
+                i + 1,
+                self.secrets[i].bytes().len()
+            ));
+        }
+        for a in &self.accept_unsigned_from {
+            let peer = self
+                .peers
+                .iter()
+                .any(|p| p.address.ip() == *a && p.name != self.self_name);
+            if !peer {
+                return Err(format!(
+                    "cluster: accept_unsigned_from {a} is not the address of another peer"
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -145,18 +215,51 @@ mod tests {
 
     #[test]
     fn checks() {
-        let ok = ClusterOptions::new("a", vec![peer("a", 1.0), peer("b", 2.0)]);
+        let secret = ClusterSecret::new(vec![b'k'; MIN_SECRET_BYTES]);
+        let with_secret = |mut o: ClusterOptions| {
+            o.secrets = vec![secret.clone()];
+            o
+        };
+        let ok = with_secret(ClusterOptions::new(
+            "a",
+            vec![peer("a", 1.0), peer("b", 2.0)],
+        ));
         assert_eq!(ok.check(), Ok(()));
-        let not_listed = ClusterOptions::new("c", ok.peers.clone());
+        let not_listed = with_secret(ClusterOptions::new("c", ok.peers.clone()));
         assert!(not_listed.check().is_err());
-        let twice = ClusterOptions::new("a", vec![peer("a", 1.0), peer("a", 1.0)]);
+        let twice = with_secret(ClusterOptions::new(
+            "a",
+            vec![peer("a", 1.0), peer("a", 1.0)],
+        ));
         assert!(twice.check().is_err());
-        let zero = ClusterOptions::new("a", vec![peer("a", 0.0)]);
+        let zero = with_secret(ClusterOptions::new("a", vec![peer("a", 0.0)]));
         assert!(zero.check().is_err());
-        let bad_name = ClusterOptions::new("a b", vec![peer("a b", 1.0)]);
+        let bad_name = with_secret(ClusterOptions::new("a b", vec![peer("a b", 1.0)]));
         assert!(bad_name.check().is_err());
         let mut low = ok.clone();
         low.load_factor = 0.9;
         assert!(low.check().is_err());
+    }
+
+    #[test]
+    fn secrets_are_required_checked_and_never_shown() {
+        let mut o = ClusterOptions::new("a", vec![peer("a", 1.0), peer("b", 1.0)]);
+        assert_eq!(o.check(), Err(NEEDS_SECRET.to_string()));
+        let short = ClusterSecret::new(b"short-secret-xyzzy".to_vec());
+        o.secrets = vec![ClusterSecret::new(vec![b'k'; 32]), short.clone()];
+        let e = o.check().expect_err("short");
+        assert!(e.contains("secret 2 has 18 bytes"), "{e}");
+        assert!(!e.contains("xyzzy"), "{e}");
+        assert!(!format!("{o:?}").contains("xyzzy"));
+        o.secrets = vec![ClusterSecret::new(vec![b'k'; 32]); 3];
+        assert!(o.check().is_err());
+        o.secrets.truncate(2);
+        assert_eq!(o.check(), Ok(()));
+        // Unsigned senders must be other peers: 127.0.0.1 is both here, so listing
+        // it is fine; another address is not.
+        o.accept_unsigned_from = vec!["127.0.0.1".parse().unwrap_or_else(|_| unreachable!())];
+        assert_eq!(o.check(), Ok(()));
+        o.accept_unsigned_from = vec!["10.9.9.9".parse().unwrap_or_else(|_| unreachable!())];
+        assert!(o.check().is_err());
     }
 }

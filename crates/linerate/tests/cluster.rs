@@ -13,6 +13,9 @@
 //!   request for any key cached before (the new owner asks the previous one).
 //! - `stale_peer_lists_*`: two nodes with wrong peer lists: no request makes more than
 //!   one hop (the origin sees at most two `Via` entries), counts exactly as modelled.
+//! - `forged_peer_field_*`: a client's own `Linerate-Peer` field at a non-owner is
+//!   refused and counted; the owner still fills, one origin request per key.
+//! - `wrong_secret_is_not_a_peer`: a node with another secret is refused by the others.
 //!
 //! Needs root and iproute2 (`ip netns`); without them the tests fail, saying so.
 #![allow(
@@ -44,6 +47,9 @@ const HERD_BYTES: usize = 50_000_000;
 const HERD_CLIENTS: usize = 300;
 /// Slice size when slicing is on (the default).
 const SLICE: u64 = 4 << 20;
+/// The cluster secret every node gets (in its `secret_file`) unless the test's
+/// `[cluster]` lines set one.
+const SECRET: &str = "cluster-test-secret-0123456789abcdef0123456789";
 
 static NEXT_NET: AtomicUsize = AtomicUsize::new(0);
 
@@ -194,6 +200,13 @@ fn start_node(
     let dir = tempfile::tempdir().unwrap();
     let peers_file = dir.path().join("peers");
     std::fs::write(&peers_file, peers).unwrap();
+    let key_file = dir.path().join("cluster.key");
+    std::fs::write(&key_file, format!("{SECRET}\n")).unwrap();
+    let secret = if cluster.contains("secret") {
+        String::new()
+    } else {
+        format!("secret_file = {:?}", key_file.to_str().unwrap())
+    };
     let ipaddr = net.node_ip(i);
     let text = format!(
         "[server]\nlisten = [\"{ipaddr}:8080\"]\nworkers = 2\n\
@@ -202,7 +215,7 @@ fn start_node(
          [[cache.disk]]\nname = \"d0\"\npath = {store:?}\nmax_bytes = 1073741824\n\
          [[origin]]\nname = \"o\"\nservers = [\"http://{o}\"]\nconnect_timeout_ms = 1000\nfirst_byte_timeout_ms = 10000\nidle_timeout_ms = 10000\n\
          [[route]]\npath_prefix = \"/\"\norigin = \"o\"\n{route}\n\
-         [cluster]\nself = \"{n}\"\npeers_file = {pf:?}\n{cluster}\n",
+         [cluster]\nself = \"{n}\"\npeers_file = {pf:?}\n{secret}\n{cluster}\n",
         n = name(i),
         store = dir.path().join("cache").to_str().unwrap(),
         o = origin.addr(),
@@ -231,11 +244,16 @@ struct Got {
 /// GET `path` from `addr` on a fresh connection (`Connection: close`), hashing the body
 /// as it arrives; `progress` counts body bytes read so far.
 fn get(addr: SocketAddr, path: &str, progress: Option<&AtomicU64>) -> Got {
+    get_with(addr, path, "", progress)
+}
+
+/// [`get`] with `fields` (whole lines, each ending in CRLF) added to the request.
+fn get_with(addr: SocketAddr, path: &str, fields: &str, progress: Option<&AtomicU64>) -> Got {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {HOST}\r\n{fields}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut buf = vec![0u8; 256 * 1024];
@@ -801,4 +819,147 @@ fn bad_peers_file_on_reload_keeps_membership() {
     let got = get(node.addr, path, None);
     assert_eq!((got.status, got.len), (200, 1000));
     assert_eq!(origin.total(), 1);
+}
+
+/// Guards finding 3 of issue 19 (forged peer requests): a client's own
+/// `Linerate-Peer` field (naming a real node, unsigned) at a non-owner used to make that
+/// node fill from the origin itself, so every node a forger reached cost one more origin
+/// request per key (per slice). Now the field is refused (counted as `missing_mac`) and
+/// the request is a client's: the owner fills, one origin request per key, and the
+/// origin never sees the field.
+fn forged_peer_field(slicing: bool) {
+    let mut net = Net::new();
+    let keys = 4;
+    let len = if slicing { 9 << 20 } else { 256 * 1024 };
+    let paths: Vec<String> = (0..keys).map(|k| format!("/v/forged{k}.mp4")).collect();
+    let objects: BTreeMap<String, Arc<Vec<u8>>> = paths
+        .iter()
+        .enumerate()
+        .map(|(k, p)| (p.clone(), Arc::new(support::content(len, 40 + k as u64))))
+        .collect();
+    let origin = start_origin(&net, objects.clone(), &[]);
+    let peers = peers_text(&net, &[0, 1, 2], "");
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| start_node(&mut net, i, &origin, &peers, &slice_route(slicing), ""))
+        .collect();
+    let mut forged_at = vec![0u64; 3];
+    for p in &paths {
+        // The forger asks every node that does not own the object (its first slice),
+        // naming another node as the sender; then a plain client asks every node.
+        let order = ranked(&[0, 1, 2], p, slicing.then_some(0));
+        for &n in &order[1..] {
+            let sender = name(order[0]);
+            let got = get_with(
+                nodes[n].addr,
+                p,
+                &format!("Linerate-Peer: {sender}\r\n"),
+                None,
+            );
+            assert_eq!((got.status, got.len), (200, len as u64), "{p} at {n}");
+            assert!(got.sha == sha(&objects[p]), "body differs");
+            forged_at[n] += 1;
+        }
+        for n in &nodes {
+            let got = get(n.addr, p, None);
+            assert_eq!((got.status, got.len), (200, len as u64));
+        }
+    }
+    let claims_per_key = if slicing {
+        (len as u64).div_ceil(SLICE)
+    } else {
+        1
+    };
+    assert_eq!(
+        origin.total() as u64,
+        keys as u64 * claims_per_key,
+        "{:?}",
+        origin.requests()
+    );
+    assert_one_hop(&origin);
+    for (n, forged) in nodes.iter().zip(forged_at) {
+        assert_eq!(
+            metric(
+                n.admin,
+                "linerate_cluster_peer_auth_failures_total{reason=\"missing_mac\"}"
+            ),
+            forged,
+            "{}",
+            n.name
+        );
+        assert_eq!(
+            metric(n.admin, "linerate_cluster_peer_auth_failures_total"),
+            forged,
+            "{}: no other reason",
+            n.name
+        );
+    }
+    assert!(nodes
+        .iter()
+        .any(|n| n.server.logged("Linerate-Peer field refused")));
+    origin.assert_no_panics();
+}
+
+#[test]
+fn forged_peer_field_slicing_off() {
+    forged_peer_field(false);
+}
+
+#[test]
+fn forged_peer_field_slicing_on() {
+    forged_peer_field(true);
+}
+
+/// Guards the secret check between nodes: a node with another secret (a wrong key
+/// file) is not a peer. Its request to the owner is refused (`bad_mac`) and handled as
+/// a client's; with the same secret the same request is a peer's (hop counted).
+#[test]
+fn wrong_secret_is_not_a_peer() {
+    let mut net = Net::new();
+    let len = 64 * 1024;
+    // Two keys owned by a, each asked at b.
+    let paths: Vec<String> = (0..)
+        .map(|k| format!("/v/key{k}.ts"))
+        .filter(|p| ranked(&[0, 1], p, None)[0] == 0)
+        .take(2)
+        .collect();
+    let objects: BTreeMap<String, Arc<Vec<u8>>> = paths
+        .iter()
+        .map(|p| (p.clone(), Arc::new(support::content(len, 5))))
+        .collect();
+    let origin = start_origin(&net, objects, &[]);
+    let peers = peers_text(&net, &[0, 1], "");
+    let route = slice_route(false);
+    let a = start_node(&mut net, 0, &origin, &peers, &route, "");
+    let wrong = "secret = \"another-secret-0123456789abcdef0123456789\"";
+    let b = start_node(&mut net, 1, &origin, &peers, &route, wrong);
+    let got = get(b.addr, &paths[0], None);
+    assert_eq!((got.status, got.len), (200, len as u64));
+    assert_eq!(origin.total(), 1);
+    assert_eq!(
+        metric(
+            a.admin,
+            "linerate_cluster_peer_auth_failures_total{reason=\"bad_mac\"}"
+        ),
+        1
+    );
+    assert_eq!(
+        metric(a.admin, "linerate_cluster_hop_requests_received_total"),
+        0
+    );
+    // b again, with the right secret: a peer.
+    drop(b);
+    let b = start_node(&mut net, 1, &origin, &peers, &route, "");
+    let got = get(b.addr, &paths[1], None);
+    assert_eq!((got.status, got.len), (200, len as u64));
+    assert_eq!(origin.total(), 2);
+    assert_eq!(
+        metric(a.admin, "linerate_cluster_hop_requests_received_total"),
+        1
+    );
+    assert_eq!(
+        metric(a.admin, "linerate_cluster_peer_auth_failures_total"),
+        1
+    );
+    assert_one_hop(&origin);
+    origin.assert_no_panics();
 }

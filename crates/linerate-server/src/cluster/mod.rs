@@ -8,24 +8,31 @@
 //! stay keeps its health, counters and connection pools. A keeper thread (`keeper`)
 //! applies reloads and probes down peers.
 //!
-//! Not here: placement arithmetic (`ring`, pure), or the peer requests themselves and
-//! what a fill does with their answers (`proxy::peer`, `proxy::fill`).
+//! A request's `Linerate-Peer` field is admitted here (`Cluster::admit`): a valid MAC
+//! with the cluster secret (`auth`), or the unsigned form from an address of
+//! `accept_unsigned_from`, makes it a peer's; anything else is counted by reason,
+//! logged at most once a second, and the request is a client's.
+//!
+//! Not here: placement arithmetic (`ring`, pure), the MAC itself (`auth`, pure), or the
+//! peer requests themselves and what a fill does with their answers (`proxy::peer`,
+//! `proxy::fill`).
 
+pub(crate) mod auth;
 pub(crate) mod ring;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, TcpStream};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::admin::control::{Control, RunState};
 use crate::cacheopts::{OriginOptions, OriginServer};
-use crate::clusteropts::ClusterOptions;
+use crate::clusteropts::{ClusterOptions, HOP_HEADER};
 use crate::origin::{Origin, OriginShared};
 
 /// How often the keeper looks for a reload or a stop between probes.
@@ -186,6 +193,71 @@ pub(crate) struct Membership {
     peers: Vec<Option<Arc<Peer>>>,
     /// When the set of nodes last changed (or the node started).
     changed: Instant,
+    /// The HMAC keys of `opts.secrets`: the first signs this node's peer requests.
+    pub(crate) keys: auth::Keys,
+}
+
+impl Membership {
+    /// The `Linerate-Peer` value for a request to a peer, signed now.
+    pub(crate) fn sign(&self, covered: &auth::Covered<'_>) -> String {
+        self.keys.sign(&self.opts.self_name, unix_now(), covered)
+    }
+
+    /// Whether `field` (the one `Linerate-Peer` of request `head`, from address `from`)
+    /// is a peer's.
+    fn check(
+        &self,
+        field: &auth::Field<'_>,
+        head: &linerate_http::RequestHead<'_>,
+        from: Option<IpAddr>,
+    ) -> Result<Admitted, auth::Reason> {
+        // Any other name: a node that joined before this one's list was reloaded is
+        // still a peer (the MAC, or the listed address, authenticates it), so stale
+        // lists still make one hop.
+        if field.sender() == self.opts.self_name {
+            return Err(auth::Reason::OwnName);
+        }
+        let listed = from
+            .map(|a| a.to_canonical())
+            .is_some_and(|a| self.opts.accept_unsigned_from.contains(&a));
+        match field {
+            auth::Field::Unsigned { .. } if listed => Ok(Admitted::Unsigned),
+            _ => self
+                .keys
+                .verify(field, unix_now(), &auth::Covered::of_head(head))
+                .map(|()| Admitted::Signed),
+        }
+    }
+}
+
+/// How a peer request was admitted.
+enum Admitted {
+    /// With a valid MAC.
+    Signed,
+    /// Unsigned, from an address of `accept_unsigned_from`.
+    Unsigned,
+}
+
+/// Seconds since the Unix epoch (0 for a clock before it: every MAC is then stale).
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Warn that the transition setting is on (at start and on each reload that keeps it).
+fn warn_unsigned(opts: &ClusterOptions) {
+    if !opts.accept_unsigned_from.is_empty() {
+        let from: Vec<String> = opts
+            .accept_unsigned_from
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        tracing::warn!(
+            from = %from.join(" "),
+            "cluster: accepting UNSIGNED peer requests from these addresses (accept_unsigned_from, a transition setting): remove it once every node has the secret"
+        );
+    }
 }
 
 impl Membership {
@@ -244,19 +316,84 @@ pub(crate) struct Cluster {
     hops_received: AtomicU64,
     resumes: AtomicU64,
     previous_hits: AtomicU64,
+    /// Per entry of [`auth::Reason::ALL`]: peer fields refused.
+    auth_failures: [AtomicU64; auth::Reason::ALL.len()],
+    /// Unsigned peer fields accepted (`accept_unsigned_from`).
+    unsigned_accepted: AtomicU64,
+    /// The Unix second of the last refusal logged: at most one line a second.
+    last_refusal_logged: AtomicU64,
 }
 
 impl Cluster {
     /// The cluster of `opts` (checked by the caller), every peer up.
     pub(crate) fn new(opts: ClusterOptions) -> Result<Arc<Cluster>, String> {
         opts.check()?;
+        warn_unsigned(&opts);
         let membership = build(opts, None, 1)?;
         Ok(Arc::new(Cluster {
             current: RwLock::new(Arc::new(membership)),
             hops_received: AtomicU64::new(0),
             resumes: AtomicU64::new(0),
             previous_hits: AtomicU64::new(0),
+            auth_failures: Default::default(),
+            unsigned_accepted: AtomicU64::new(0),
+            last_refusal_logged: AtomicU64::new(0),
         }))
+    }
+
+    /// Whether request `head` from address `from` comes from a peer: its
+    /// `Linerate-Peer` field (one) has a valid MAC, or is unsigned from an address of
+    /// `accept_unsigned_from`. Otherwise the field is to be ignored (the request is a
+    /// client's; the caller never forwards the field), and a field present is counted
+    /// by reason and logged (at most one line a second).
+    pub(crate) fn admit(
+        &self,
+        head: &linerate_http::RequestHead<'_>,
+        from: Option<IpAddr>,
+    ) -> bool {
+        let mut values = head.values(HOP_HEADER.as_bytes());
+        let Some(value) = values.next() else {
+            return false;
+        };
+        let verdict = match (values.next(), auth::Field::parse(value)) {
+            (None, Some(field)) => self.membership().check(&field, head, from),
+            _ => Err(auth::Reason::Malformed),
+        };
+        match verdict {
+            Ok(admitted) => {
+                self.hops_received.fetch_add(1, Relaxed);
+                if let Admitted::Unsigned = admitted {
+                    self.unsigned_accepted.fetch_add(1, Relaxed);
+                }
+                true
+            }
+            Err(reason) => {
+                self.refused(reason, from);
+                false
+            }
+        }
+    }
+
+    /// Count a refused peer field, and log it unless one was logged this second.
+    fn refused(&self, reason: auth::Reason, from: Option<IpAddr>) {
+        if let Some(i) = auth::Reason::ALL.iter().position(|r| *r == reason) {
+            self.auth_failures[i].fetch_add(1, Relaxed);
+        }
+        let now = unix_now();
+        let last = self.last_refusal_logged.load(Relaxed);
+        if now > last
+            && self
+                .last_refusal_logged
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            let from = from.map_or_else(|| "-".to_string(), |a| a.to_string());
+            tracing::warn!(
+                peer = %from,
+                reason = reason.as_str(),
+                "Linerate-Peer field refused; handled as a client's request (at most one such line a second; linerate_cluster_peer_auth_failures_total counts them all)"
+            );
+        }
     }
 
     /// The membership in force.
@@ -272,6 +409,7 @@ impl Cluster {
         if old.opts == opts {
             return Ok(());
         }
+        warn_unsigned(&opts);
         let m = build(opts, Some(&old), old.generation + 1)?;
         tracing::info!(
             generation = m.generation,
@@ -280,11 +418,6 @@ impl Cluster {
         );
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(m);
         Ok(())
-    }
-
-    /// A request arrived with the hop header.
-    pub(crate) fn count_hop_received(&self) {
-        self.hops_received.fetch_add(1, Relaxed);
     }
 
     /// A broken peer body was continued from another source.
@@ -338,12 +471,31 @@ impl Cluster {
             "Body bytes received from the peer.",
             &|p| p.bytes.load(Relaxed),
         );
-        let singles: [(&str, &str, &str, u64); 5] = [
+        let name = "linerate_cluster_peer_auth_failures_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests whose Linerate-Peer field was refused (and ignored: handled as a client's), by reason.\n# TYPE {name} counter"
+        );
+        for (r, n) in auth::Reason::ALL.iter().zip(&self.auth_failures) {
+            let _ = writeln!(
+                out,
+                "{name}{{reason=\"{}\"}} {}",
+                r.as_str(),
+                n.load(Relaxed)
+            );
+        }
+        let singles: [(&str, &str, &str, u64); 6] = [
             (
                 "linerate_cluster_hop_requests_received_total",
                 "counter",
-                "Requests received from peers (with the Linerate-Peer field); never forwarded again.",
+                "Requests received from peers (a Linerate-Peer field with a valid MAC, or unsigned from accept_unsigned_from); never forwarded again.",
                 self.hops_received.load(Relaxed),
+            ),
+            (
+                "linerate_cluster_peer_unsigned_accepted_total",
+                "counter",
+                "Unsigned peer requests accepted from an address of accept_unsigned_from (the transition setting).",
+                self.unsigned_accepted.load(Relaxed),
             ),
             (
                 "linerate_cluster_resumes_total",
@@ -414,11 +566,13 @@ fn build(
         Some(o) if same_nodes => o.changed,
         _ => Instant::now(),
     };
+    let keys = auth::Keys::new(opts.secrets.iter().map(|s| s.bytes()));
     Ok(Membership {
         generation,
         opts,
         peers,
         changed,
+        keys,
     })
 }
 
@@ -504,7 +658,9 @@ mod tests {
                 weight: 1.0,
             })
             .collect();
-        ClusterOptions::new(me, peers)
+        let mut o = ClusterOptions::new(me, peers);
+        o.secrets = vec![crate::clusteropts::ClusterSecret::new(vec![b'k'; 32])];
+        o
     }
 
     fn owner_name(m: &Membership, key: &[u8]) -> String {
@@ -649,5 +805,139 @@ mod tests {
             m2.peers[0].as_ref().unwrap_or_else(|| unreachable!()),
             &a
         ));
+    }
+
+    /// Admit the request `raw` from `from` on a cluster `c`.
+    fn admit(c: &Cluster, raw: &[u8], from: &str) -> bool {
+        let mut buf = linerate_http::request::FieldBuf::new();
+        let Ok(linerate_http::request::ParseOutcome::Complete { head, .. }) =
+            linerate_http::request::parse_request(raw, &mut buf)
+        else {
+            panic!("unparsable test request");
+        };
+        c.admit(&head, from.parse().ok())
+    }
+
+    fn failures(c: &Cluster, reason: auth::Reason) -> u64 {
+        let i = auth::Reason::ALL.iter().position(|r| *r == reason);
+        c.auth_failures[i.unwrap_or_else(|| unreachable!())].load(Relaxed)
+    }
+
+    /// Guards the admission of peer fields: only a valid MAC (or an unsigned field
+    /// from a listed address) makes a request a peer's; each other field is refused,
+    /// counted under its reason, and the request is a client's.
+    #[test]
+    fn only_a_signed_or_listed_peer_field_is_admitted() {
+        let mut o = opts("a", &["a", "b"]);
+        // b is 127.0.0.2 (opts numbers ports, not addresses: give b its own).
+        o.peers[1].address = "127.0.0.2:80".parse().unwrap_or_else(|_| unreachable!());
+        o.accept_unsigned_from = vec!["127.0.0.2".parse().unwrap_or_else(|_| unreachable!())];
+        let a = Cluster::new(o.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let signer = {
+            let mut b = o.clone();
+            b.self_name = "b".into();
+            b.accept_unsigned_from.clear();
+            Cluster::new(b).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let target = b"http://video.test/x";
+        let signed = signer.membership().sign(&auth::Covered::with_fields(
+            b"GET",
+            target,
+            Some(b"video.test"),
+            &[],
+        ));
+        let req = |peer: &str| {
+            format!("GET http://video.test/x HTTP/1.1\r\nHost: 10.0.0.1\r\nLinerate-Peer: {peer}\r\n\r\n")
+                .into_bytes()
+        };
+        assert!(
+            admit(&a, &req(&signed), "198.51.100.7"),
+            "signed, any address"
+        );
+        assert!(!admit(
+            &a,
+            b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n",
+            "198.51.100.7"
+        ));
+        // Forged: just a name, from a client.
+        assert!(!admit(&a, &req("b"), "198.51.100.7"));
+        assert_eq!(failures(&a, auth::Reason::MissingMac), 1);
+        // The same unsigned field from the listed peer address: admitted (IPv4-mapped
+        // too), and counted as unsigned.
+        assert!(admit(&a, &req("b"), "127.0.0.2"));
+        assert!(admit(&a, &req("b"), "::ffff:127.0.0.2"));
+        assert_eq!(a.unsigned_accepted.load(Relaxed), 2);
+        // Naming this node: refused, signed or not. A name this node does not list
+        // (a node that joined before this list was reloaded) is a peer when signed.
+        assert!(!admit(&a, &req("a"), "127.0.0.2"));
+        let own = signer.membership().keys.sign(
+            "a",
+            unix_now(),
+            &auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]),
+        );
+        assert!(!admit(&a, &req(&own), "198.51.100.7"));
+        assert_eq!(failures(&a, auth::Reason::OwnName), 2);
+        let newcomer = signer.membership().keys.sign(
+            "zed",
+            unix_now(),
+            &auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]),
+        );
+        assert!(admit(&a, &req(&newcomer), "198.51.100.7"));
+        // A valid field with a covered part changed, or twice, or garbage.
+        let changed = format!(
+            "GET http://video.test/y HTTP/1.1\r\nHost: 10.0.0.1\r\nLinerate-Peer: {signed}\r\n\r\n"
+        );
+        assert!(!admit(&a, changed.as_bytes(), "127.0.0.2"));
+        assert_eq!(failures(&a, auth::Reason::BadMac), 1);
+        let twice = format!(
+            "GET http://video.test/x HTTP/1.1\r\nHost: 10.0.0.1\r\nLinerate-Peer: {signed}\r\nLinerate-Peer: {signed}\r\n\r\n"
+        );
+        assert!(!admit(&a, twice.as_bytes(), "127.0.0.2"));
+        assert!(!admit(&a, &req("b; t=x"), "127.0.0.2"));
+        assert_eq!(failures(&a, auth::Reason::Malformed), 2);
+        // A node with another secret is not a peer.
+        let mut other = o.clone();
+        other.self_name = "b".into();
+        other.accept_unsigned_from.clear();
+        other.secrets = vec![crate::clusteropts::ClusterSecret::new(vec![b'o'; 32])];
+        let other = Cluster::new(other).unwrap_or_else(|e| panic!("{e}"));
+        let wrong = other.membership().sign(&auth::Covered::with_fields(
+            b"GET",
+            target,
+            Some(b"video.test"),
+            &[],
+        ));
+        assert!(!admit(&a, &req(&wrong), "127.0.0.2"));
+        assert_eq!(failures(&a, auth::Reason::BadMac), 2);
+        assert_eq!(a.hops_received.load(Relaxed), 4);
+        let mut text = String::new();
+        a.render(&mut text);
+        assert!(
+            text.contains("linerate_cluster_peer_auth_failures_total{reason=\"bad_mac\"} 2"),
+            "{text}"
+        );
+    }
+
+    /// Guards rotation on reload: a reload with a new secret list puts the new keys
+    /// in force (the first signs), and requests signed with either verify.
+    #[test]
+    fn a_reload_applies_new_secrets() {
+        let o = opts("a", &["a", "b"]);
+        let c = Cluster::new(o.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let covered = auth::Covered::with_fields(b"GET", b"/x", Some(b"h"), &[]);
+        let old = c.membership().sign(&covered);
+        let mut rotated = o.clone();
+        rotated
+            .secrets
+            .insert(0, crate::clusteropts::ClusterSecret::new(vec![b'n'; 40]));
+        c.apply(rotated).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.membership().generation, 2);
+        let new = c.membership().sign(&covered);
+        assert_ne!(old, new, "the first (new) secret signs");
+        let keys = &c.membership().keys;
+        for value in [&old, &new] {
+            let field = auth::Field::parse(value.as_bytes()).unwrap_or_else(|| unreachable!());
+            assert_eq!(keys.verify(&field, unix_now(), &covered), Ok(()));
+        }
     }
 }

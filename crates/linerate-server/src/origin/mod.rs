@@ -49,7 +49,7 @@ use conn::{Conn, ServerPool};
 // The snapshot types and labels are for the metrics, which are wired in later.
 #[allow(unused_imports)]
 pub(crate) use error::{OriginError, ERROR_KINDS};
-pub(crate) use request::OriginRequest;
+pub(crate) use request::{wire_target, OriginRequest};
 pub(crate) use response::{InterimSink, OriginResponse};
 #[allow(unused_imports)]
 pub(crate) use shared::{OriginShared, OriginSnapshot, ServerSnapshot, ServerState};

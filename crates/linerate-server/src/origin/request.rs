@@ -85,6 +85,14 @@ fn is_token(name: &[u8]) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
+/// `target` as [`OriginRequest::encode`] writes it on the request line (what a peer
+/// request's MAC covers: the receiver sees these bytes).
+pub(crate) fn wire_target(target: &[u8]) -> Vec<u8> {
+    let mut w = Vec::with_capacity(target.len());
+    push_target(&mut w, target);
+    w
+}
+
 /// Append a request-target, percent-encoding (RFC 3986 §2.1) any byte that cannot
 /// appear in one (controls, space, non-ASCII), so a target that slipped past the
 /// parser cannot split the request line.

@@ -45,7 +45,6 @@ use linerate_http::cache::key::{self, Scheme};
 use linerate_http::cache::{Fwd, RequestCacheControl};
 use linerate_http::{path, Method, Persistence, StatusCode};
 
-use crate::clusteropts::HOP_HEADER;
 use crate::context::Worker;
 use crate::response::Response;
 pub(crate) use ahead::Counts as PrefetchCounts;
@@ -95,10 +94,11 @@ pub(crate) async fn respond(
         return crate::response::error(worker, StatusCode::NotFound, persistence);
     };
     let scheme = if secure { Scheme::Https } else { Scheme::Http };
-    let from_peer = head.field(HOP_HEADER.as_bytes()).is_some();
-    if let (true, Some(cluster)) = (from_peer, &px.cluster) {
-        cluster.count_hop_received();
-    }
+    // A peer's request carries a `Linerate-Peer` field with a valid MAC (or, in the
+    // transition, unsigned from a listed peer address). Any other such field is
+    // ignored (counted and logged by the cluster) and never forwarded (`forwarded`):
+    // without `[cluster]` no request is a peer's.
+    let from_peer = px.cluster.as_ref().is_some_and(|c| c.admit(head, peer));
     // A peer's `only-if-cached` (the previous-owner ask) is obeyed even when clients'
     // directives are not: peers are configured, clients are not.
     let cc = if px.opts.honour_request_cache_control || from_peer {

@@ -20,6 +20,7 @@
 
 use std::sync::Arc;
 
+use crate::cluster::auth::Covered;
 use crate::cluster::{InFlight, Membership, Peer, Plan};
 use crate::clusteropts::HOP_HEADER;
 use crate::origin::{OriginError, OriginRequest, OriginResponse};
@@ -179,7 +180,8 @@ async fn from_origin(
 }
 
 /// `request` to peer `p`: in absolute form (the peer routes and keys by the URL's
-/// host, as this node did), with the hop header and `extra` fields.
+/// host, as this node did), with `extra` fields and the hop header signed with the
+/// cluster secret (`cluster::auth`).
 async fn to_peer(
     pw: &ProxyWorker,
     m: &Membership,
@@ -200,8 +202,17 @@ async fn to_peer(
         })
         .copied()
         .collect();
-    headers.push((HOP_HEADER.as_bytes(), m.opts.self_name.as_bytes()));
     headers.extend_from_slice(extra);
+    // The peer field is signed over what the peer will read: the request line as
+    // written, the authority of the absolute-form target and the covered fields.
+    let wire = crate::origin::wire_target(&target);
+    let signed = m.sign(&Covered::with_fields(
+        request.method.as_bytes(),
+        &wire,
+        Some(&fetch.host),
+        &headers,
+    ));
+    headers.push((HOP_HEADER.as_bytes(), signed.as_bytes()));
     let req = OriginRequest {
         target: &target,
         headers: &headers,
