@@ -75,9 +75,21 @@ impl AdminArgs {
                 .context("admin.listen is \"off\" in the configuration")?,
             (None, None) => linerate_server::operate::DEFAULT_ADMIN_LISTEN.parse()?,
         };
+        // A server listening on every address (`0.0.0.0`, `::`) is called on loopback:
+        // that is an address it was accepted on, so the admin API's `Host` check (which
+        // refuses names it does not know, see docs/config.md) passes; `0.0.0.0` is not.
+        let addr = match addr.ip() {
+            std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, addr.port()))
+            }
+            std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port()))
+            }
+            _ => addr,
+        };
         let token = match (&self.token, &config) {
             (Some(t), _) => t.clone(),
-            (None, Some(c)) => c.admin.token.clone(),
+            (None, Some(c)) => c.admin.effective_token().expose().to_owned(),
             (None, None) => String::new(),
         };
         Ok((addr, token))
