@@ -366,7 +366,8 @@ fn assigns_secret(line: &str) -> bool {
     SECRET_KEYS.iter().any(|key| {
         line.match_indices(key).any(|(at, _)| {
             let before = at.checked_sub(1).map(|i| b[i]);
-            let key_starts = before.is_none_or(|c| matches!(c, b' ' | b'\t' | b'{' | b',' | b'.' | b'"'));
+            let key_starts =
+                before.is_none_or(|c| matches!(c, b' ' | b'\t' | b'{' | b',' | b'.' | b'"'));
             let rest = line[at + key.len()..].trim_start_matches('"').trim_start();
             key_starts && rest.starts_with('=')
         })
@@ -617,12 +618,17 @@ mod tests {
         assert_eq!(c.admin.effective_token().expose(), SECRET);
         assert_eq!(c.to_options().admin.token, SECRET);
         let printed = c.to_toml();
-        assert!(printed.contains("token = \"<redacted: 16 bytes>\""), "{printed}");
+        assert!(
+            printed.contains("token = \"<redacted: 16 bytes>\""),
+            "{printed}"
+        );
         for shown in [printed, format!("{c:?}"), format!("{:?}", c.to_options())] {
             assert!(!shown.contains(SECRET), "{shown}");
         }
         // Other keys' errors still quote their line.
-        let e = Config::parse("[admin]\nlisten = \"nowhere\"\n").unwrap_err().to_string();
+        let e = Config::parse("[admin]\nlisten = \"nowhere\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("nowhere"), "{e}");
     }
 
@@ -668,7 +674,13 @@ mod tests {
         let o = c.to_options().admin;
         assert_eq!(o.allowed_hosts, ["admin.example", "10.0.0.1", "[fd00::1]"]);
         assert!(o.allow_upgrade_binary);
-        assert!(!Config::parse("").unwrap().to_options().admin.allow_upgrade_binary);
+        assert!(
+            !Config::parse("")
+                .unwrap()
+                .to_options()
+                .admin
+                .allow_upgrade_binary
+        );
         for bad in ["admin.example:9090", "fd00::1", "", "a/b"] {
             let text = format!("[admin]\nallowed_hosts = [{bad:?}]\n");
             let e = Config::parse(&text).unwrap_err().to_string();

@@ -267,7 +267,12 @@ impl AdminSection {
         let shown = path.display();
         let mut text = Vec::new();
         std::fs::File::open(path)
-            .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_TOKEN_FILE + 1), &mut text))
+            .and_then(|f| {
+                std::io::Read::read_to_end(
+                    &mut std::io::Read::take(f, MAX_TOKEN_FILE + 1),
+                    &mut text,
+                )
+            })
             .map_err(|e| format!("admin.token_file {shown}: {e}"))?;
         if text.len() as u64 > MAX_TOKEN_FILE {
             return Err(format!(
@@ -283,7 +288,8 @@ impl AdminSection {
         if text.is_empty() {
             return Err(format!("admin.token_file {shown}: empty"));
         }
-        self.file_token = Token::check(text).map_err(|e| format!("admin.token_file {shown}: {e}"))?;
+        self.file_token =
+            Token::check(text).map_err(|e| format!("admin.token_file {shown}: {e}"))?;
         Ok(())
     }
 
