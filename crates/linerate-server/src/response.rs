@@ -19,7 +19,7 @@ use linerate_http::range::ByteRange;
 use linerate_http::{HeadWriter, Persistence, RequestHead, StatusCode, Version};
 
 use crate::context::Worker;
-use crate::stats::CacheStatus;
+use crate::stats::{CacheStatus, Refusal};
 
 /// `Server` field value.
 pub(crate) const SERVER: &[u8] = b"linerate";
@@ -36,6 +36,9 @@ pub(crate) struct Response {
     pub(crate) status: StatusCode,
     /// Where the content came from (appliance mode: always `Local`).
     pub(crate) cache: CacheStatus,
+    /// Why the request was refused, when it was (see [`refused`]): the access log's
+    /// `reason=` and `linerate_requests_refused_total`.
+    pub(crate) refusal: Option<Refusal>,
 }
 
 /// The bytes after the head.
@@ -144,12 +147,23 @@ pub(crate) fn interim_continue() -> Response {
         persistence: Persistence::KeepAlive,
         status: StatusCode::Other(100),
         cache: CacheStatus::Local,
+        refusal: None,
     }
 }
 
 /// A short text response for an error status.
 pub(crate) fn error(worker: &Worker, status: StatusCode, persistence: Persistence) -> Response {
     simple(worker, status, persistence, None)
+}
+
+/// The answer to a request refused for the client's fault: the refusal's status, and a
+/// body that says why (`400 Bad Request: malformed request line`), so the client's
+/// developer need not guess. The connection logs it with `reason=` and counts it. Use
+/// this, not [`error`], for every answer caused by what the client sent.
+pub(crate) fn refused(worker: &Worker, why: Refusal, persistence: Persistence) -> Response {
+    let mut r = text(worker, why.status(), persistence, None, Some(why.explain()));
+    r.refusal = Some(why);
+    r
 }
 
 /// A short text response: `NNN Reason` as the body, with one `extra` field.
@@ -159,9 +173,23 @@ pub(crate) fn simple(
     persistence: Persistence,
     extra: Option<(&str, &[u8])>,
 ) -> Response {
+    text(worker, status, persistence, extra, None)
+}
+
+/// `NNN Reason` (and `: why` when given) as a text body.
+fn text(
+    worker: &Worker,
+    status: StatusCode,
+    persistence: Persistence,
+    extra: Option<(&str, &[u8])>,
+    why: Option<&str>,
+) -> Response {
     let mut head = Vec::with_capacity(256);
     let reason = status.reason();
-    let body_len = 4 + reason.len() + 1; // "NNN " + reason + "\n"
+    let body = match why {
+        Some(why) => format!("{} {reason}: {why}\n", status.code()),
+        None => format!("{} {reason}\n", status.code()),
+    };
     let mut w = HeadWriter::new(&mut head, status);
     worker.date.with(|d| w.field("Date", d));
     w.field("Server", SERVER);
@@ -169,18 +197,19 @@ pub(crate) fn simple(
         w.field(name, value);
     }
     w.field("Content-Type", b"text/plain; charset=utf-8");
-    w.field_u64("Content-Length", body_len as u64);
+    w.field_u64("Content-Length", body.len() as u64);
     if matches!(persistence, Persistence::Close) {
         w.field("Connection", b"close");
     }
     w.finish();
-    head.extend_from_slice(format!("{} {}\n", status.code(), reason).as_bytes());
+    head.extend_from_slice(body.as_bytes());
     Response {
         head,
         body: Body::Empty,
         persistence,
         status,
         cache: CacheStatus::Local,
+        refusal: None,
     }
 }
 
