@@ -153,9 +153,7 @@ impl AccessLog {
     /// Whether a refused request gets its line (sampling aside, within
     /// [`REFUSALS_LOGGED_PER_S`]): `Some(n)` with the number left out before it.
     pub(crate) fn admit_refusal(&mut self) -> Option<u64> {
-        if self.options.path.is_none() {
-            return None;
-        }
+        self.options.path.as_ref()?;
         match self.refusals.admit(std::time::Instant::now()) {
             Admit::Log { suppressed } => Some(suppressed),
             Admit::Suppress => None,

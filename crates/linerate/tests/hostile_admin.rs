@@ -117,7 +117,7 @@ fn the_admin_api_answers_only_to_its_own_names() {
     assert_eq!(call(a, "GET /stats.json HTTP/1.0\r\n\r\n").0, 200);
     let (status, body) = call(
         a,
-        &format!("GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"),
+        "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     );
     assert!(status == 200 && body.contains("serving"), "{body}");
     // The CLI sends the address it calls as Host.
