@@ -9,7 +9,7 @@
 //! `MAX_JOB_BODY`).
 //!
 //! Defined answers for bad input: a malformed or oversized head is `400`, a `Host` that
-//! does not name this API `421` (see [`host_allowed`]: DNS rebinding), a command
+//! does not name this API `421` (see `host`: DNS rebinding), a command
 //! without the right `Authorization: Bearer` token is `401` (and changes nothing), a
 //! command when no token is configured is `403`, as is `POST /upgrade?binary=` unless
 //! `admin.allow_upgrade_binary`; an unknown path `404` (as are `/metrics`
@@ -31,6 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::admin::control::{Control, ReloadOutcome, RunState};
+use crate::admin::host::host_allowed;
 use crate::admin::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrape};
 use crate::fill::{Fills, Submitted, MAX_JOB_BODY};
 use crate::logbudget::{Admit, LogBudget};
@@ -417,49 +418,6 @@ fn parse_and_route(admin: &Admin, buf: &[u8], local: Option<IpAddr>) -> Parsed {
         head.field(b"authorization"),
         body,
     ))
-}
-
-/// Whether a request's `Host` (or absolute-form authority) names this admin API: the
-/// address its connection was accepted on (Kubernetes probes and Prometheus scrapes by
-/// pod IP), a loopback name (`localhost`, `127.0.0.0/8`, `[::1]`), or a name in
-/// `admin.allowed_hosts`. The port is not compared: rebinding is defeated by the name
-/// (a page's origin is the attacker's name, whatever the port), and a forwarded port
-/// (`kubectl port-forward 8080:9090`) would otherwise be refused.
-///
-/// A request without `Host` passes: only HTTP/1.0 may omit it (the parser refuses an
-/// HTTP/1.1 one, RFC 9112 §3.2), and browsers always send it, so a rebinding page cannot
-/// make one; some load-balancer health checks are such requests.
-fn host_allowed(authority: Option<&[u8]>, local: Option<IpAddr>, allowed: &[String]) -> bool {
-    let Some(authority) = authority else {
-        return true;
-    };
-    // The parser has checked the `uri-host [":" port]` alphabet; an IPv6 literal is the
-    // only host with `:` in it, and it is bracketed (RFC 3986 §3.2.2).
-    let host = match authority.strip_prefix(b"[") {
-        Some(rest) => match rest.iter().position(|&b| b == b']') {
-            Some(end) => &authority[..end + 2],
-            None => return false,
-        },
-        None => authority.split(|&b| b == b':').next().unwrap_or(b""),
-    };
-    let Ok(host) = std::str::from_utf8(host) else {
-        return false;
-    };
-    let host = host.to_ascii_lowercase();
-    let literal = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(&host)
-        .parse::<IpAddr>()
-        .ok();
-    match literal {
-        Some(ip) => {
-            ip.is_loopback()
-                || local.is_some_and(|l| l.to_canonical() == ip.to_canonical())
-                || allowed.contains(&host)
-        }
-        None => host == "localhost" || allowed.contains(&host),
-    }
 }
 
 fn route(
@@ -859,44 +817,6 @@ mod tests {
         assert!(player_page(&listen(&["127.0.0.1:0"]))
             .contains("name=\"linerate-listen\" content=\"\""));
         assert!(!player_page(&[]).contains("__LINERATE_LISTEN__"));
-    }
-
-    #[test]
-    fn host_check() {
-        let local: Option<IpAddr> = "10.1.2.3".parse().ok();
-        let allowed = vec!["admin.internal".to_owned(), "[fd00::1]".to_owned()];
-        let ok = |h: &str| host_allowed(Some(h.as_bytes()), local, &allowed);
-        for good in [
-            "10.1.2.3:9090",
-            "10.1.2.3",
-            "127.0.0.1:9090",
-            "127.9.9.9",
-            "localhost:9090",
-            "LOCALHOST",
-            "[::1]:9090",
-            "[::1]",
-            "admin.internal:9090",
-            "Admin.Internal",
-            "[fd00::1]:1",
-        ] {
-            assert!(ok(good), "{good}");
-        }
-        for bad in [
-            "evil.example",
-            "evil.example:9090",
-            "10.1.2.4:9090",
-            "localhost.evil.example",
-            "[::2]",
-            "[::1",
-            "admin.internal.evil",
-            "",
-        ] {
-            assert!(!ok(bad), "{bad}");
-        }
-        // An IPv4 client of a dual-stack listener: accepted on ::ffff:10.1.2.3.
-        let mapped: Option<IpAddr> = "::ffff:10.1.2.3".parse().ok();
-        assert!(host_allowed(Some(b"10.1.2.3:9090"), mapped, &[]));
-        assert!(host_allowed(None, local, &[]), "HTTP/1.0 without Host");
     }
 
     #[test]
