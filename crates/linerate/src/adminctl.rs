@@ -307,6 +307,7 @@ connections  open {}  active {}  idle {}  parked {}\n\nworker  requests        s
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
 mod tests {
     /// A server listening on every address is called on loopback, which its admin API's
     /// `Host` check accepts (`0.0.0.0` is not one of its names); the token comes from
