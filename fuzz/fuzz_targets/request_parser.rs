@@ -1,19 +1,26 @@
 //! Fuzz target: the whole request pipeline on arbitrary bytes. `parse_request` must never
-//! panic; for every complete head, the values it hands on (target, Range, validators)
-//! must go through the later stages without panicking either, and what they return must
-//! keep its documented invariants.
+//! panic, nor locating a malformed head's fault (`malformation`); for every complete
+//! head, the values it hands on (target, Range, validators) must go through the later
+//! stages without panicking either, and what they return must keep its documented
+//! invariants.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use linerate_http::conditional::{evaluate, if_range, Validators};
 use linerate_http::path::normalize_target;
 use linerate_http::range::{parse_range, resolve, RangeOutcome};
-use linerate_http::request::FieldBuf;
+use linerate_http::request::{malformation, FieldBuf, RequestError};
 use linerate_http::{parse_request, ParseOutcome};
 
 fuzz_target!(|data: &[u8]| {
     let mut fields = FieldBuf::new();
-    let Ok(ParseOutcome::Complete { head, head_len }) = parse_request(data, &mut fields) else {
+    let parsed = parse_request(data, &mut fields);
+    // A refused head is located again for the log and the 400's body (on the error
+    // path, with the same attacker's bytes): that must not panic either.
+    if let Err(RequestError::Malformed) = parsed {
+        let _ = malformation(data).as_str();
+    }
+    let Ok(ParseOutcome::Complete { head, head_len }) = parsed else {
         return;
     };
     assert!(head_len <= data.len());

@@ -839,6 +839,68 @@ fn is_valid_host(value: &[u8]) -> bool {
     })
 }
 
+/// Which part of a [`RequestError::Malformed`] head is wrong, for the access log's
+/// `reason=` and the body of the `400`, so an operator (and the client's developer) can
+/// tell a garbled request line from a bad field line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformation {
+    /// The request line: method, target (a fragment, a bare `*`, an absolute URI that is
+    /// not http or https...) or the version token.
+    RequestLine,
+    /// A field line without a colon, with whitespace before it, with an invalid name
+    /// byte, or folded onto the next line (obs-fold, RFC 9112 §5.2).
+    FieldName,
+    /// A control character in a field value.
+    FieldValue,
+    /// A CR not followed by LF (RFC 9112 §2.2).
+    LineEnding,
+    /// A second line for a field that takes one (`Range`, `If-Range`, the conditionals).
+    RepeatedField,
+}
+
+impl Malformation {
+    /// Short stable name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Malformation::RequestLine => "bad_request_line",
+            Malformation::FieldName => "bad_field_name",
+            Malformation::FieldValue => "bad_field_value",
+            Malformation::LineEnding => "bad_line_ending",
+            Malformation::RepeatedField => "repeated_field",
+        }
+    }
+}
+
+/// Where a head that [`parse_request`] refused as [`RequestError::Malformed`] went
+/// wrong. Worked out again from the same bytes, on the error path only: parsing the
+/// request line alone (httparse with no room for fields stops after it), then the whole
+/// head; a head that parses whole was refused for a repeated field or its target.
+pub fn malformation(buf: &[u8]) -> Malformation {
+    let window = &buf[..buf.len().min(MAX_HEAD_BYTES)];
+    let mut no_fields: [httparse::Header<'_>; 0] = [];
+    let mut line_only = httparse::Request::new(&mut no_fields);
+    match line_only.parse(window) {
+        Err(httparse::Error::NewLine) => return Malformation::LineEnding,
+        Err(httparse::Error::TooManyHeaders) | Ok(_) => {}
+        Err(_) => return Malformation::RequestLine,
+    }
+    let mut fields = FieldBuf::new();
+    let mut req = httparse::Request::new(&mut fields.0);
+    match req.parse(window) {
+        Err(httparse::Error::HeaderValue) => Malformation::FieldValue,
+        Err(httparse::Error::NewLine) => Malformation::LineEnding,
+        Err(_) => Malformation::FieldName,
+        Ok(_) => {
+            let method = req.method.map_or(Method::Other, Method::from_token);
+            let target = req.path.unwrap_or("").as_bytes();
+            match target_form(method, target) {
+                Err(_) => Malformation::RequestLine,
+                Ok(_) => Malformation::RepeatedField,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test, with its location.
 mod tests {
@@ -1643,6 +1705,73 @@ mod tests {
                 let is_complete = matches!(parse(&buf), Ok(ParseOutcome::Complete { .. }));
                 prop_assert!(is_complete);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod malformation_tests {
+    use super::*;
+
+    #[test]
+    fn each_malformed_head_is_located() {
+        for (head, want) in [
+            (
+                &b"G(T / HTTP/1.1\r\nHost: t\r\n\r\n"[..],
+                Malformation::RequestLine,
+            ),
+            (b"\x00\x01 not http\r\n\r\n", Malformation::RequestLine),
+            (
+                b"GET /a#frag HTTP/1.1\r\nHost: t\r\n\r\n",
+                Malformation::RequestLine,
+            ),
+            (
+                b"GET ftp://h/a HTTP/1.1\r\nHost: t\r\n\r\n",
+                Malformation::RequestLine,
+            ),
+            (
+                b"GET / HTTQ/1.1\r\nHost: t\r\n\r\n",
+                Malformation::RequestLine,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: t\r\nno colon here\r\n\r\n",
+                Malformation::FieldName,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: t\r\nX-A : b\r\n\r\n",
+                Malformation::FieldName,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: t\r\nX-A: a\r\n b\r\n\r\n",
+                Malformation::FieldName,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: t\r\nX-A: a\x00b\r\n\r\n",
+                Malformation::FieldValue,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: t\r\nX-A: a\rb\r\n\r\n",
+                Malformation::FieldValue,
+            ),
+            (b"GET / HTTP/1.1\rHost: t\r\n\r\n", Malformation::LineEnding),
+            (
+                b"GET / HTTP/1.1\r\nHost: t\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n",
+                Malformation::RepeatedField,
+            ),
+        ] {
+            let mut fields = FieldBuf::new();
+            assert_eq!(
+                parse_request(head, &mut fields).err(),
+                Some(RequestError::Malformed),
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
+            assert_eq!(
+                malformation(head),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
         }
     }
 }

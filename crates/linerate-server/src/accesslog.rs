@@ -9,6 +9,12 @@
 //! per failure streak; serving continues and the next reopen (SIGUSR1) or flush tries
 //! again.
 //!
+//! A refused request (malformed, too large, too slow: see [`Refusal`]) is logged with
+//! `reason=` whatever the sampling, but at most [`REFUSALS_LOGGED_PER_S`] a second per
+//! worker: a client can send thousands of bad heads a second, each costing it a few
+//! bytes and the disk a line. The first line logged after some were left out carries
+//! `suppressed=N`; `linerate_requests_refused_total` counts every one.
+//!
 //! Not here: deciding what a request's status or bytes were (the connection reports
 //! them) or rotating files (an external tool renames them, then sends SIGUSR1, as with
 //! nginx).
@@ -18,8 +24,14 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 
+use crate::logbudget::{Admit, LogBudget};
 use crate::operate::{AccessLogOptions, LogFormat};
-use crate::stats::{CacheStatus, WorkerStats};
+use crate::stats::{CacheStatus, Refusal, WorkerStats};
+
+/// Refused requests logged per second per worker at most. At a line of about 200 bytes
+/// that is 10 KB/s per worker under a flood, against the gigabytes a second of bad
+/// heads could write unbounded; far above what honest clients produce.
+pub(crate) const REFUSALS_LOGGED_PER_S: u32 = 50;
 
 /// Longest request line kept in a log entry; a longer one is cut (the limit on request
 /// lines themselves is 8 KiB, and log lines that long help no one).
@@ -79,6 +91,10 @@ pub(crate) struct Finished<'c> {
     pub(crate) congestion: Option<&'c str>,
     /// Worker index.
     pub(crate) worker: usize,
+    /// Why the request was refused, when it was.
+    pub(crate) refusal: Option<Refusal>,
+    /// Refused requests not logged before this one (see [`AccessLog::admit_refusal`]).
+    pub(crate) suppressed: u64,
 }
 
 /// One worker's log.
@@ -91,6 +107,8 @@ pub(crate) struct AccessLog {
     failing: bool,
     /// xorshift state for sampling.
     rng: u64,
+    /// The bound on refused-request lines.
+    refusals: LogBudget,
 }
 
 impl AccessLog {
@@ -103,6 +121,7 @@ impl AccessLog {
             lines: 0,
             failing: false,
             rng: seed | 1,
+            refusals: LogBudget::new(REFUSALS_LOGGED_PER_S),
         };
         log.reopen(stats);
         log
@@ -129,6 +148,16 @@ impl AccessLog {
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
         (self.rng >> 11) as f64 / (1u64 << 53) as f64 <= s
+    }
+
+    /// Whether a refused request gets its line (sampling aside, within
+    /// [`REFUSALS_LOGGED_PER_S`]): `Some(n)` with the number left out before it.
+    pub(crate) fn admit_refusal(&mut self) -> Option<u64> {
+        self.options.path.as_ref()?;
+        match self.refusals.admit(std::time::Instant::now()) {
+            Admit::Log { suppressed } => Some(suppressed),
+            Admit::Suppress => None,
+        }
     }
 
     /// Buffer one line; write the buffer if it is full.
@@ -241,7 +270,8 @@ fn escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-/// `ip - - [date] "request" status bytes "referer" "agent" cache=… dur_us=… rtt_us=… cc=…`.
+/// `ip - - [date] "request" status bytes "referer" "agent" cache=… dur_us=… rtt_us=… cc=…`,
+/// then ` reason=… ` (and ` suppressed=N` when lines were left out) for a refused request.
 /// The date is the response's HTTP date (RFC 9110 IMF-fixdate, UTC) rather than
 /// nginx's `$time_local`: it is already formatted once a second per worker.
 fn combined(out: &mut Vec<u8>, peer: Option<SocketAddr>, date: &[u8], p: &Pending, d: &Finished) {
@@ -269,6 +299,12 @@ fn combined(out: &mut Vec<u8>, peer: Option<SocketAddr>, date: &[u8], p: &Pendin
     out.extend_from_slice(b" cc=");
     // The kernel's names are lower-case letters, digits and `_`; escaped all the same.
     escaped(out, d.congestion.unwrap_or("-").as_bytes());
+    if let Some(r) = d.refusal {
+        let _ = write!(out, " reason={}", r.as_str());
+        if d.suppressed > 0 {
+            let _ = write!(out, " suppressed={}", d.suppressed);
+        }
+    }
     out.push(b'\n');
 }
 
@@ -317,7 +353,14 @@ fn json(out: &mut Vec<u8>, peer: Option<SocketAddr>, date: &[u8], p: &Pending, d
         Some(cc) => json_str(out, cc.as_bytes()),
         None => out.extend_from_slice(b"null"),
     }
-    let _ = writeln!(out, ",\"worker\":{}}}", d.worker);
+    let _ = write!(out, ",\"worker\":{}", d.worker);
+    if let Some(r) = d.refusal {
+        let _ = write!(out, ",\"reason\":\"{}\"", r.as_str());
+        if d.suppressed > 0 {
+            let _ = write!(out, ",\"suppressed\":{}", d.suppressed);
+        }
+    }
+    out.extend_from_slice(b"}\n");
 }
 
 #[cfg(test)]
@@ -337,6 +380,8 @@ mod tests {
             rtt_us: Some(42),
             congestion: Some("cubic"),
             worker: 3,
+            refusal: None,
+            suppressed: 0,
         };
         (p, d)
     }
@@ -363,6 +408,27 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "{\"time\":\"D\",\"remote\":null,\"request\":\"GET /a\\u0022b.ts HTTP/1.1\",\"status\":206,\"bytes\":1234,\"referer\":\"http://r/\",\"user_agent\":\"player/1\",\"cache\":\"local\",\"duration_us\":56,\"rtt_us\":null,\"cc\":null,\"worker\":3}\n"
+        );
+    }
+
+    #[test]
+    fn a_refused_request_carries_its_reason_and_what_was_left_out() {
+        let (p, mut d) = sample();
+        d.refusal = Some(Refusal::BadFieldName);
+        let mut out = Vec::new();
+        combined(&mut out, None, b"D", &p, &d);
+        let line = String::from_utf8(out).unwrap();
+        assert!(
+            line.ends_with(" cc=cubic reason=bad_field_name\n"),
+            "{line}"
+        );
+        d.suppressed = 7;
+        let mut out = Vec::new();
+        json(&mut out, None, b"D", &p, &d);
+        let line = String::from_utf8(out).unwrap();
+        assert!(
+            line.ends_with(",\"worker\":3,\"reason\":\"bad_field_name\",\"suppressed\":7}\n"),
+            "{line}"
         );
     }
 

@@ -17,7 +17,7 @@ use linerate_http::{mime, path, HeadWriter, Method, Persistence, RequestHead, St
 
 use crate::context::Worker;
 use crate::openfiles::OpenError;
-use crate::response::{error, persistence_field, simple, Body, Response, SERVER};
+use crate::response::{error, persistence_field, refused, simple, Body, Response, SERVER};
 use crate::stats::CacheStatus;
 
 /// Decide the response to one request.
@@ -32,8 +32,9 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
         Method::Head => true,
         _ => return method_not_allowed(worker, persistence),
     };
-    let Ok(target) = path::normalize_target(req.target) else {
-        return error(worker, StatusCode::BadRequest, Persistence::Close);
+    let target = match path::normalize_target(req.target) {
+        Ok(t) => t,
+        Err(e) => return refused(worker, e.into(), Persistence::Close),
     };
     if target.is_directory_form {
         // Directories are never listed.
@@ -97,6 +98,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
                 persistence,
                 status: StatusCode::NotModified,
                 cache: CacheStatus::Local,
+                refusal: None,
             };
         }
         Precondition::Failed => return error(worker, StatusCode::PreconditionFailed, persistence),
@@ -155,6 +157,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
                 persistence,
                 status: StatusCode::RangeNotSatisfiable,
                 cache: CacheStatus::Local,
+                refusal: None,
             };
         }
     };
@@ -186,6 +189,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
         persistence,
         status,
         cache: CacheStatus::Local,
+        refusal: None,
     }
 }
 

@@ -18,14 +18,14 @@ use std::rc::Rc;
 
 use linerate_http::request::FieldBuf;
 use linerate_http::request::MAX_HEAD_BYTES;
-use linerate_http::{parse_request, BodyFraming, ParseOutcome, Persistence, StatusCode};
+use linerate_http::{parse_request, BodyFraming, ParseOutcome, Persistence};
 use tokio::time::{timeout_at, Instant};
 
 use crate::accesslog::{Finished, Pending};
 use crate::context::Worker;
 use crate::handler::Mode;
 use crate::response::{self, Response};
-use crate::stats::{CloseReason, ConnState};
+use crate::stats::{CacheStatus, CloseReason, ConnState, Refusal};
 use crate::transport::Transport;
 
 /// Bytes reserved per read into the head buffer. Players' heads are 200-800 bytes, so
@@ -217,7 +217,7 @@ impl Conn<'_> {
         // Read until a whole head parses (or fails to). The head is parsed once and
         // borrowed from the buffer while the body is read and the mode answers; body
         // bytes read from the socket meanwhile go to their own buffers.
-        let (response, consumed, excess, pending) = loop {
+        let (response, head_len, consumed, excess, pending) = loop {
             let mut fields = FieldBuf::new();
             match parse_request(&self.buf, &mut fields) {
                 Ok(ParseOutcome::Complete { head, head_len }) => {
@@ -237,7 +237,7 @@ impl Conn<'_> {
                     let taken = match (head.body, limit) {
                         (BodyFraming::None, _) => Ok(0),
                         (BodyFraming::Length(n), Some(limit)) if n > limit => {
-                            Err((Some(StatusCode::ContentTooLarge), Ending::BadRequest))
+                            Err((Some(Refusal::BodyTooLarge), Ending::BadRequest))
                         }
                         (BodyFraming::Length(n), Some(_)) => {
                             // RFC 9110 §10.1.1: a client that sent `Expect: 100-continue`
@@ -261,17 +261,17 @@ impl Conn<'_> {
                         // Cache mode forwards bodies it can buffer whole, so it needs their
                         // length up front (RFC 9110 §15.5.12).
                         (BodyFraming::Chunked, Some(_)) => {
-                            Err((Some(StatusCode::Other(411)), Ending::BadRequest))
+                            Err((Some(Refusal::LengthRequired), Ending::BadRequest))
                         }
                         (BodyFraming::Length(_) | BodyFraming::Chunked, None) => {
-                            Err((Some(StatusCode::ContentTooLarge), Ending::BadRequest))
+                            Err((Some(Refusal::BodyTooLarge), Ending::BadRequest))
                         }
                     };
                     let taken = match taken {
                         Ok(t) => t,
-                        Err((status, ending)) => {
-                            if let Some(status) = status {
-                                self.refuse(status).await;
+                        Err((why, ending)) => {
+                            if let Some(why) = why {
+                                self.refuse(why, head_len).await;
                             }
                             return Some(ending);
                         }
@@ -286,7 +286,7 @@ impl Conn<'_> {
                         interim: crate::exchange::Interim::new(&mut self.io, self.worker, http11),
                     };
                     let response = self.mode.respond(self.worker, request).await;
-                    break (response, head_len + taken, excess, pending);
+                    break (response, head_len, head_len + taken, excess, pending);
                 }
                 Ok(ParseOutcome::Partial) => match self.read_more(deadline).await {
                     Read::Data => {}
@@ -298,15 +298,34 @@ impl Conn<'_> {
                         });
                     }
                     Read::TimedOut => {
-                        self.refuse(StatusCode::RequestTimeout).await;
+                        self.refuse(Refusal::HeadTimeout, self.buf.len()).await;
                         return Some(Ending::HeadTimeout);
                     }
                 },
                 Err(e) => {
-                    tracing::debug!(error = e.as_str(), "bad request head");
-                    self.refuse(e.status()).await;
+                    let why = Refusal::of_head(e, &self.buf);
+                    tracing::debug!(
+                        error = e.as_str(),
+                        reason = why.as_str(),
+                        "bad request head"
+                    );
+                    self.refuse(why, self.buf.len()).await;
                     return Some(Ending::BadRequest);
                 }
+            }
+        };
+        // A refused request is logged whatever the sampling, within the log's bound.
+        let refusal = response.refusal;
+        let mut suppressed = 0;
+        let pending = match refusal {
+            None => pending,
+            Some(why) => {
+                self.worker.stats.refusal(why);
+                let admitted = self.worker.log.borrow_mut().admit_refusal();
+                admitted.map(|left_out| {
+                    suppressed = left_out;
+                    pending.unwrap_or_else(|| Pending::capture(&self.buf[..head_len]))
+                })
             }
         };
         // The head and the body bytes that were buffered are done with; bytes read past
@@ -339,16 +358,10 @@ impl Conn<'_> {
                 rtt_us: self.rtt_us,
                 congestion: self.congestion.as_deref(),
                 worker: self.worker.index,
+                refusal,
+                suppressed,
             };
-            self.worker.date.with(|date| {
-                self.worker.log.borrow_mut().record(
-                    self.peer,
-                    date,
-                    &pending,
-                    &done,
-                    &self.worker.stats,
-                )
-            });
+            self.log(&pending, &done);
         }
         if let Err(e) = result {
             match e {
@@ -453,14 +466,43 @@ impl Conn<'_> {
         }
     }
 
-    /// Best-effort error response, then close (framing can no longer be trusted).
-    async fn refuse(&mut self, status: StatusCode) {
-        let response: Response = response::error(self.worker, status, Persistence::Close);
+    /// Buffer one access-log line.
+    fn log(&self, pending: &Pending, done: &Finished<'_>) {
+        self.worker.date.with(|date| {
+            self.worker
+                .log
+                .borrow_mut()
+                .record(self.peer, date, pending, done, &self.worker.stats)
+        });
+    }
+
+    /// Best-effort answer to a request refused before it reached the mode (its body says
+    /// why), then close (framing can no longer be trusted). Counted, and logged with
+    /// `reason=` within the access log's bound; the line's request is the first `head`
+    /// bytes of the buffer (all of it when the head never parsed).
+    async fn refuse(&mut self, why: Refusal, head: usize) {
+        let response: Response = response::refused(self.worker, why, Persistence::Close);
+        let status = response.status.code();
         let mut sent = 0;
         let _ = self.io.send(self.worker, response, &mut sent).await;
-        self.worker
-            .stats
-            .response(status.code(), crate::stats::CacheStatus::Local, 0);
+        self.worker.stats.response(status, CacheStatus::Local, 0);
+        self.worker.stats.refusal(why);
+        let admitted = self.worker.log.borrow_mut().admit_refusal();
+        if let Some(suppressed) = admitted {
+            let pending = Pending::capture(&self.buf[..head.min(self.buf.len())]);
+            let done = Finished {
+                status,
+                bytes: sent,
+                duration_us: 0,
+                cache: CacheStatus::Local,
+                rtt_us: self.rtt_us,
+                congestion: self.congestion.as_deref(),
+                worker: self.worker.index,
+                refusal: Some(why),
+                suppressed,
+            };
+            self.log(&pending, &done);
+        }
     }
 }
 
@@ -475,7 +517,7 @@ enum BodySink<'a> {
 /// Read a request body of `n` bytes: first from `buffered` (the bytes already read after
 /// the head), then from the socket until `deadline`. Returns how many of `buffered`
 /// belong to the body; bytes read from the socket past the body (a pipelined request)
-/// go to `excess`. On failure, the status to answer (`None`: the client is gone) and how
+/// go to `excess`. On failure, why it is refused (`None`: the client is gone) and how
 /// the connection ends.
 async fn read_body(
     io: &mut Transport,
@@ -484,7 +526,7 @@ async fn read_body(
     deadline: Instant,
     mut sink: BodySink<'_>,
     excess: &mut Vec<u8>,
-) -> Result<usize, (Option<StatusCode>, Ending)> {
+) -> Result<usize, (Option<Refusal>, Ending)> {
     let here = usize::try_from(n).map_or(buffered.len(), |n| n.min(buffered.len()));
     if let BodySink::Keep(out) = &mut sink {
         out.extend_from_slice(&buffered[..here]);
@@ -511,7 +553,7 @@ async fn read_body(
         match timeout_at(deadline, io.readable()).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return Err((None, Ending::ClientClosed)),
-            Err(_) => return Err((Some(StatusCode::RequestTimeout), Ending::HeadTimeout)),
+            Err(_) => return Err((Some(Refusal::HeadTimeout), Ending::HeadTimeout)),
         }
     }
     Ok(here)

@@ -62,6 +62,7 @@ impl<'a> Interim<'a> {
             persistence: Persistence::KeepAlive,
             status: StatusCode::Other(103),
             cache: CacheStatus::Local,
+            refusal: None,
         };
         let mut sent = 0;
         if io.send(self.worker, interim, &mut sent).await.is_err() {

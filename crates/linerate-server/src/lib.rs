@@ -24,6 +24,7 @@ mod fill;
 pub mod fillopts;
 mod handler;
 mod listeners;
+mod logbudget;
 pub mod notify;
 mod openfiles;
 pub mod operate;

@@ -22,14 +22,23 @@ pub const DEFAULT_LOG_BUFFER_BYTES: usize = 64 * 1024;
 /// Default longest time a buffered access-log line waits before it is written.
 pub const DEFAULT_LOG_FLUSH: Duration = Duration::from_secs(1);
 
-/// The admin listener. Restart needed to change `listen` and `metrics`; `token` reloads.
-#[derive(Debug, Clone, PartialEq)]
+/// The admin listener. Restart needed to change `listen` and `metrics`; the others reload.
+#[derive(Clone, PartialEq)]
 pub struct AdminOptions {
     /// Where the admin API listens; `None` turns it off. Default [`DEFAULT_ADMIN_LISTEN`].
     pub listen: Option<SocketAddr>,
-    /// Bearer token the mutating endpoints (drain, reload, reopen-logs) require; empty
-    /// turns those endpoints off (403). Default empty. Reloadable.
+    /// Bearer token the commands (drain, reload, reopen-logs, purge, upgrade, fill
+    /// changes) require; empty turns those endpoints off (403). Default empty. A secret:
+    /// `Debug` shows its length only. Reloadable.
     pub token: String,
+    /// Host names (lower-case, no port) the admin API answers to besides the address a
+    /// connection was accepted on and the loopback names; any other `Host` gets 421, so
+    /// a web page cannot read the API through DNS rebinding. Default none. Reloadable.
+    pub allowed_hosts: Vec<String>,
+    /// Whether `POST /upgrade?binary=PATH` may start a program other than this binary
+    /// (403 otherwise): with it, the token lets its holder run any program as the
+    /// server's user. Default false. Reloadable.
+    pub allow_upgrade_binary: bool,
     /// Whether workers count every request (requests by status and cache status, bytes
     /// sent, response durations, the active-connection gauge). Default
     /// [`Metrics::On`]. Cost when on: a few plain stores into the worker's own cache
@@ -37,6 +46,21 @@ pub struct AdminOptions {
     /// and `/stats.json` answer 404; connection counts, `/health` and TCP_INFO sampling
     /// stay. Restart needed (each worker copies it once at start).
     pub metrics: Metrics,
+}
+
+impl std::fmt::Debug for AdminOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminOptions")
+            .field("listen", &self.listen)
+            .field(
+                "token",
+                &format_args!("<redacted: {} bytes>", self.token.len()),
+            )
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allow_upgrade_binary", &self.allow_upgrade_binary)
+            .field("metrics", &self.metrics)
+            .finish()
+    }
 }
 
 /// Whether per-request metrics are counted ([`AdminOptions::metrics`]).
@@ -64,6 +88,8 @@ impl Default for AdminOptions {
             // The constant is a valid literal address (checked by a unit test).
             listen: DEFAULT_ADMIN_LISTEN.parse().ok(),
             token: String::new(),
+            allowed_hosts: Vec::new(),
+            allow_upgrade_binary: false,
             metrics: Metrics::On,
         }
     }

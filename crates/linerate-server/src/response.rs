@@ -19,7 +19,7 @@ use linerate_http::range::ByteRange;
 use linerate_http::{HeadWriter, Persistence, RequestHead, StatusCode, Version};
 
 use crate::context::Worker;
-use crate::stats::CacheStatus;
+use crate::stats::{CacheStatus, Refusal};
 
 /// `Server` field value.
 pub(crate) const SERVER: &[u8] = b"linerate";
@@ -36,6 +36,9 @@ pub(crate) struct Response {
     pub(crate) status: StatusCode,
     /// Where the content came from (appliance mode: always `Local`).
     pub(crate) cache: CacheStatus,
+    /// Why the request was refused, when it was (see [`refused`]): the access log's
+    /// `reason=` and `linerate_requests_refused_total`.
+    pub(crate) refusal: Option<Refusal>,
 }
 
 /// The bytes after the head.
@@ -144,6 +147,7 @@ pub(crate) fn interim_continue() -> Response {
         persistence: Persistence::KeepAlive,
         status: StatusCode::Other(100),
         cache: CacheStatus::Local,
+        refusal: None,
     }
 }
 
@@ -152,15 +156,16 @@ pub(crate) fn error(worker: &Worker, status: StatusCode, persistence: Persistenc
     simple(worker, status, persistence, None)
 }
 
-/// A short text response for an error status that says why: `NNN Reason: why` as the
-/// body. `why` is a short stable name (`encoded_slash`), never bytes the client sent.
-pub(crate) fn error_because(
-    worker: &Worker,
-    status: StatusCode,
-    persistence: Persistence,
-    why: &'static str,
-) -> Response {
-    text(worker, status, persistence, None, Some(why))
+/// The answer to a request refused for the client's fault: the refusal's status, and a
+/// body that says why, then the reason's stable name as logged and counted (`400 Bad
+/// Request: malformed request line (bad_request_line)`), so the client's developer need
+/// not guess. The connection logs it with `reason=` and counts it. Use
+/// this, not [`error`], for every answer caused by what the client sent.
+pub(crate) fn refused(worker: &Worker, why: Refusal, persistence: Persistence) -> Response {
+    let why_text = format!("{} ({})", why.explain(), why.as_str());
+    let mut r = text(worker, why.status(), persistence, None, Some(&why_text));
+    r.refusal = Some(why);
+    r
 }
 
 /// A short text response: `NNN Reason` as the body, with one `extra` field.
@@ -173,7 +178,7 @@ pub(crate) fn simple(
     text(worker, status, persistence, extra, None)
 }
 
-/// `NNN Reason` (then `: why`) as the body, with one `extra` field.
+/// `NNN Reason` (and `: why` when given) as a text body.
 fn text(
     worker: &Worker,
     status: StatusCode,
@@ -206,6 +211,7 @@ fn text(
         persistence,
         status,
         cache: CacheStatus::Local,
+        refusal: None,
     }
 }
 

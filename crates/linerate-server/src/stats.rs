@@ -13,6 +13,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use linerate_http::path::PathError;
+use linerate_http::request::{Malformation, RequestError};
+use linerate_http::StatusCode;
+
 /// Add `n` to a counter only this thread writes (see the module doc for why not
 /// `fetch_add`).
 #[inline]
@@ -320,6 +324,204 @@ impl CloseReason {
     }
 }
 
+/// Why a request was refused with a 4xx/5xx of its own making (malformed, too large,
+/// too slow, or a target that is not a path): the access log's `reason=`, the metric
+/// label of `linerate_requests_refused_total` and, through [`Refusal::explain`], the
+/// body of the answer. The client's fault in every case (a status the server chose
+/// because of the request, not because of an origin or a disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A garbled request line (method, target or version token).
+    BadRequestLine,
+    /// A field line without a colon, with space before it, an invalid name or folded.
+    BadFieldName,
+    /// A control character in a field value.
+    BadFieldValue,
+    /// A CR not followed by LF.
+    BadLineEnding,
+    /// A second line for a field that takes one.
+    RepeatedField,
+    /// The request line is longer than the parser's limit: 414.
+    UriTooLong,
+    /// The head is larger than the parser's limit: 431.
+    HeadTooLarge,
+    /// More field lines than the parser's limit: 431.
+    TooManyHeaders,
+    /// Both `Content-Length` and `Transfer-Encoding`.
+    LengthAndTransferEncoding,
+    /// An invalid or conflicting `Content-Length`.
+    BadContentLength,
+    /// A `Transfer-Encoding` this server refuses.
+    BadTransferEncoding,
+    /// A missing (HTTP/1.1), repeated or invalid `Host`.
+    BadHost,
+    /// A well-formed version other than 1.0 and 1.1: 505.
+    VersionNotSupported,
+    /// The head (or a body) did not arrive within the timeout: 408.
+    HeadTimeout,
+    /// A body larger than this server takes: 413.
+    BodyTooLarge,
+    /// A chunked body where the length is needed up front: 411.
+    LengthRequired,
+    /// A target that is not an origin-form or absolute-form path.
+    BadForm,
+    /// `%` not followed by two hex digits.
+    BadPercentEncoding,
+    /// A percent-encoded `/` or `\\` in the path.
+    EncodedSlash,
+    /// A NUL byte in the path.
+    Nul,
+    /// Dot segments that climb above the root.
+    EscapesRoot,
+    /// A control character in the path, raw or encoded (cache mode).
+    Control,
+    /// A raw `\` in the path (cache mode).
+    Backslash,
+}
+
+impl Refusal {
+    /// All reasons, in label order (`Refusal as usize` indexes it).
+    pub const ALL: [Refusal; 23] = [
+        Refusal::BadRequestLine,
+        Refusal::BadFieldName,
+        Refusal::BadFieldValue,
+        Refusal::BadLineEnding,
+        Refusal::RepeatedField,
+        Refusal::UriTooLong,
+        Refusal::HeadTooLarge,
+        Refusal::TooManyHeaders,
+        Refusal::LengthAndTransferEncoding,
+        Refusal::BadContentLength,
+        Refusal::BadTransferEncoding,
+        Refusal::BadHost,
+        Refusal::VersionNotSupported,
+        Refusal::HeadTimeout,
+        Refusal::BodyTooLarge,
+        Refusal::LengthRequired,
+        Refusal::BadForm,
+        Refusal::BadPercentEncoding,
+        Refusal::EncodedSlash,
+        Refusal::Nul,
+        Refusal::EscapesRoot,
+        Refusal::Control,
+        Refusal::Backslash,
+    ];
+
+    /// Why the parser refused the head in `buf` (a `Malformed` head is located again in
+    /// the bytes, see [`linerate_http::request::malformation`]).
+    pub fn of_head(e: RequestError, buf: &[u8]) -> Refusal {
+        match e {
+            RequestError::Malformed => match linerate_http::request::malformation(buf) {
+                Malformation::RequestLine => Refusal::BadRequestLine,
+                Malformation::FieldName => Refusal::BadFieldName,
+                Malformation::FieldValue => Refusal::BadFieldValue,
+                Malformation::LineEnding => Refusal::BadLineEnding,
+                Malformation::RepeatedField => Refusal::RepeatedField,
+            },
+            RequestError::UriTooLong => Refusal::UriTooLong,
+            RequestError::HeadTooLarge => Refusal::HeadTooLarge,
+            RequestError::TooManyHeaders => Refusal::TooManyHeaders,
+            RequestError::LengthAndTransferEncoding => Refusal::LengthAndTransferEncoding,
+            RequestError::BadContentLength => Refusal::BadContentLength,
+            RequestError::BadTransferEncoding => Refusal::BadTransferEncoding,
+            RequestError::BadHost => Refusal::BadHost,
+            RequestError::VersionNotSupported => Refusal::VersionNotSupported,
+        }
+    }
+
+    /// The status it is answered with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Refusal::UriTooLong => StatusCode::UriTooLong,
+            Refusal::HeadTooLarge | Refusal::TooManyHeaders => {
+                StatusCode::RequestHeaderFieldsTooLarge
+            }
+            Refusal::VersionNotSupported => StatusCode::HttpVersionNotSupported,
+            Refusal::HeadTimeout => StatusCode::RequestTimeout,
+            Refusal::BodyTooLarge => StatusCode::ContentTooLarge,
+            Refusal::LengthRequired => StatusCode::Other(411),
+            _ => StatusCode::BadRequest,
+        }
+    }
+
+    /// Log field and metric label (the parser's own names where it has one).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::BadRequestLine => Malformation::RequestLine.as_str(),
+            Refusal::BadFieldName => Malformation::FieldName.as_str(),
+            Refusal::BadFieldValue => Malformation::FieldValue.as_str(),
+            Refusal::BadLineEnding => Malformation::LineEnding.as_str(),
+            Refusal::RepeatedField => Malformation::RepeatedField.as_str(),
+            Refusal::UriTooLong => RequestError::UriTooLong.as_str(),
+            Refusal::HeadTooLarge => RequestError::HeadTooLarge.as_str(),
+            Refusal::TooManyHeaders => RequestError::TooManyHeaders.as_str(),
+            Refusal::LengthAndTransferEncoding => RequestError::LengthAndTransferEncoding.as_str(),
+            Refusal::BadContentLength => RequestError::BadContentLength.as_str(),
+            Refusal::BadTransferEncoding => RequestError::BadTransferEncoding.as_str(),
+            Refusal::BadHost => RequestError::BadHost.as_str(),
+            Refusal::VersionNotSupported => RequestError::VersionNotSupported.as_str(),
+            Refusal::HeadTimeout => "head_timeout",
+            Refusal::BodyTooLarge => "body_too_large",
+            Refusal::LengthRequired => "length_required",
+            Refusal::BadForm => PathError::BadForm.as_str(),
+            Refusal::BadPercentEncoding => PathError::BadPercentEncoding.as_str(),
+            Refusal::EncodedSlash => PathError::EncodedSlash.as_str(),
+            Refusal::Nul => PathError::Nul.as_str(),
+            Refusal::EscapesRoot => PathError::EscapesRoot.as_str(),
+            Refusal::Control => PathError::Control.as_str(),
+            Refusal::Backslash => PathError::Backslash.as_str(),
+        }
+    }
+
+    /// One short sentence for the body of the answer: what was wrong, not the bytes
+    /// (the client has those).
+    pub fn explain(self) -> &'static str {
+        match self {
+            Refusal::BadRequestLine => "malformed request line",
+            Refusal::BadFieldName => {
+                "malformed field line (no colon, space before the colon, an invalid name or a folded line)"
+            }
+            Refusal::BadFieldValue => "control character in a field value",
+            Refusal::BadLineEnding => "CR not followed by LF",
+            Refusal::RepeatedField => {
+                "a field that takes one line (Range, If-Range or a conditional) was sent twice"
+            }
+            Refusal::UriTooLong => "request line longer than 8 KiB",
+            Refusal::HeadTooLarge => "request head larger than 32 KiB",
+            Refusal::TooManyHeaders => "more than 100 field lines",
+            Refusal::LengthAndTransferEncoding => "both Content-Length and Transfer-Encoding",
+            Refusal::BadContentLength => "invalid or conflicting Content-Length",
+            Refusal::BadTransferEncoding => "Transfer-Encoding not ending in chunked, or in HTTP/1.0",
+            Refusal::BadHost => "missing, repeated or invalid Host",
+            Refusal::VersionNotSupported => "only HTTP/1.0 and HTTP/1.1 are served",
+            Refusal::HeadTimeout => "the request did not arrive in time",
+            Refusal::BodyTooLarge => "request body too large",
+            Refusal::LengthRequired => "send the body with Content-Length",
+            Refusal::BadForm => "the target is not a path",
+            Refusal::BadPercentEncoding => "% not followed by two hex digits",
+            Refusal::EncodedSlash => "percent-encoded slash or backslash in the path",
+            Refusal::Nul => "NUL byte in the path",
+            Refusal::EscapesRoot => "dot segments climb above the root",
+            Refusal::Control => "control character in the path",
+            Refusal::Backslash => "backslash in the path (some origins read it as a slash)",
+        }
+    }
+}
+
+impl From<PathError> for Refusal {
+    fn from(e: PathError) -> Refusal {
+        match e {
+            PathError::BadForm => Refusal::BadForm,
+            PathError::BadPercentEncoding => Refusal::BadPercentEncoding,
+            PathError::EncodedSlash => Refusal::EncodedSlash,
+            PathError::Nul => Refusal::Nul,
+            PathError::EscapesRoot => Refusal::EscapesRoot,
+            PathError::Control => Refusal::Control,
+            PathError::Backslash => Refusal::Backslash,
+        }
+    }
+}
+
 /// Connection states counted as gauges (kept up to date by transitions, never by
 /// scanning sockets; idle = open − active − parked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,6 +572,7 @@ pub struct WorkerStats {
     log_lines: AtomicU64,
     log_dropped: AtomicU64,
     log_errors: AtomicU64,
+    refusals: [AtomicU64; Refusal::ALL.len()],
 }
 
 impl Default for WorkerStats {
@@ -409,6 +612,8 @@ pub struct Snapshot {
     pub log_dropped: u64,
     /// Access-log open/write failures.
     pub log_errors: u64,
+    /// Requests refused, per [`Refusal`].
+    pub refusals: [u64; Refusal::ALL.len()],
 }
 
 impl Snapshot {
@@ -426,6 +631,9 @@ impl Snapshot {
             *x += y;
         }
         for (x, y) in self.tls.iter_mut().zip(o.tls.iter()) {
+            *x += y;
+        }
+        for (x, y) in self.refusals.iter_mut().zip(o.refusals.iter()) {
             *x += y;
         }
         self.tls_resumed += o.tls_resumed;
@@ -485,6 +693,7 @@ impl WorkerStats {
             log_lines: AtomicU64::new(0),
             log_dropped: AtomicU64::new(0),
             log_errors: AtomicU64::new(0),
+            refusals: [const { AtomicU64::new(0) }; Refusal::ALL.len()],
         }
     }
 
@@ -568,6 +777,11 @@ impl WorkerStats {
         bump(&self.log_errors, 1);
     }
 
+    /// A request was refused (counted whether or not its log line was written).
+    pub fn refusal(&self, why: Refusal) {
+        bump(&self.refusals[why as usize], 1);
+    }
+
     /// A copy of the plain counters (histograms are read separately).
     pub fn snapshot(&self) -> Snapshot {
         let r = |a: &AtomicU64| a.load(Relaxed);
@@ -596,6 +810,9 @@ impl WorkerStats {
         s.log_lines = r(&self.log_lines);
         s.log_dropped = r(&self.log_dropped);
         s.log_errors = r(&self.log_errors);
+        for (x, y) in s.refusals.iter_mut().zip(self.refusals.iter()) {
+            *x = r(y);
+        }
         s
     }
 }

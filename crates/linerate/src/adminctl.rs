@@ -75,9 +75,21 @@ impl AdminArgs {
                 .context("admin.listen is \"off\" in the configuration")?,
             (None, None) => linerate_server::operate::DEFAULT_ADMIN_LISTEN.parse()?,
         };
+        // A server listening on every address (`0.0.0.0`, `::`) is called on loopback:
+        // that is an address it was accepted on, so the admin API's `Host` check (which
+        // refuses names it does not know, see docs/config.md) passes; `0.0.0.0` is not.
+        let addr = match addr.ip() {
+            std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, addr.port()))
+            }
+            std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port()))
+            }
+            _ => addr,
+        };
         let token = match (&self.token, &config) {
             (Some(t), _) => t.clone(),
-            (None, Some(c)) => c.admin.token.clone(),
+            (None, Some(c)) => c.admin.effective_token().expose().to_owned(),
             (None, None) => String::new(),
         };
         Ok((addr, token))
@@ -295,7 +307,40 @@ connections  open {}  active {}  idle {}  parked {}\n\nworker  requests        s
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
 mod tests {
+    /// A server listening on every address is called on loopback, which its admin API's
+    /// `Host` check accepts (`0.0.0.0` is not one of its names); the token comes from
+    /// `token_file` when the configuration names one.
+    #[test]
+    fn an_unspecified_admin_address_is_called_on_loopback_with_the_files_token() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "a-token-from-a-file-0123\n").unwrap();
+        for (listen, want) in [
+            ("0.0.0.0:9191", "127.0.0.1:9191"),
+            ("[::]:9191", "[::1]:9191"),
+            ("10.1.2.3:9191", "10.1.2.3:9191"),
+        ] {
+            let mut config = tempfile::NamedTempFile::new().unwrap();
+            write!(
+                config,
+                "[admin]\nlisten = {listen:?}\ntoken_file = {:?}\n",
+                token.to_str().unwrap()
+            )
+            .unwrap();
+            let args = super::AdminArgs {
+                admin: None,
+                config: Some(config.path().to_owned()),
+                token: None,
+            };
+            let (addr, t) = args.resolve().unwrap();
+            assert_eq!(addr.to_string(), want);
+            assert_eq!(t, "a-token-from-a-file-0123");
+        }
+    }
+
     #[test]
     fn renders_a_stats_document() {
         let doc = "{\"mode\":\"serving\",\"uptime_s\":3.0,\"workers\":2,\"requests_total\":5,\"sent_bytes_total\":100,\"requests_per_s\":2.0,\"bytes_per_s\":125000000,\"hit_ratio\":null,\"hit_ratio_total\":null,\"connections\":{\"open\":1,\"active\":0,\"idle\":1,\"parked\":0},\"per_worker\":[{\"worker\":0,\"requests\":3,\"sent_bytes\":60,\"bytes_per_s\":0,\"open\":1},{\"worker\":1,\"requests\":2,\"sent_bytes\":40,\"bytes_per_s\":0,\"open\":0}],\"disks\":[]}";

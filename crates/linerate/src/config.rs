@@ -213,7 +213,11 @@ impl Config {
 
     /// Parse TOML text, then apply the quick start (if any) and check cache mode.
     pub fn parse_with(text: &str, quick: Option<&QuickStart>) -> Result<Config, toml::de::Error> {
-        let mut config: Config = toml::from_str(text)?;
+        let mut config: Config = toml::from_str(text).map_err(|e| redact_secret(text, e))?;
+        config
+            .admin
+            .load_token_file()
+            .map_err(<toml::de::Error as serde::de::Error>::custom)?;
         config
             .tls
             .validate()
@@ -348,6 +352,50 @@ impl Config {
         o.fill = self.fill.to_options();
         o
     }
+}
+
+/// Keys whose values are secrets (`admin.token`; the cluster's secrets): an error on their
+/// line is reported without the line, which the `toml` crate otherwise quotes, so that a
+/// secret never reaches `check-config`'s output or the log of a rejected reload.
+const SECRET_KEYS: &[&str] = &["token", "secret", "secrets"];
+
+/// Whether `line` assigns one of [`SECRET_KEYS`] (`token = ...`, `admin.token = ...`,
+/// `admin = { token = ... }`).
+fn assigns_secret(line: &str) -> bool {
+    let b = line.as_bytes();
+    SECRET_KEYS.iter().any(|key| {
+        line.match_indices(key).any(|(at, _)| {
+            let before = at.checked_sub(1).map(|i| b[i]);
+            let key_starts =
+                before.is_none_or(|c| matches!(c, b' ' | b'\t' | b'{' | b',' | b'.' | b'"'));
+            let rest = line[at + key.len()..].trim_start_matches('"').trim_start();
+            key_starts && rest.starts_with('=')
+        })
+    })
+}
+
+/// `e` as it is, unless it is about a line that assigns a secret: then the line number
+/// and the message only, and the message too is replaced if it quotes the value.
+fn redact_secret(text: &str, e: toml::de::Error) -> toml::de::Error {
+    let Some(span) = e.span() else { return e };
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("");
+    if !assigns_secret(line) {
+        return e;
+    }
+    let line_no = text[..start].matches('\n').count() + 1;
+    let value = line
+        .split_once('=')
+        .map_or("", |(_, v)| v.trim().trim_matches(['"', '\'']));
+    let message = if value.len() >= 4 && e.message().contains(value) {
+        "invalid value (not shown: it is a secret)"
+    } else {
+        e.message()
+    };
+    <toml::de::Error as serde::de::Error>::custom(format!(
+        "TOML parse error at line {line_no} (the line is not shown: it holds a secret)\n{message}"
+    ))
 }
 
 /// An error for a check made after deserialisation (across sections), laid out as the
@@ -543,6 +591,101 @@ mod tests {
         assert_eq!(d.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
         assert_eq!(d.access_log.path, None);
         assert_eq!(d.tcp.max_pacing_rate, None);
+    }
+
+    /// Finding 4 of issue 19: a token never appears in an error (the `toml` crate quotes
+    /// the line it failed on), in the printed configuration, or in `Debug`.
+    #[test]
+    fn the_admin_token_is_never_printed() {
+        const SECRET: &str = "s3cr3t-t0k3n-XYZ";
+        for text in [
+            // Too short, with a space, not a string, a syntax error on its line, inline.
+            "[admin]\ntoken = \"s3cr3t\"\n".to_owned(),
+            format!("[admin]\ntoken = \"{SECRET} x\"\n"),
+            "[admin]\ntoken = 31415926535897932\n".to_owned(),
+            format!("[admin]\ntoken = {SECRET}\n"),
+            format!("[admin]\ntoken = \"{SECRET}\n"),
+            format!("admin = {{ token = \"{SECRET} x\" }}\n"),
+            format!("[admin]\ntoken = [\"{SECRET}\"]\n"),
+        ] {
+            let e = Config::parse(&text).unwrap_err().to_string();
+            for leak in [SECRET, "s3cr3t", "31415926535897932"] {
+                assert!(!e.contains(leak), "{text:?} -> {e}");
+            }
+            assert!(e.contains("line "), "{text:?} -> {e}");
+        }
+        let c = Config::parse(&format!("[admin]\ntoken = \"{SECRET}\"\n")).unwrap();
+        assert_eq!(c.admin.effective_token().expose(), SECRET);
+        assert_eq!(c.to_options().admin.token, SECRET);
+        let printed = c.to_toml();
+        assert!(
+            printed.contains("token = \"<redacted: 16 bytes>\""),
+            "{printed}"
+        );
+        for shown in [printed, format!("{c:?}"), format!("{:?}", c.to_options())] {
+            assert!(!shown.contains(SECRET), "{shown}");
+        }
+        // Other keys' errors still quote their line.
+        let e = Config::parse("[admin]\nlisten = \"nowhere\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nowhere"), "{e}");
+    }
+
+    #[test]
+    fn token_file_is_read_trimmed_checked_and_exclusive() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "from-a-secret-file-1234\r\n").unwrap();
+        let text = format!("[admin]\ntoken_file = {:?}\n", file.to_str().unwrap());
+        let c = Config::parse(&text).unwrap();
+        assert_eq!(c.to_options().admin.token, "from-a-secret-file-1234");
+        assert!(!c.to_toml().contains("from-a-secret"));
+        // Re-read on every parse (a reload parses the file again).
+        std::fs::write(&file, "rotated-secret-file-5678\n").unwrap();
+        assert_eq!(
+            Config::parse(&text).unwrap().to_options().admin.token,
+            "rotated-secret-file-5678"
+        );
+        for (content, what) in [
+            ("short-tok\n", "at least 16"),
+            ("", "empty"),
+            ("a tok with spaces in it\n", "at least 16"),
+        ] {
+            std::fs::write(&file, content).unwrap();
+            let e = Config::parse(&text).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("token_file"), "{e}");
+            assert!(content.is_empty() || !e.contains(content.trim()), "{e}");
+        }
+        let both = format!("{text}token = \"0123456789abcdef\"\n");
+        let e = Config::parse(&both).unwrap_err().to_string();
+        assert!(e.contains("not both"), "{e}");
+        let missing = "[admin]\ntoken_file = \"/nonexistent/linerate-token\"\n";
+        let e = Config::parse(missing).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/linerate-token"), "{e}");
+    }
+
+    #[test]
+    fn allowed_hosts_are_names_or_literals_without_ports() {
+        let c = Config::parse(
+            "[admin]\nallowed_hosts = [\"Admin.Example\", \"10.0.0.1\", \"[fd00::1]\"]\nallow_upgrade_binary = true\n",
+        )
+        .unwrap();
+        let o = c.to_options().admin;
+        assert_eq!(o.allowed_hosts, ["admin.example", "10.0.0.1", "[fd00::1]"]);
+        assert!(o.allow_upgrade_binary);
+        assert!(
+            !Config::parse("")
+                .unwrap()
+                .to_options()
+                .admin
+                .allow_upgrade_binary
+        );
+        for bad in ["admin.example:9090", "fd00::1", "", "a/b"] {
+            let text = format!("[admin]\nallowed_hosts = [{bad:?}]\n");
+            let e = Config::parse(&text).unwrap_err().to_string();
+            assert!(e.contains("allowed_hosts"), "{bad} -> {e}");
+        }
     }
 
     #[test]

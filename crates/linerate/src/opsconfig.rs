@@ -35,23 +35,129 @@ pub struct AdminSection {
     /// `"ip:port"` or `"off"`. Default `"127.0.0.1:9090"`. Restart needed to change.
     #[serde(deserialize_with = "admin_listen")]
     pub listen: String,
-    /// Bearer token for drain/reload/reopen-logs; empty disables them. Default empty.
-    #[serde(deserialize_with = "token")]
-    pub token: String,
+    /// Bearer token for the commands; empty disables them (unless `token_file` gives
+    /// one). Default empty. Never printed: `check-config` shows its length only.
+    pub token: Token,
+    /// File holding the token (a Kubernetes Secret mounted as a file), read at start and
+    /// on every reload; trailing CR/LF removed. Exclusive with `token`. Default none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// Host names the admin API answers to besides its own address and loopback names
+    /// (DNS-rebinding defence; see docs/config.md). Default none.
+    #[serde(deserialize_with = "allowed_hosts")]
+    pub allowed_hosts: Vec<String>,
+    /// Let `POST /upgrade?binary=PATH` start another program. Default false (403).
+    pub allow_upgrade_binary: bool,
     /// Count per-request metrics; false makes `/metrics` and `/stats.json` answer 404.
     /// Default true. Restart needed to change.
     pub metrics: bool,
+    /// The token `token_file` held when the file was parsed (see
+    /// [`AdminSection::load_token_file`]).
+    #[serde(skip)]
+    file_token: Token,
 }
 
 impl Default for AdminSection {
     fn default() -> Self {
         AdminSection {
             listen: operate::DEFAULT_ADMIN_LISTEN.to_owned(),
-            token: String::new(),
+            token: Token::default(),
+            token_file: None,
+            allowed_hosts: Vec::new(),
+            allow_upgrade_binary: false,
             metrics: true,
+            file_token: Token::default(),
         }
     }
 }
+
+/// The admin token: a secret, so neither `Debug` nor `Serialize` (what `check-config`
+/// prints) shows it, only its length; and a bad one is refused without echoing it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// The token itself, for the server and the CLI's `Authorization` field only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// What is printed instead of the token.
+    fn redacted(&self) -> String {
+        format!("<redacted: {} bytes>", self.0.len())
+    }
+
+    /// Check a token's text; the error never contains it.
+    fn check(s: String) -> Result<Token, String> {
+        if s.is_empty() {
+            return Ok(Token(s));
+        }
+        if s.len() < MIN_TOKEN_LEN || !s.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err(format!(
+                "must be empty (commands off) or at least {MIN_TOKEN_LEN} visible ASCII characters without spaces (the value is not shown: it is a secret)"
+            ));
+        }
+        Ok(Token(s))
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl Serialize for Token {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.is_empty() {
+            s.serialize_str("")
+        } else {
+            s.serialize_str(&self.redacted())
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Token {
+    /// Any TOML value is taken in, so that serde's "invalid type: integer `123`" (which
+    /// quotes the value) never describes a token; the message is ours alone.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'v> serde::de::Visitor<'v> for V {
+            type Value = Token;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Token, E> {
+                Token::check(v.to_owned()).map_err(E::custom)
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Token, E> {
+                Err(E::custom(NOT_A_STRING))
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Token, E> {
+                Err(E::custom(NOT_A_STRING))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Token, E> {
+                Err(E::custom(NOT_A_STRING))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Token, E> {
+                Err(E::custom(NOT_A_STRING))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'v>>(self, _: A) -> Result<Token, A::Error> {
+                Err(serde::de::Error::custom(NOT_A_STRING))
+            }
+            fn visit_map<A: serde::de::MapAccess<'v>>(self, _: A) -> Result<Token, A::Error> {
+                Err(serde::de::Error::custom(NOT_A_STRING))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The error for a token that is not a TOML string (its value is not quoted).
+const NOT_A_STRING: &str = "must be a string (the value is not shown: it is a secret)";
+
+/// Longest `token_file` read: a token is a line; a larger file is the wrong file.
+const MAX_TOKEN_FILE: u64 = 4096;
 
 /// `[access_log]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -148,11 +254,61 @@ impl Default for TcpSection {
 }
 
 impl AdminSection {
+    /// Read `token_file` (at start and on every reload, which parse the file again):
+    /// exactly one of `token` and `token_file`; trailing CR and LF removed (`echo` and
+    /// editors add one); the same rule as `token`. Errors name the file, never its text.
+    pub fn load_token_file(&mut self) -> Result<(), String> {
+        let Some(path) = &self.token_file else {
+            return Ok(());
+        };
+        if !self.token.0.is_empty() {
+            return Err("admin: give token or token_file, not both".into());
+        }
+        let shown = path.display();
+        let mut text = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| {
+                std::io::Read::read_to_end(
+                    &mut std::io::Read::take(f, MAX_TOKEN_FILE + 1),
+                    &mut text,
+                )
+            })
+            .map_err(|e| format!("admin.token_file {shown}: {e}"))?;
+        if text.len() as u64 > MAX_TOKEN_FILE {
+            return Err(format!(
+                "admin.token_file {shown}: larger than {MAX_TOKEN_FILE} bytes, not a token"
+            ));
+        }
+        while text.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
+            text.pop();
+        }
+        let text = String::from_utf8(text).map_err(|_| {
+            format!("admin.token_file {shown}: not text (the content is not shown: it is a secret)")
+        })?;
+        if text.is_empty() {
+            return Err(format!("admin.token_file {shown}: empty"));
+        }
+        self.file_token =
+            Token::check(text).map_err(|e| format!("admin.token_file {shown}: {e}"))?;
+        Ok(())
+    }
+
+    /// The token in effect: `token`, or what `token_file` held.
+    pub fn effective_token(&self) -> &Token {
+        if self.token_file.is_some() {
+            &self.file_token
+        } else {
+            &self.token
+        }
+    }
+
     /// Typed options.
     pub fn to_options(&self) -> AdminOptions {
         AdminOptions {
             listen: self.listen.parse::<SocketAddr>().ok(),
-            token: self.token.clone(),
+            token: self.effective_token().expose().to_owned(),
+            allowed_hosts: self.allowed_hosts.clone(),
+            allow_upgrade_binary: self.allow_upgrade_binary,
             metrics: if self.metrics {
                 Metrics::On
             } else {
@@ -256,17 +412,29 @@ fn admin_listen<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     }
 }
 
-fn token<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    if s.is_empty() {
-        return Ok(s);
-    }
-    if s.len() < MIN_TOKEN_LEN || !s.bytes().all(|b| (0x21..0x7f).contains(&b)) {
-        return Err(serde::de::Error::custom(format!(
-            "must be empty (commands off) or at least {MIN_TOKEN_LEN} visible ASCII characters without spaces"
-        )));
-    }
-    Ok(s)
+/// `allowed_hosts`: host names or IP literals (IPv6 in brackets), no port (the admin API
+/// compares the host part of `Host` only), stored lower-case.
+fn allowed_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let hosts = Vec::<String>::deserialize(d)?;
+    hosts
+        .into_iter()
+        .map(|h| {
+            let ok = !h.is_empty()
+                && match h.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+                    Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+                    None => h
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_'),
+                };
+            if ok {
+                Ok(h.to_ascii_lowercase())
+            } else {
+                Err(serde::de::Error::custom(format!(
+                    "allowed_hosts: {h:?} is not a host name or IP literal (no port; IPv6 in brackets)"
+                )))
+            }
+        })
+        .collect()
 }
 
 fn share<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {

@@ -620,7 +620,7 @@ fn purge_by_url_and_prefix() {
     let admin = server.admin_addr();
     let post = |path: &str, token: &str| {
         let mut s = TcpStream::connect(admin).unwrap();
-        s.write_all(format!("POST {path} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n").as_bytes())
+        s.write_all(format!("POST {path} HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n").as_bytes())
             .unwrap();
         read_response(&mut s, false).unwrap()
     };
@@ -898,7 +898,7 @@ fn of_two_origin_servers_the_dead_one_is_marked_down_and_skipped() {
     // show two attempts on it in all.
     let metrics = support::read_to_close(&mut {
         let mut s = TcpStream::connect(server.admin_addr()).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             .unwrap();
         s
     });

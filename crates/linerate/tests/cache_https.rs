@@ -22,7 +22,7 @@ use tlssupport::{https_addr, tls_section, TestCert};
 fn total(srv: &Server, family: &str, except: &[&str]) -> u64 {
     let mut s = std::net::TcpStream::connect(srv.admin_addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         .unwrap();
     let text = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
     assert!(text.starts_with("HTTP/1.1 200"), "{text:.200}");

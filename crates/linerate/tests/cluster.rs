@@ -328,7 +328,7 @@ fn metric(admin: SocketAddr, series: &str) -> u64 {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let text = String::from_utf8_lossy(&support::read_to_close(&mut s)).into_owned();

@@ -20,7 +20,7 @@ const TOKEN: &str = "test-token-0123456789";
 fn admin(addr: SocketAddr, method: &str, path: &str, extra: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: a\r\n{extra}\r\n").unwrap();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}\r\n").unwrap();
     let out = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
     let status = head.split(' ').nth(1).unwrap_or("0").parse().unwrap_or(0);

@@ -78,7 +78,7 @@ const MPD: &str = r#"<?xml version="1.0"?>
 fn admin(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
     let out = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
     out.split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())

@@ -308,7 +308,7 @@ fn bad_input_gets_defined_answers_and_leaks_nothing() {
     );
     // Every outcome above is counted by the server, and the kTLS probe is exported.
     let mut m = std::net::TcpStream::connect(srv.admin_addr()).unwrap();
-    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         .unwrap();
     let metrics = String::from_utf8(support::read_to_close(&mut m)).unwrap();
     let value = |name: &str| -> u64 {

@@ -87,7 +87,7 @@ fn admin(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let Some(r) = read_response(&mut s, false) else {
@@ -476,7 +476,9 @@ fn wait_logged(server: &Server, needle: &str) {
 }
 
 fn admin_block() -> String {
-    format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n")
+    // `allow_upgrade_binary`: two tests start `/bin/false` through `binary=` (off by
+    // default; hostile_admin.rs checks the refusal).
+    format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\nallow_upgrade_binary = true\n")
 }
 
 /// GET `path` twice on `server`: the first may fill, the second must be a hit. Returns

@@ -8,18 +8,21 @@
 //! coverage); a fill job is the one request with a body (`Content-Length`, at most
 //! `MAX_JOB_BODY`).
 //!
-//! Defined answers for bad input: a malformed or oversized head is `400`, a command
+//! Defined answers for bad input: a malformed or oversized head is `400`, a `Host` that
+//! does not name this API `421` (see `host`: DNS rebinding), a command
 //! without the right `Authorization: Bearer` token is `401` (and changes nothing), a
-//! command when no token is configured is `403`, an unknown path `404` (as are `/metrics`
+//! command when no token is configured is `403`, as is `POST /upgrade?binary=` unless
+//! `admin.allow_upgrade_binary`; an unknown path `404` (as are `/metrics`
 //! and `/stats.json` when `admin.metrics` is off), a wrong method
 //! `405`, a reload whose file is invalid `422` (the old configuration keeps running); a
 //! bad fill job `400` with the reason, a pause/resume/cancel its state forbids `409`, a
-//! chunked body `411`, a body over the limit `413`.
+//! chunked body `411`, a body over the limit `413`. Refused calls (`401`, `403`, `421`)
+//! are logged with the client's address, at most [`REFUSALS_LOGGED_PER_S`] a second.
 //!
 //! Not here: formatting the documents (`metrics`) or what drain and reload do (`control`).
 
 use std::cell::RefCell;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,8 +31,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::admin::control::{Control, ReloadOutcome, RunState};
+use crate::admin::host::host_allowed;
 use crate::admin::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrape};
 use crate::fill::{Fills, Submitted, MAX_JOB_BODY};
+use crate::logbudget::{Admit, LogBudget};
 use crate::operate::Metrics;
 use crate::stats::WorkerStats;
 
@@ -39,6 +44,10 @@ const MAX_ADMIN_HEAD: usize = 8 * 1024;
 /// Time a client gets to send its head (a stuck scraper cannot hold the thread's
 /// attention: each connection is its own task, and this bounds it).
 const ADMIN_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Refused admin calls logged per second at most; the others are counted and the count
+/// logged with the next line, so a client hammering the API cannot fill the log.
+const REFUSALS_LOGGED_PER_S: u32 = 10;
 
 /// How often rates (throughput, requests/s, hit ratio) are computed.
 const RATE_INTERVAL: Duration = Duration::from_secs(1);
@@ -78,6 +87,8 @@ pub(crate) struct Admin {
     server: Option<SocketAddr>,
     /// Fill jobs (cache mode; made on the admin thread, which runs them).
     fills: Option<Arc<Fills>>,
+    /// The bound on refusal log lines.
+    refusals: RefCell<LogBudget>,
 }
 
 /// Totals at one sampling instant, for rates.
@@ -104,6 +115,7 @@ impl Admin {
             server,
             fills: None,
             rates: RefCell::new(Rates::default()),
+            refusals: RefCell::new(LogBudget::new(REFUSALS_LOGGED_PER_S)),
         }
     }
 
@@ -247,6 +259,8 @@ struct Reply {
     extra: &'static str,
     /// `no-store` except for the embedded static assets.
     cache_control: &'static str,
+    /// Why the call was refused (`401`, `403`, `421`), for the log line.
+    refused: Option<&'static str>,
 }
 
 impl Reply {
@@ -257,7 +271,15 @@ impl Reply {
             body,
             extra: "",
             cache_control: "no-store",
+            refused: None,
         }
+    }
+
+    /// A refused call: logged (bounded) with the client's address and `why`.
+    fn refusal(status: u16, why: &'static str, body: &str) -> Reply {
+        let mut r = Reply::text(status, body);
+        r.refused = Some(why);
+        r
     }
 
     fn text(status: u16, body: &str) -> Reply {
@@ -278,6 +300,7 @@ fn reason(status: u16) -> &'static str {
         409 => "Conflict",
         411 => "Length Required",
         413 => "Content Too Large",
+        421 => "Misdirected Request",
         422 => "Unprocessable Content",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
@@ -288,8 +311,10 @@ fn reason(status: u16) -> &'static str {
 async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
     let mut buf = Vec::with_capacity(1024);
     let deadline = tokio::time::Instant::now() + ADMIN_HEAD_TIMEOUT;
+    // The address this connection came in on, for the `Host` check.
+    let local = stream.local_addr().ok().map(|a| a.ip());
     let reply = loop {
-        let head_done = match parse_and_route(&admin, &buf) {
+        let head_done = match parse_and_route(&admin, &buf, local) {
             Parsed::Done(reply) => break reply,
             Parsed::NeedBody => true,
             Parsed::NeedHead => false,
@@ -304,6 +329,9 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
             Err(_) => break Reply::text(408, "request head timeout"),
         }
     };
+    if let Some(why) = reply.refused {
+        log_refusal(&admin, stream.peer_addr().ok(), reply.status, why);
+    }
     let head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: {}\r\nConnection: close\r\n{}\r\n",
         reply.status,
@@ -318,6 +346,15 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
     let _ = stream.shutdown().await;
 }
 
+/// Log a refused call, within [`REFUSALS_LOGGED_PER_S`].
+fn log_refusal(admin: &Admin, peer: Option<SocketAddr>, status: u16, why: &'static str) {
+    let admit = admin.refusals.borrow_mut().admit(Instant::now());
+    if let Admit::Log { suppressed } = admit {
+        let peer = peer.map_or_else(|| "-".to_owned(), |p| p.to_string());
+        tracing::warn!(%peer, status, reason = why, suppressed, "admin call refused");
+    }
+}
+
 /// How far a request has arrived.
 enum Parsed {
     /// The head is incomplete.
@@ -330,13 +367,23 @@ enum Parsed {
 /// The head goes through the same strict parser as client requests
 /// (`linerate_http::request`). A body is read only when `Content-Length` announces one
 /// (fill job submissions), up to [`MAX_JOB_BODY`].
-fn parse_and_route(admin: &Admin, buf: &[u8]) -> Parsed {
+fn parse_and_route(admin: &Admin, buf: &[u8], local: Option<IpAddr>) -> Parsed {
     let mut fields = linerate_http::request::FieldBuf::new();
     let (head, head_len) = match linerate_http::parse_request(buf, &mut fields) {
         Ok(linerate_http::ParseOutcome::Partial) => return Parsed::NeedHead,
         Err(e) => return Parsed::Done(Reply::text(e.status().code(), "malformed request")),
         Ok(linerate_http::ParseOutcome::Complete { head, head_len }) => (head, head_len),
     };
+    // Before anything else, reads included: a page that rebound its own name to this
+    // address must not read `/metrics`, `/stats.json` or `/fill/jobs` either.
+    let options = admin.control.options();
+    if !host_allowed(head.authority(), local, &options.admin.allowed_hosts) {
+        return Parsed::Done(Reply::refusal(
+            421,
+            "host_not_allowed",
+            "misdirected request: this admin API answers only to its own address, a loopback name or a name in admin.allowed_hosts",
+        ));
+    }
     let length = match head.field(b"content-length") {
         None => 0,
         Some(v) => match std::str::from_utf8(v)
@@ -496,13 +543,14 @@ fn method_not_allowed(allow: &'static str) -> Reply {
 fn check_token(admin: &Admin, authorization: Option<&[u8]>) -> Result<(), Reply> {
     let token = admin.control.options().admin.token.clone();
     if token.is_empty() {
-        return Err(Reply::text(
+        return Err(Reply::refusal(
             403,
+            "commands_disabled",
             "commands are disabled: set admin.token in the configuration",
         ));
     }
     if !authorized(authorization, &token) {
-        let mut r = Reply::text(401, "missing or wrong bearer token");
+        let mut r = Reply::refusal(401, "bad_token", "missing or wrong bearer token");
         r.extra = "WWW-Authenticate: Bearer realm=\"linerate\"\r\n";
         return Err(r);
     }
@@ -645,6 +693,13 @@ fn upgrade_reply(admin: &Admin, query: &str) -> Reply {
             }
         }
     }
+    if binary.is_some() && !admin.control.options().admin.allow_upgrade_binary {
+        return Reply::refusal(
+            403,
+            "upgrade_binary_off",
+            "upgrade to another binary is off: set admin.allow_upgrade_binary = true to allow POST /upgrade?binary=",
+        );
+    }
     tracing::info!(binary = ?binary, "upgrade requested through the admin API");
     match admin.control.upgrade(binary) {
         Ok(pid) => Reply::new(
@@ -730,12 +785,17 @@ fn command_reply(admin: &Admin, path: &str) -> Reply {
 }
 
 /// `Authorization: Bearer TOKEN`, compared without an early exit so the time taken does
-/// not reveal how much of a guess was right.
+/// not reveal how much of a guess was right. The scheme is case-insensitive and followed
+/// by one or more spaces (RFC 9110 §11.1, §11.4: `credentials = auth-scheme [ 1*SP ...`).
 fn authorized(header: Option<&[u8]>, token: &str) -> bool {
     let Some(value) = header else { return false };
-    let Some(given) = value.strip_prefix(b"Bearer ") else {
+    let Some((scheme, given)) = value.split_at_checked(6) else {
         return false;
     };
+    if !scheme.eq_ignore_ascii_case(b"bearer") || given.first() != Some(&b' ') {
+        return false;
+    }
+    let given = given.trim_ascii_start();
     let want = token.as_bytes();
     if given.len() != want.len() {
         return false;
@@ -768,7 +828,12 @@ mod tests {
     fn bearer_token_check() {
         assert!(authorized(Some(b"Bearer s3cret"), "s3cret"));
         assert!(!authorized(Some(b"Bearer s3cre"), "s3cret"));
-        assert!(!authorized(Some(b"bearer s3cret"), "s3cret"));
+        // RFC 9110 §11.1: the scheme is case-insensitive.
+        assert!(authorized(Some(b"bearer s3cret"), "s3cret"));
+        assert!(authorized(Some(b"BEARER  s3cret"), "s3cret"));
+        assert!(!authorized(Some(b"Bearers3cret"), "s3cret"));
+        assert!(!authorized(Some(b"Basic s3cret"), "s3cret"));
+        assert!(!authorized(Some(b"Bearer"), "s3cret"));
         assert!(!authorized(None, "s3cret"));
     }
 }

@@ -18,7 +18,7 @@ use crate::operate::Metrics;
 use crate::origin::{OriginSnapshot, ServerSnapshot, ServerState};
 use crate::proxy::PrefetchCounts;
 use crate::stats::{
-    CacheStatus, CloseReason, DeliveryPath, Histogram, Snapshot, StatusClass, TlsOutcome,
+    CacheStatus, CloseReason, DeliveryPath, Histogram, Refusal, Snapshot, StatusClass, TlsOutcome,
     WorkerStats,
 };
 use linerate_sys::ktls::{Cipher, Version};
@@ -309,6 +309,20 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
             "linerate_connections_closed_total{{reason=\"{}\"}} {}",
             why.as_str(),
             t.closed[i]
+        );
+    }
+    family(
+        &mut out,
+        "linerate_requests_refused_total",
+        "counter",
+        "Requests refused for the client's fault (malformed, too large, too slow, a target that is not a path), by reason; each is also an access-log line with reason=, a bounded number per second.",
+    );
+    for (i, why) in Refusal::ALL.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "linerate_requests_refused_total{{reason=\"{}\"}} {}",
+            why.as_str(),
+            t.refusals[i]
         );
     }
     gauge(

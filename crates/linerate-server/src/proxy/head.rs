@@ -147,6 +147,7 @@ pub(crate) fn serve(
         persistence,
         status: code,
         cache: metric,
+        refusal: None,
     };
     // Preconditions and ranges apply to a stored 200 (RFC 9110 §13.2.1, §14.2).
     if status == 200 && (!etag.is_empty() || meta.last_modified_s.is_some()) {
@@ -367,6 +368,7 @@ pub(crate) fn relayed(
         persistence,
         status: code,
         cache: CacheStatus::Pass,
+        refusal: None,
     }
 }
 
@@ -415,6 +417,7 @@ pub(crate) fn error(
         } else {
             CacheStatus::Local
         },
+        refusal: None,
     }
 }
 
@@ -479,5 +482,6 @@ pub(crate) fn not_modified(
         } else {
             CacheStatus::Miss
         },
+        refusal: None,
     }
 }

@@ -80,12 +80,7 @@ pub(crate) async fn respond(
     let target = match path::normalize_proxy_target(head.target) {
         Ok(t) => t,
         Err(e) => {
-            return crate::response::error_because(
-                worker,
-                StatusCode::BadRequest,
-                persistence,
-                e.as_str(),
-            )
+            return crate::response::refused(worker, e.into(), persistence)
         }
     };
     // RFC 9112 §3.2: an HTTP/1.0 request may lack Host; it is keyed under an empty host.

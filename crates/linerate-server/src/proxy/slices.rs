@@ -687,5 +687,6 @@ pub(crate) async fn serve(
         } else {
             CacheStatus::Hit
         },
+        refusal: None,
     })
 }
