@@ -9,7 +9,7 @@
 //! (Unix milliseconds); nothing here reads a clock, a socket or a file.
 
 use super::control::{Control, RequestCacheControl};
-use super::freshness::{age_field, current_age, freshness_lifetime, AgeField, Heuristic};
+use super::freshness::{age_field, current_age, freshness_lifetime, Heuristic};
 use super::status::{default_cacheable_status, understood_status};
 use super::vary::Vary;
 use crate::request::Method;
@@ -243,20 +243,15 @@ impl Freshness {
             settings.heuristic,
             default_ttl,
         );
-        let age_field = age_field(resp.values(b"age"));
-        let mut age = current_age(
+        // RFC 9111 §5.1: an invalid `Age` (text, negative, decimal) is ignored, as if
+        // absent: the response is as old as `Date` and the exchange say.
+        let age = current_age(
             date,
-            age_field.seconds(),
+            age_field(resp.values(b"age")).seconds(),
             resp.request_time_ms,
             resp.response_time_ms,
             now_ms,
         );
-        if age_field == AgeField::Invalid {
-            // RFC 9111 §5.1: "consider the response to be stale" (stale from the start:
-            // as old as its lifetime, so the stale-while-revalidate and stale-if-error
-            // windows still count from then).
-            age = age.max(lifetime);
-        }
         let cc = &control.directives;
         Freshness {
             lifetime,
@@ -883,19 +878,18 @@ mod tests {
     }
 
     #[test]
-    fn an_invalid_age_is_stale_from_the_start() {
-        for bad in ["abc", "old, 0", "-5", "7.0"] {
-            let f = freshness(
-                &[
-                    ("Cache-Control", "max-age=3600, stale-while-revalidate=60"),
-                    ("Age", bad),
-                ],
-                0,
-            );
-            assert!(!f.is_fresh(), "{bad}");
-            assert_eq!(f.ttl(), 0, "{bad}: stale by nothing yet");
-            assert_eq!(decide(&rc(""), &f), Decision::StaleWhileRevalidate, "{bad}");
+    fn an_invalid_age_is_ignored() {
+        // RFC 9111 §5.1: "a cache SHOULD ignore the field"; it must not make the
+        // response stale (it did: such a response was never reused).
+        for bad in ["abc", "old, 0", "-5", "7.0", "-7200", "7200.0"] {
+            let f = freshness(&[("Cache-Control", "max-age=3600"), ("Age", bad)], 0);
+            assert!(f.is_fresh(), "{bad}");
+            assert_eq!(f.age, 0, "{bad}: no age of its own");
+            assert_eq!(decide(&rc(""), &f), Decision::Fresh, "{bad}");
         }
+        // The age from `Date` still counts.
+        let f = freshness(&[("Cache-Control", "max-age=3600"), ("Age", "abc")], 7200);
+        assert!(!f.is_fresh());
     }
 
     #[test]
