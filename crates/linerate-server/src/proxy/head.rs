@@ -48,6 +48,7 @@ fn fields<'m>(meta: &'m ObjectMeta, name: &'m [u8]) -> impl Iterator<Item = &'m 
 
 /// Fields never replayed from a stored or relayed response: framing and hop-by-hop
 /// ones (we write our own), our internal markers, and `Age` (recomputed).
+/// `Content-Range` is replayed only with the whole stored response ([`serve`]).
 fn replayable(name: &[u8], tokens: &[Vec<u8>]) -> bool {
     let lower = name.to_ascii_lowercase();
     !(is_hop_by_hop(&lower, tokens)
@@ -193,6 +194,13 @@ pub(crate) fn serve(
         RangeOutcome::Full => {
             w = HeadWriter::new(&mut head, code);
             write_stored(&mut w, false);
+            // The stored response as it is (RFC 9111 §4: its stored fields), so with the
+            // `Content-Range` the origin sent on it (a 200 may carry one; a stored 416
+            // has its `bytes */len`). Not replayed elsewhere: a range of it gets our
+            // own, and a slice's describes that slice alone (see `replayable`).
+            if let Some(cr) = field(&meta, b"content-range") {
+                w.field_raw(b"Content-Range", cr);
+            }
             match len {
                 Some(len) => {
                     if status == 200 {
