@@ -114,6 +114,21 @@ pub(crate) fn serve(
     st: Trace,
     metric: CacheStatus,
 ) -> Response {
+    serve_with_cookies(worker, req, h, fresh, st, metric, &[])
+}
+
+/// [`serve`], with `Set-Cookie` fields `cookies` that are this client's alone: those a
+/// 304 answering its own revalidation set, which the stored copy does not keep
+/// (`cache::freshen`).
+pub(crate) fn serve_with_cookies(
+    worker: &Rc<Worker>,
+    req: &CacheRequest<'_>,
+    h: ObjectHandle,
+    fresh: &Freshness,
+    st: Trace,
+    metric: CacheStatus,
+    cookies: &[Vec<u8>],
+) -> Response {
     let meta = Arc::clone(&h.meta);
     let name = worker_name(req);
     let hit = matches!(metric, CacheStatus::Hit | CacheStatus::Stale) && st.fwd.is_none();
@@ -139,6 +154,9 @@ pub(crate) fn serve(
     // Via, Cache-Status and the connection field.
     let write_stored = |w: &mut HeadWriter<'_>, skip_content_type: bool| {
         stored_fields(w, &meta, skip_content_type);
+        for c in cookies {
+            w.field("Set-Cookie", c);
+        }
         w.field_u64("Age", fresh.age);
         common(w, req, field(&meta, b"via"), &csf, persistence);
     };
@@ -154,7 +172,7 @@ pub(crate) fn serve(
         match conditional::evaluate(req.head, &validators) {
             Precondition::Proceed => {}
             Precondition::NotModified => {
-                let mut r = not_modified(req, &meta, fresh, &st);
+                let mut r = not_modified(req, &meta, fresh, &st, cookies);
                 r.cache = metric;
                 return r;
             }
@@ -456,6 +474,7 @@ pub(crate) fn not_modified(
     meta: &ObjectMeta,
     fresh: &Freshness,
     st: &Trace,
+    cookies: &[Vec<u8>],
 ) -> Response {
     let mut head = Vec::with_capacity(256);
     let mut w = HeadWriter::new(&mut head, StatusCode::NotModified);
@@ -473,6 +492,11 @@ pub(crate) fn not_modified(
         ) {
             w.field_raw(n, v);
         }
+    }
+    // The cookies this client's own revalidation set (see `serve_with_cookies`): a
+    // 304 may carry `Set-Cookie`, and the client gets no 200 to carry them.
+    for c in cookies {
+        w.field("Set-Cookie", c);
     }
     w.field_u64("Age", fresh.age);
     common_fields(&mut w, req, meta, st, fresh);
