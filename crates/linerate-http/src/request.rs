@@ -532,8 +532,9 @@ fn parse_as_http11<'b>(
     fields: &'b mut FieldBuf<'b>,
 ) -> Result<ParseOutcome<'b>, RequestError> {
     let line = &buf[start..start + len];
-    let mut probe = Vec::with_capacity(len + 4);
-    probe.extend_from_slice(&line[..len - 1]);
+    // With the empty lines before it (`start`), which httparse judges too.
+    let mut probe = Vec::with_capacity(start + len + 4);
+    probe.extend_from_slice(&buf[..start + len - 1]);
     probe.extend_from_slice(b"1\r\n\r\n");
     let mut no_fields = [httparse::EMPTY_HEADER; 0];
     let mut checked = httparse::Request::new(&mut no_fields);
@@ -1455,8 +1456,10 @@ mod tests {
     fn a_higher_minor_parses_exactly_as_http11() {
         // Same head, same length, same error, whatever the request: only the version
         // token differs.
-        let cases: [&[u8]; 10] = [
+        let cases: [&[u8]; 12] = [
             b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"\rGET /a HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n",
             b"\r\nGET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\nbody",
             b"POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n",
             b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
