@@ -1483,6 +1483,41 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any request-like head, complete or cut anywhere: `HTTP/1.2` gets exactly the
+        /// answer `HTTP/1.1` gets.
+        #[test]
+        fn a_higher_minor_is_http11_for_any_head(
+            pre in proptest::sample::select(vec!["", "\r\n", "\n", "\r"]),
+            method in proptest::sample::select(vec!["GET", "HEAD", "POST", "G(T", ""]),
+            target in proptest::sample::select(vec!["/", "/a?b=c", "*", "http://x/y", "/a b", "/#f", ""]),
+            fields in proptest::collection::vec(proptest::sample::select(vec![
+                "Host: h", "Host: a", "Content-Length: 5", "Content-Length: x",
+                "Transfer-Encoding: chunked", "Connection: close", "Range: bytes=0-1",
+                " folded", "Bad Name: x", "X: a\rb", "X_U: 1", ":", "",
+            ]), 0..6),
+            eol in proptest::sample::select(vec!["\r\n", "\n"]),
+            cut in proptest::option::of(0usize..200),
+        ) {
+            let head = |version: &str| {
+                let mut h = format!("{pre}{method} {target} {version}{eol}");
+                for f in &fields {
+                    h.push_str(f);
+                    h.push_str(eol);
+                }
+                h.push_str(eol);
+                h.push_str("body");
+                let mut b = h.into_bytes();
+                if let Some(c) = cut {
+                    b.truncate(c);
+                }
+                b
+            };
+            let (old, new) = (head("HTTP/1.1"), head("HTTP/1.2"));
+            proptest::prop_assert_eq!(parse(&new), parse(&old));
+        }
+    }
+
     #[test]
     fn unsupported_version_waits_for_end_of_line() {
         // Could still be `HTTP/2.0` (505) or `HTTP/2x` (400): wait.
