@@ -4,13 +4,14 @@
 //! the server relies on: a response carrying `no-store` or `private` in its governing
 //! directives is never admitted (unless `must-understand` lets an understood status
 //! override `no-store`), a fresh decision is only ever made for a fresh response, and
-//! stored and freshened fields never carry hop-by-hop fields.
+//! stored and freshened fields never carry hop-by-hop fields, nor a `Set-Cookie` the
+//! freshened response may not share.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use linerate_http::cache::policy::{Request, Response};
 use linerate_http::cache::{
-    admit, decide, freshen, to_store, Decision, Freshness, Heuristic, RequestCacheControl,
+    admit, decide, freshen, to_store, Control, Decision, Freshness, Heuristic, RequestCacheControl,
     Settings,
 };
 use linerate_http::Method;
@@ -91,6 +92,13 @@ fuzz_target!(|data: &[u8]| {
             .any(|(n, _)| n.eq_ignore_ascii_case(b"connection") || n.eq_ignore_ascii_case(b"keep-alive"))
     };
     assert!(!hop(&stored));
-    let freshened = freshen(&stored, &response_fields, later_ms);
-    assert!(!hop(&freshened));
+    let freshened = freshen(&stored, &response_fields, later_ms, &targets);
+    assert!(!hop(&freshened.stored));
+    // A `Set-Cookie` is stored only where the freshened response may be shared with it
+    // (the rule `admit` applies); the 304's others go to one client, never both.
+    let cookie =
+        |f: &[(Vec<u8>, Vec<u8>)]| f.iter().any(|(n, _)| n.eq_ignore_ascii_case(b"set-cookie"));
+    let cc = Control::of(&targets, &freshened.stored).directives;
+    assert!(cc.public || cc.s_maxage.is_some() || !cookie(&freshened.stored));
+    assert!(freshened.personal.is_empty() || !cookie(&freshened.stored));
 });

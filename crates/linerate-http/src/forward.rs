@@ -184,6 +184,30 @@ pub fn request_fields<'a>(
     out
 }
 
+/// Every value of field `name` in a list of fields as forwarded (from
+/// [`request_fields`]), in order. Case-insensitive.
+///
+/// Whatever the cache keys on a request's fields (the `Vary` secondary key, RFC 9111
+/// §4.1) or decides from them (whether the request carried `Authorization`, §3.5) reads
+/// them here, from the request as the origin received it, never from the request as the
+/// client sent it: a field the client named in `Connection`, a name with `_` or one of
+/// [`NEVER_FORWARDED`] never reached the origin, so it cannot have selected the response,
+/// and keying on it would store the origin's answer to "no such field" under the
+/// variant of a value it never saw (cache poisoning: `Origin` named in `Connection`
+/// stores a response without `Access-Control-Allow-Origin` as the variant every real
+/// `Origin` then selects).
+pub fn values_of<'f, N, V>(fields: &'f [(N, V)], name: &[u8]) -> Vec<&'f [u8]>
+where
+    N: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+{
+    fields
+        .iter()
+        .filter(|(n, _)| n.as_ref().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_ref())
+        .collect()
+}
+
 /// Append `value` to a comma-separated list.
 fn join(list: &mut Vec<u8>, value: &[u8]) {
     if value.is_empty() {
@@ -337,6 +361,50 @@ mod tests {
                 "X-Forwarded-Host"
             ]
         );
+    }
+
+    #[test]
+    fn values_of_reads_the_request_as_forwarded() {
+        let raw: &'static [u8] = b"GET /a HTTP/1.1\r\nHost: h\r\nConnection: Origin, X-Custom\r\n\
+              Origin: https://player.example\r\nX-Custom: 1\r\nAccept-Encoding: gzip\r\n\
+              X_Variant: b\r\nX-Forwarded-Host: evil.example\r\nKeep-Alive: 5\r\n\
+              accept-encoding: br\r\nAuthorization: Bearer t\r\n\r\n";
+        let fields = Box::leak(Box::new(FieldBuf::new()));
+        let Ok(ParseOutcome::Complete { head, .. }) = parse_request(raw, fields) else {
+            panic!("test request must parse");
+        };
+        let client = Client {
+            peer: None,
+            scheme: Scheme::Https,
+            host: b"cdn.example",
+            via: b"1.1 edge",
+        };
+        let sent = request_fields(&head, Purpose::Fill, &client);
+        // What the client sent but the origin never saw selects nothing.
+        for gone in [
+            &b"origin"[..],
+            b"x-custom",
+            b"x_variant",
+            b"keep-alive",
+            b"connection",
+        ] {
+            assert!(values_of(&sent, gone).is_empty(), "{gone:?}");
+            assert!(
+                head.values(gone).next().is_some(),
+                "the client sent {gone:?}"
+            );
+        }
+        // Ours replaces the client's.
+        assert_eq!(
+            values_of(&sent, b"X-FORWARDED-HOST"),
+            vec![&b"cdn.example"[..]]
+        );
+        // Forwarded fields, every line, in order.
+        assert_eq!(
+            values_of(&sent, b"Accept-Encoding"),
+            vec![&b"gzip"[..], &b"br"[..]]
+        );
+        assert_eq!(values_of(&sent, b"authorization"), vec![&b"Bearer t"[..]]);
     }
 
     #[test]

@@ -421,8 +421,9 @@ pub enum RequestError {
     /// HTTP/1.1 without exactly one `Host` (RFC 9112 §3.2): 400. Also more than one `Host`
     /// in HTTP/1.0, or a `Host` value with characters no `uri-host [":" port]` has.
     BadHost,
-    /// A version other than HTTP/1.0 or HTTP/1.1: 505. Only a well-formed `HTTP/x.y`
-    /// (RFC 9112 §2.3) gets this; a garbled version is [`RequestError::Malformed`].
+    /// A version other than HTTP/1.0 or HTTP/1.x: 505 (`HTTP/1.2` to `HTTP/1.9` are
+    /// processed as HTTP/1.1, RFC 9110 §2.5). Only a well-formed `HTTP/x.y` (RFC 9112
+    /// §2.3) gets this; a garbled version is [`RequestError::Malformed`].
     VersionNotSupported,
 }
 
@@ -480,6 +481,11 @@ pub fn parse_request<'b>(
     if line == LineScan::TooLong {
         return Err(RequestError::UriTooLong);
     }
+    if let LineScan::Complete { start, len } = line {
+        if is_higher_http1_minor(&buf[start..start + len]) {
+            return parse_as_http11(buf, start, len, fields);
+        }
+    }
 
     // Parsing only a bounded window caps the work per call; a head that does not fit in
     // it is too large whatever follows.
@@ -498,6 +504,78 @@ pub fn parse_request<'b>(
         Err(httparse::Error::Version) => classify_version_error(buf, line),
         Err(_) => Err(RequestError::Malformed),
     }
+}
+
+/// Whether a complete request line ends in ` HTTP/1.D` with a minor version above 1
+/// (`HTTP/1.2` to `HTTP/1.9`): RFC 9110 §2.5, "A recipient that receives a message with
+/// a major version number that it implements and a minor version number higher than
+/// what it implements SHOULD process the message as if it were in the highest minor
+/// version within that major version to which the recipient is conformant". httparse
+/// refuses those, so [`parse_as_http11`] reads them. A higher major version (`HTTP/2.0`
+/// over HTTP/1 framing) stays a 505.
+fn is_higher_http1_minor(line: &[u8]) -> bool {
+    line.len() > 9
+        && line[line.len() - 9..line.len() - 1] == *b" HTTP/1."
+        && matches!(line[line.len() - 1], b'2'..=b'9')
+}
+
+/// Parse a request whose complete request line `buf[start..start + len]` names a
+/// higher HTTP/1 minor version ([`is_higher_http1_minor`]) as the HTTP/1.1 request it
+/// is processed as. The method and target are checked by httparse exactly as for
+/// `HTTP/1.1` (on a copy of the line with the minor version replaced, a rare path),
+/// the field lines by httparse's field parser; then the same [`interpret`] runs, with
+/// the same limits and answers as [`parse_request`].
+fn parse_as_http11<'b>(
+    buf: &'b [u8],
+    start: usize,
+    len: usize,
+    fields: &'b mut FieldBuf<'b>,
+) -> Result<ParseOutcome<'b>, RequestError> {
+    let line = &buf[start..start + len];
+    // With the empty lines before it (`start`), which httparse judges too.
+    let mut probe = Vec::with_capacity(start + len + 4);
+    probe.extend_from_slice(&buf[..start + len - 1]);
+    probe.extend_from_slice(b"1\r\n\r\n");
+    let mut no_fields = [httparse::EMPTY_HEADER; 0];
+    let mut checked = httparse::Request::new(&mut no_fields);
+    let (method_len, path_len) = match checked.parse(&probe) {
+        Ok(httparse::Status::Complete(_)) => (
+            checked.method.map_or(0, str::len),
+            checked.path.map_or(0, str::len),
+        ),
+        _ => return Err(RequestError::Malformed),
+    };
+    // httparse accepted `METHOD SP target SP HTTP/1.1`, one SP each: the same offsets
+    // in the original line.
+    let method = std::str::from_utf8(&line[..method_len]).map_err(|_| RequestError::Malformed)?;
+    let path = std::str::from_utf8(&line[method_len + 1..method_len + 1 + path_len])
+        .map_err(|_| RequestError::Malformed)?;
+    // The line terminator is CRLF or a bare LF (see `scan_request_line`).
+    let fields_start = start + len + if buf[start + len] == b'\r' { 2 } else { 1 };
+    let window = &buf[..buf.len().min(MAX_HEAD_BYTES)];
+    let Some(section) = window.get(fields_start..) else {
+        return Err(RequestError::HeadTooLarge);
+    };
+    let (section_len, count) = match httparse::parse_headers(section, &mut fields.0) {
+        Ok(httparse::Status::Complete((n, parsed))) => (n, parsed.len()),
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
+            return Err(RequestError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(ParseOutcome::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Err(RequestError::TooManyHeaders),
+        Err(_) => return Err(RequestError::Malformed),
+    };
+    let req = httparse::Request {
+        method: Some(method),
+        path: Some(path),
+        version: Some(1),
+        headers: &mut fields.0[..count],
+    };
+    let head = interpret(req)?;
+    Ok(ParseOutcome::Complete {
+        head,
+        head_len: fields_start + section_len,
+    })
 }
 
 /// Where the request line ends, as far as the buffer shows.
@@ -1376,10 +1454,6 @@ mod tests {
             RequestError::VersionNotSupported
         );
         assert_eq!(
-            err(b"GET / HTTP/1.2\r\nHost: h\r\n\r\n"),
-            RequestError::VersionNotSupported
-        );
-        assert_eq!(
             err(b"GET / HTTP/0.9\r\n\r\n"),
             RequestError::VersionNotSupported
         );
@@ -1393,6 +1467,117 @@ mod tests {
         );
         assert_eq!(err(b"GET / HTTP/2.x\r\n\r\n"), RequestError::Malformed);
         assert_eq!(err(b"GET / HTTQ/1.1\r\n\r\n"), RequestError::Malformed);
+    }
+
+    #[test]
+    fn a_higher_http1_minor_is_processed_as_http11() {
+        // RFC 9110 §2.5. It was a 505.
+        let raw = b"GET /a?b HTTP/1.2\r\nHost: h\r\nX-A: 1\r\n\r\nrest";
+        let (h, len) = complete(raw);
+        assert_eq!(h.version, Version::Http11);
+        assert_eq!(h.method, Method::Get);
+        assert_eq!(h.target, b"/a?b");
+        assert_eq!(h.host, Some(&b"h"[..]));
+        assert_eq!(h.field(b"x-a"), Some(&b"1"[..]));
+        assert_eq!(h.persistence, Persistence::KeepAlive);
+        assert_eq!(len, raw.len() - 4);
+        // Bare LF line ends, and the last minor digit.
+        let (h, _) = complete(b"HEAD / HTTP/1.9\nHost: h\n\n");
+        assert_eq!((h.method, h.version), (Method::Head, Version::Http11));
+        // HTTP/1.1's rules apply: Host is required, framing is checked.
+        assert_eq!(err(b"GET / HTTP/1.2\r\n\r\n"), RequestError::BadHost);
+        assert_eq!(
+            err(b"GET / HTTP/1.2\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+            RequestError::BadContentLength
+        );
+        // Field syntax and the method and target are httparse's, as for HTTP/1.1.
+        assert_eq!(
+            err(b"GET / HTTP/1.2\r\nBad Name: x\r\n\r\n"),
+            RequestError::Malformed
+        );
+        assert_eq!(
+            err(b"G(T / HTTP/1.2\r\nHost: h\r\n\r\n"),
+            RequestError::Malformed
+        );
+        assert_eq!(
+            err(b"GET  / HTTP/1.2\r\nHost: h\r\n\r\n"),
+            RequestError::Malformed
+        );
+        // Incomplete: wait for the rest of the head.
+        partial(b"GET / HTTP/1.2\r\nHost: h\r\n");
+        partial(b"GET / HTTP/1.2\r");
+        // Not a higher minor: other versions as before.
+        assert_eq!(err(b"GET / HTTP/1.10\r\n\r\n"), RequestError::Malformed);
+        assert_eq!(
+            err(b"GET / HTTP/2.1\r\nHost: h\r\n\r\n"),
+            RequestError::VersionNotSupported
+        );
+    }
+
+    #[test]
+    fn a_higher_minor_parses_exactly_as_http11() {
+        // Same head, same length, same error, whatever the request: only the version
+        // token differs.
+        let cases: [&[u8]; 12] = [
+            b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"\rGET /a HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"\r\nGET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\nbody",
+            b"POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET http://x.example/a HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET /a HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n",
+            b"GET /a HTTP/1.1\r\nHost: h\r\n folded\r\n\r\n",
+            b"GET /a HTTP/1.1\r\nHost: h\r\nX: a\rb\r\n\r\n",
+            b"GET /a HTTP/1.1\r\nHost: h\r\nX: 1\r\n",
+        ];
+        for case in cases {
+            let higher: Vec<u8> = String::from_utf8_lossy(case)
+                .replacen("HTTP/1.1", "HTTP/1.2", 1)
+                .into_bytes();
+            assert_eq!(
+                parse(&higher),
+                parse(case),
+                "{:?}",
+                String::from_utf8_lossy(case)
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Any request-like head, complete or cut anywhere: `HTTP/1.2` gets exactly the
+        /// answer `HTTP/1.1` gets.
+        #[test]
+        fn a_higher_minor_is_http11_for_any_head(
+            pre in proptest::sample::select(vec!["", "\r\n", "\n", "\r"]),
+            method in proptest::sample::select(vec!["GET", "HEAD", "POST", "G(T", ""]),
+            target in proptest::sample::select(vec!["/", "/a?b=c", "*", "http://x/y", "/a b", "/#f", ""]),
+            fields in proptest::collection::vec(proptest::sample::select(vec![
+                "Host: h", "Host: a", "Content-Length: 5", "Content-Length: x",
+                "Transfer-Encoding: chunked", "Connection: close", "Range: bytes=0-1",
+                " folded", "Bad Name: x", "X: a\rb", "X_U: 1", ":", "",
+            ]), 0..6),
+            eol in proptest::sample::select(vec!["\r\n", "\n"]),
+            cut in proptest::option::of(0usize..200),
+        ) {
+            let head = |version: &str| {
+                let mut h = format!("{pre}{method} {target} {version}{eol}");
+                for f in &fields {
+                    h.push_str(f);
+                    h.push_str(eol);
+                }
+                h.push_str(eol);
+                h.push_str("body");
+                let mut b = h.into_bytes();
+                if let Some(c) = cut {
+                    b.truncate(c);
+                }
+                b
+            };
+            let (old, new) = (head("HTTP/1.1"), head("HTTP/1.2"));
+            proptest::prop_assert_eq!(parse(&new), parse(&old));
+        }
     }
 
     #[test]

@@ -100,13 +100,14 @@ pub enum AgeField {
     Absent,
     /// `delta-seconds` (capped at [`crate::cache::DELTA_SECONDS_MAX`]).
     Seconds(u64),
-    /// Something else: "a cache SHOULD consider the response to be stale".
+    /// Something else (text, a sign, a fraction): "a cache SHOULD ignore the field"
+    /// (RFC 9111 §5.1), so it counts as absent.
     Invalid,
 }
 
 impl AgeField {
-    /// The `age_value` of RFC 9111 §4.2.3 (0 when absent or invalid; an invalid one
-    /// makes the response stale instead, see [`AgeField::Invalid`]).
+    /// The `age_value` of RFC 9111 §4.2.3: `None` (0) when absent or invalid (§5.1:
+    /// an invalid field is ignored).
     pub fn seconds(self) -> Option<u64> {
         match self {
             AgeField::Seconds(n) => Some(n),
@@ -119,9 +120,9 @@ impl AgeField {
 /// message with a list-based Age field value SHOULD use the first member of the field
 /// value, discarding subsequent ones. If the field value (after discarding additional
 /// members, as per above) is invalid (e.g., it contains something other than a
-/// non-negative integer), a cache SHOULD consider the response to be stale." So
-/// `7200, 0` and the two lines `7200` then `0` are 7200; `abc`, `-5`, `7.0`, `old, 0`
-/// are [`AgeField::Invalid`].
+/// non-negative integer), a cache SHOULD ignore the field." So `7200, 0` and the two
+/// lines `7200` then `0` are 7200; `abc`, `-5`, `7.0`, `old, 0` are
+/// [`AgeField::Invalid`], which adds no age.
 pub fn age_field<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> AgeField {
     let mut first = None;
     for line in lines {

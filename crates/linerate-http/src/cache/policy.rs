@@ -9,7 +9,7 @@
 //! (Unix milliseconds); nothing here reads a clock, a socket or a file.
 
 use super::control::{Control, RequestCacheControl};
-use super::freshness::{age_field, current_age, freshness_lifetime, AgeField, Heuristic};
+use super::freshness::{age_field, current_age, freshness_lifetime, Heuristic};
 use super::status::{default_cacheable_status, understood_status};
 use super::vary::Vary;
 use crate::request::Method;
@@ -243,20 +243,15 @@ impl Freshness {
             settings.heuristic,
             default_ttl,
         );
-        let age_field = age_field(resp.values(b"age"));
-        let mut age = current_age(
+        // RFC 9111 §5.1: an invalid `Age` (text, negative, decimal) is ignored, as if
+        // absent: the response is as old as `Date` and the exchange say.
+        let age = current_age(
             date,
-            age_field.seconds(),
+            age_field(resp.values(b"age")).seconds(),
             resp.request_time_ms,
             resp.response_time_ms,
             now_ms,
         );
-        if age_field == AgeField::Invalid {
-            // RFC 9111 §5.1: "consider the response to be stale" (stale from the start:
-            // as old as its lifetime, so the stale-while-revalidate and stale-if-error
-            // windows still count from then).
-            age = age.max(lifetime);
-        }
         let cc = &control.directives;
         Freshness {
             lifetime,
@@ -455,16 +450,36 @@ pub fn to_store(fields: &[(Vec<u8>, Vec<u8>)], response_time_ms: u64) -> Vec<(Ve
     out
 }
 
+/// What a 304 that revalidated a stored response changes ([`freshen`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Freshened {
+    /// The stored response's fields, freshened: what is stored and every later client
+    /// gets.
+    pub stored: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The 304's `Set-Cookie` values that are not stored (the freshened response is not
+    /// shareable with them, see [`freshen`]): for the client whose request the 304
+    /// answered, and for no one else.
+    pub personal: Vec<Vec<u8>>,
+}
+
 /// A stored response's fields freshened by a 304 (RFC 9111 §3.2, §4.3.4): every
 /// end-to-end field of the 304 replaces the stored fields of that name, except
 /// `Content-Length` (§3.2: "Content-Length") and `Content-Range`, which describe the
 /// stored body, not the 304. The stored `Age` and `Date` described the old exchange:
 /// they are replaced by the 304's, or dropped (a `Date` of the 304's arrival is added).
+///
+/// `Set-Cookie` follows the rule [`admit`] applies to a response it stores
+/// ([`NotStorable::SetCookie`]): kept only when the freshened response is meant to be
+/// shared with it (`public` or `s-maxage` in the directives that govern it, `targets`
+/// as for [`Control::of`]). Otherwise none is stored (a cookie the origin set for one
+/// client would be replayed to every later one), and the 304's go to the client whose
+/// request (with its `Cookie`) the origin answered, in [`Freshened::personal`].
 pub fn freshen(
     stored: &[(Vec<u8>, Vec<u8>)],
     update: &[(Vec<u8>, Vec<u8>)],
     response_time_ms: u64,
-) -> Vec<(Vec<u8>, Vec<u8>)> {
+    targets: &[Vec<u8>],
+) -> Freshened {
     let fresh: Vec<&(Vec<u8>, Vec<u8>)> = crate::forward::end_to_end(update)
         .filter(|(n, _)| {
             !n.eq_ignore_ascii_case(b"content-length") && !n.eq_ignore_ascii_case(b"content-range")
@@ -480,14 +495,28 @@ pub fn freshen(
         .filter(|(n, _)| !replaced(n))
         .cloned()
         .collect();
-    out.extend(fresh.into_iter().cloned());
+    out.extend(fresh.iter().map(|&f| f.clone()));
     if !out.iter().any(|(n, _)| n.eq_ignore_ascii_case(b"date")) {
         out.push((
             b"Date".to_vec(),
             crate::date::format(response_time_ms / 1000).into_bytes(),
         ));
     }
-    out
+    let is_cookie = |n: &[u8]| n.eq_ignore_ascii_case(b"set-cookie");
+    let cc = Control::of(targets, &out).directives;
+    let mut personal = Vec::new();
+    if !(cc.public || cc.s_maxage.is_some()) {
+        out.retain(|(n, _)| !is_cookie(n));
+        personal = fresh
+            .iter()
+            .filter(|(n, _)| is_cookie(n))
+            .map(|(_, v)| v.clone())
+            .collect();
+    }
+    Freshened {
+        stored: out,
+        personal,
+    }
 }
 
 #[cfg(test)]
@@ -883,19 +912,18 @@ mod tests {
     }
 
     #[test]
-    fn an_invalid_age_is_stale_from_the_start() {
-        for bad in ["abc", "old, 0", "-5", "7.0"] {
-            let f = freshness(
-                &[
-                    ("Cache-Control", "max-age=3600, stale-while-revalidate=60"),
-                    ("Age", bad),
-                ],
-                0,
-            );
-            assert!(!f.is_fresh(), "{bad}");
-            assert_eq!(f.ttl(), 0, "{bad}: stale by nothing yet");
-            assert_eq!(decide(&rc(""), &f), Decision::StaleWhileRevalidate, "{bad}");
+    fn an_invalid_age_is_ignored() {
+        // RFC 9111 §5.1: "a cache SHOULD ignore the field"; it must not make the
+        // response stale (it did: such a response was never reused).
+        for bad in ["abc", "old, 0", "-5", "7.0", "-7200", "7200.0"] {
+            let f = freshness(&[("Cache-Control", "max-age=3600"), ("Age", bad)], 0);
+            assert!(f.is_fresh(), "{bad}");
+            assert_eq!(f.age, 0, "{bad}: no age of its own");
+            assert_eq!(decide(&rc(""), &f), Decision::Fresh, "{bad}");
         }
+        // The age from `Date` still counts.
+        let f = freshness(&[("Cache-Control", "max-age=3600"), ("Age", "abc")], 7200);
+        assert!(!f.is_fresh());
     }
 
     #[test]
@@ -959,9 +987,10 @@ mod tests {
             ("ETag", "\"e\""),
             ("Connection", "close"),
         ]);
-        let got = freshen(&stored, &update, NOW);
+        let got = freshen(&stored, &update, NOW, &[]);
+        assert!(got.personal.is_empty());
         assert_eq!(
-            got,
+            got.stored,
             fields(&[
                 ("Content-Type", "video/mp4"),
                 ("Content-Length", "10"),
@@ -972,6 +1001,61 @@ mod tests {
                 ("Date", "Sun, 06 Nov 1994 08:49:37 GMT"),
             ])
         );
+    }
+
+    #[test]
+    fn a_304_never_stores_a_cookie_it_may_not_share() {
+        // Guards against the 304's Set-Cookie being stored and replayed to every later
+        // client (it was: one client's session to all).
+        let stored = fields(&[("Cache-Control", "max-age=1"), ("ETag", "\"e\"")]);
+        let update = fields(&[
+            ("Cache-Control", "max-age=60"),
+            ("Set-Cookie", "s=1; Path=/"),
+            ("Set-Cookie", "t=2"),
+        ]);
+        let got = freshen(&stored, &update, NOW, &[]);
+        assert!(!got.stored.iter().any(|(n, _)| n == b"Set-Cookie"));
+        assert_eq!(got.personal, vec![b"s=1; Path=/".to_vec(), b"t=2".to_vec()]);
+        // A stored shareable cookie loses its standing when the 304 takes `public` away.
+        let stored = fields(&[
+            ("Cache-Control", "public, max-age=1"),
+            ("Set-Cookie", "old=1"),
+        ]);
+        let got = freshen(
+            &stored,
+            &fields(&[("Cache-Control", "max-age=60")]),
+            NOW,
+            &[],
+        );
+        assert!(!got.stored.iter().any(|(n, _)| n == b"Set-Cookie"));
+        assert!(got.personal.is_empty());
+        // Shared explicitly (as `admit` allows): stored, replacing the old one (§3.2).
+        for cc in ["public, max-age=60", "s-maxage=60"] {
+            let stored = fields(&[("Cache-Control", "max-age=1"), ("Set-Cookie", "old=1")]);
+            let update = fields(&[("Cache-Control", cc), ("Set-Cookie", "new=2")]);
+            let got = freshen(&stored, &update, NOW, &[]);
+            let cookies: Vec<&[u8]> = got
+                .stored
+                .iter()
+                .filter(|(n, _)| n == b"Set-Cookie")
+                .map(|(_, v)| v.as_slice())
+                .collect();
+            assert_eq!(cookies, vec![&b"new=2"[..]], "{cc}");
+            assert!(got.personal.is_empty(), "{cc}");
+        }
+        // A targeted field governs, as it does for `admit`.
+        let targets = [b"cdn-cache-control".to_vec()];
+        let update = fields(&[
+            ("Cache-Control", "public, max-age=60"),
+            ("CDN-Cache-Control", "max-age=60"),
+            ("Set-Cookie", "s=1"),
+        ]);
+        let got = freshen(&stored_plain(), &update, NOW, &targets);
+        assert_eq!(got.personal, vec![b"s=1".to_vec()]);
+    }
+
+    fn stored_plain() -> Vec<(Vec<u8>, Vec<u8>)> {
+        fields(&[("Cache-Control", "max-age=1"), ("ETag", "\"e\"")])
     }
 
     // ---- the model is total ----

@@ -86,6 +86,10 @@ pub(crate) enum Handoff {
     /// The object being written: delivered to the clients following it even when it
     /// is not kept in the end (a body longer than its `Content-Length`).
     Writing(linerate_cache::ObjectHandle),
+    /// The `Set-Cookie` values of the 304 that revalidated the stored copy, which the
+    /// stored copy does not keep (`cache::freshen`): the origin set them for the
+    /// leader's client, whose request (and `Cookie`) it answered.
+    Cookies(Vec<Vec<u8>>),
 }
 
 /// Start a background revalidation of `key` unless one is running (stale-while-
@@ -192,8 +196,21 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
             // A 304 to a request without validators answers nothing we asked.
             return Phase::Failed(bad_gateway("unexpected_304", true));
         };
+        let freshened = freshen(
+            &stale.headers,
+            &resp.head.headers,
+            resp.response_time_ms,
+            px.settings(fetch.route, &fetch.target).targets,
+        );
+        // The cookies the 304 set for the leader's client (and that may not be stored):
+        // to it alone, never to a request that joined this fill.
+        if let Some(tx) = job.handoff.take() {
+            if !freshened.personal.is_empty() {
+                let _ = tx.send(Handoff::Cookies(freshened.personal));
+            }
+        }
         let meta = ObjectMeta {
-            headers: freshen(&stale.headers, &resp.head.headers, resp.response_time_ms),
+            headers: freshened.stored,
             request_time_ms: resp.request_time_ms,
             response_time_ms: resp.response_time_ms,
             etag: resp

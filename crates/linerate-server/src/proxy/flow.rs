@@ -165,7 +165,20 @@ pub(crate) async fn get(
                             _ => h,
                         };
                         let fresh = freshness(px, req, &h.meta);
-                        return head::serve(worker, req, h, &fresh, trace, CacheStatus::Hit);
+                        // This request's own fill: the cookies the 304 set for it.
+                        let cookies = match handoff {
+                            Some(Handoff::Cookies(c)) => c,
+                            _ => Vec::new(),
+                        };
+                        return head::serve_with_cookies(
+                            worker,
+                            req,
+                            h,
+                            &fresh,
+                            trace,
+                            CacheStatus::Hit,
+                            &cookies,
+                        );
                     }
                     Phase::Failed(f) => {
                         trace.fill_failed(&f);
@@ -354,7 +367,10 @@ async fn after_fill(
                     let fresh = freshness(&pw.shared, req, &h.meta);
                     head::serve(worker, req, h, &fresh, trace.clone(), CacheStatus::Pass)
                 }
-                None => relay(worker, pw, req, interim, trace.clone()).await,
+                // Cookies come with a 304 (a revalidation), never with this.
+                Some(Handoff::Cookies(_)) | None => {
+                    relay(worker, pw, req, interim, trace.clone()).await
+                }
             })
         }
         Phase::Failed(f) => {

@@ -48,6 +48,7 @@ fn fields<'m>(meta: &'m ObjectMeta, name: &'m [u8]) -> impl Iterator<Item = &'m 
 
 /// Fields never replayed from a stored or relayed response: framing and hop-by-hop
 /// ones (we write our own), our internal markers, and `Age` (recomputed).
+/// `Content-Range` is replayed only with the whole stored response ([`serve`]).
 fn replayable(name: &[u8], tokens: &[Vec<u8>]) -> bool {
     let lower = name.to_ascii_lowercase();
     !(is_hop_by_hop(&lower, tokens)
@@ -113,6 +114,21 @@ pub(crate) fn serve(
     st: Trace,
     metric: CacheStatus,
 ) -> Response {
+    serve_with_cookies(worker, req, h, fresh, st, metric, &[])
+}
+
+/// [`serve`], with `Set-Cookie` fields `cookies` that are this client's alone: those a
+/// 304 answering its own revalidation set, which the stored copy does not keep
+/// (`cache::freshen`).
+pub(crate) fn serve_with_cookies(
+    worker: &Rc<Worker>,
+    req: &CacheRequest<'_>,
+    h: ObjectHandle,
+    fresh: &Freshness,
+    st: Trace,
+    metric: CacheStatus,
+    cookies: &[Vec<u8>],
+) -> Response {
     let meta = Arc::clone(&h.meta);
     let name = worker_name(req);
     let hit = matches!(metric, CacheStatus::Hit | CacheStatus::Stale) && st.fwd.is_none();
@@ -138,6 +154,9 @@ pub(crate) fn serve(
     // Via, Cache-Status and the connection field.
     let write_stored = |w: &mut HeadWriter<'_>, skip_content_type: bool| {
         stored_fields(w, &meta, skip_content_type);
+        for c in cookies {
+            w.field("Set-Cookie", c);
+        }
         w.field_u64("Age", fresh.age);
         common(w, req, field(&meta, b"via"), &csf, persistence);
     };
@@ -154,7 +173,7 @@ pub(crate) fn serve(
         match conditional::evaluate(req.head, &validators) {
             Precondition::Proceed => {}
             Precondition::NotModified => {
-                let mut r = not_modified(req, &meta, fresh, &st);
+                let mut r = not_modified(req, &meta, fresh, &st, cookies);
                 r.cache = metric;
                 return r;
             }
@@ -194,6 +213,13 @@ pub(crate) fn serve(
         RangeOutcome::Full => {
             w = HeadWriter::new(&mut head, code);
             write_stored(&mut w, false);
+            // The stored response as it is (RFC 9111 §4: its stored fields), so with the
+            // `Content-Range` the origin sent on it (a 200 may carry one; a stored 416
+            // has its `bytes */len`). Not replayed elsewhere: a range of it gets our
+            // own, and a slice's describes that slice alone (see `replayable`).
+            if let Some(cr) = field(&meta, b"content-range") {
+                w.field_raw(b"Content-Range", cr);
+            }
             match len {
                 Some(len) => {
                     if status == 200 {
@@ -451,6 +477,7 @@ pub(crate) fn not_modified(
     meta: &ObjectMeta,
     fresh: &Freshness,
     st: &Trace,
+    cookies: &[Vec<u8>],
 ) -> Response {
     let mut head = Vec::with_capacity(256);
     let mut w = HeadWriter::new(&mut head, StatusCode::NotModified);
@@ -468,6 +495,11 @@ pub(crate) fn not_modified(
         ) {
             w.field_raw(n, v);
         }
+    }
+    // The cookies this client's own revalidation set (see `serve_with_cookies`): a
+    // 304 may carry `Set-Cookie`, and the client gets no 200 to carry them.
+    for c in cookies {
+        w.field("Set-Cookie", c);
     }
     w.field_u64("Age", fresh.age);
     common_fields(&mut w, req, meta, st, fresh);

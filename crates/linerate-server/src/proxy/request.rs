@@ -2,6 +2,11 @@
 //! (`CacheRequest`); the owned part a fill needs, which outlives the request that
 //! started it (`Fetch`); and the facts gathered for the `Cache-Status` field (`Trace`).
 //!
+//! Every part of a key that comes from request fields (the `Vary` secondary key) and
+//! every storing decision read from them comes from the request as forwarded
+//! (`CacheRequest::as_forwarded`), at lookup and at store: what the origin never saw
+//! cannot have selected its answer.
+//!
 //! Not here: what to do with the request (`flow`), or the bytes of the forwarded request
 //! (`linerate_http::forward`).
 
@@ -78,6 +83,14 @@ impl CacheRequest<'_> {
         target: &[u8],
         cc: RequestCacheControl,
     ) -> Fetch {
+        let fields: Vec<(Vec<u8>, Vec<u8>)> = self
+            .as_forwarded()
+            .into_iter()
+            .map(|(n, v)| (n.into_owned(), v.into_owned()))
+            .collect();
+        // §3.5 is about the request the origin answered: an `Authorization` the client
+        // named in `Connection` never reached it, so the response is not personalised.
+        let authorization = !forward::values_of(&fields, b"authorization").is_empty();
         Fetch {
             origin: self.px.routes[route].origin,
             route,
@@ -85,28 +98,29 @@ impl CacheRequest<'_> {
             host: self.host.clone(),
             from_peer: self.from_peer,
             target: target.to_vec(),
-            fields: self
-                .forwarded(Purpose::Fill)
-                .into_iter()
-                .map(|(n, v)| (n.into_owned(), v.into_owned()))
-                .collect(),
-            request_fields: self
-                .head
-                .fields()
-                .map(|(n, v)| (n.to_vec(), v.to_vec()))
-                .collect(),
+            fields,
             policy: linerate_http::cache::policy::Request {
                 method: Method::Get,
                 cc,
-                authorization: self.head.field(b"authorization").is_some(),
+                authorization,
             },
         }
     }
 
+    /// The request as a fill forwards it to the origin (before the range and
+    /// validators the fill adds of its own): the one source of every request field
+    /// the cache keys on or decides from, at lookup and at store alike (see
+    /// `forward::values_of`).
+    pub(crate) fn as_forwarded(&self) -> Vec<forward::Field<'_>> {
+        self.forwarded(Purpose::Fill)
+    }
+
     /// The key of the variant of this request's URL selected by `Vary` names `names`
-    /// (as a stub stores them), or the primary key when they do not parse.
+    /// (as a stub stores them), or the primary key when they do not parse. Computed
+    /// from the request as forwarded, as the fill that stores the variant computes it.
     pub(crate) fn variant_key(&self, names: &[u8]) -> Vec<u8> {
-        variant_key(&self.key, names, |n| self.head.values(n).collect())
+        let fields = self.as_forwarded();
+        variant_key(&self.key, names, |n| forward::values_of(&fields, n))
     }
 }
 
@@ -142,23 +156,17 @@ pub(crate) struct Fetch {
     pub(crate) from_peer: bool,
     /// Path and query.
     pub(crate) target: Vec<u8>,
-    /// The fields forwarded (see `forward::request_fields`, for a fill).
+    /// The fields forwarded (`CacheRequest::as_forwarded`): sent to the origin, and the
+    /// fields a variant is keyed by (RFC 9111 §4.1), as lookups key it.
     pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Every field of the request, as the client sent them: a variant is stored under
-    /// the secondary key computed from these, the same way lookups compute it.
-    pub(crate) request_fields: Vec<(Vec<u8>, Vec<u8>)>,
     /// What of the request the storing decision reads.
     pub(crate) policy: linerate_http::cache::policy::Request,
 }
 
 impl Fetch {
-    /// Every value of request field `name`.
+    /// Every value of request field `name`, as forwarded.
     pub(crate) fn values<'s>(&'s self, name: &[u8]) -> Vec<&'s [u8]> {
-        self.request_fields
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
-            .collect()
+        forward::values_of(&self.fields, name)
     }
 }
 

@@ -547,7 +547,10 @@ pub(crate) async fn serve(
                     let fresh = px.freshness(req.route, &req.target, &h.meta);
                     head::serve(worker, req, h, &fresh, st, CacheStatus::Pass)
                 }
-                None => super::relay::relay(worker, pw, req, interim, st).await,
+                // Cookies come with a 304 (a revalidation), never with this.
+                Some(Handoff::Cookies(_)) | None => {
+                    super::relay::relay(worker, pw, req, interim, st).await
+                }
             });
         }
         Err(SliceError::Failed(status, detail)) => {
@@ -576,7 +579,7 @@ pub(crate) async fn serve(
     match precondition {
         conditional::Precondition::Proceed => {}
         conditional::Precondition::NotModified => {
-            return Ok(head::not_modified(req, &meta, &fresh, &st));
+            return Ok(head::not_modified(req, &meta, &fresh, &st, &[]));
         }
         conditional::Precondition::Failed => {
             return Ok(head::error(

@@ -178,6 +178,27 @@ matrix! {
         assert_eq!(origin.count("/q?a=2"), 1);
         assert_eq!(origin.count("/q"), 1);
     }
+
+    /// RFC 9110 §2.5: a request with a higher minor version of a major version the
+    /// server implements is processed as the highest minor version it conforms to:
+    /// `HTTP/1.2` is an HTTP/1.1 request, answered (from the store the second time) in
+    /// HTTP/1.1. Guards against the 505 it got. A higher major version over HTTP/1
+    /// framing (`HTTP/2.0`) is still 505, and reaches nothing.
+    fn higher_http1_minor_is_processed_as_http11(v) {
+        let origin = v.origin(|_| origin::ok(b"one-two", &[("Cache-Control", "max-age=3600")]));
+        let cache = v.start(&origin);
+        for _ in 0..2 {
+            let raw = cache.raw(b"GET /m HTTP/1.2\r\nHost: test\r\nConnection: close\r\n\r\n");
+            let (status, _, body, _) = parse_raw(&raw).expect("a response");
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&raw));
+            assert!(raw.starts_with(b"HTTP/1.1 200 "), "{}", String::from_utf8_lossy(&raw));
+            assert_eq!(body, b"one-two");
+        }
+        assert_eq!(origin.count("/m"), 1, "the second is a hit");
+        let raw = cache.raw(b"GET /m2 HTTP/2.0\r\nHost: test\r\nConnection: close\r\n\r\n");
+        assert!(raw.starts_with(b"HTTP/1.1 505 "), "{}", String::from_utf8_lossy(&raw));
+        assert_eq!(origin.count("/m2"), 0);
+    }
 }
 
 /// RFC 9112 §3.2: the request-target has no fragment (`origin-form = absolute-path [ "?"

@@ -252,6 +252,33 @@ matrix! {
         assert_eq!(again.header("content-range"), Some("bytes 0-9/100"));
         assert_eq!(origin.count("/w"), 3, "nothing stored; marked uncacheable: one relay");
     }
+
+    /// RFC 9111 §3.1 and §4: a cache stores a response's header fields and, reusing it,
+    /// sends them. A 200 may carry `Content-Range` (RFC 9110 §14.4 gives it no meaning
+    /// there, but it is the origin's field): the stored 200 is served with it, on the
+    /// fill and on every hit. Guards against it being dropped on a hit, as it was. A
+    /// range of that 200 is the cache's own 206, with its own `Content-Range` only.
+    fn stored_200_keeps_its_content_range(v) {
+        let origin = v.origin(|_| {
+            origin::ok(
+                b"0123456789",
+                &[("Cache-Control", "max-age=3600"), ("Content-Range", "bytes 0-9/10")],
+            )
+        });
+        let cache = v.start(&origin);
+        for _ in 0..2 {
+            let r = cache.get("/cr", &[]);
+            assert_response(&r, 200, b"0123456789");
+            assert_eq!(r.values("content-range"), vec!["bytes 0-9/10"], "{:?}", r.headers);
+            assert_eq!(r.header("content-length"), Some("10"));
+        }
+        let head = cache.request("HEAD", "/cr", &[]);
+        assert_eq!(head.values("content-range"), vec!["bytes 0-9/10"], "{:?}", head.headers);
+        let part = cache.get("/cr", &["Range: bytes=2-4"]);
+        assert_response(&part, 206, b"234");
+        assert_eq!(part.values("content-range"), vec!["bytes 2-4/10"], "{:?}", part.headers);
+        assert_eq!(origin.count("/cr"), 1, "stored once, every answer from the store");
+    }
 }
 
 /// RFC 9110 §14.2: a server MAY ignore `Range`. A relayed request (here the URL is

@@ -156,6 +156,23 @@ matrix! {
         assert_eq!(origin.count("/auth"), 3);
     }
 
+    /// RFC 9111 §3.5 is about the request the origin answered. `Authorization` named in
+    /// `Connection` is removed before forwarding (RFC 9110 §7.6.1), so the origin
+    /// answered an anonymous request: that response is stored like any other and
+    /// serves anonymous requests. linerate reads every storing decision and key part
+    /// from the request as forwarded (the `Vary` tests in `vary.rs` guard the key);
+    /// this pins the same reading for `Authorization` (it was read from the request as
+    /// sent, and such a response was never stored).
+    fn authorization_the_origin_never_saw_does_not_block_storing(v) {
+        let origin = v.origin(numbered(|_| (200, fields(&[("Cache-Control", "max-age=3600")]))));
+        let cache = v.start(&origin);
+        let first = cache.get("/anon", &["Authorization: Bearer t", "Connection: Authorization"]);
+        assert_response(&first, 200, &nth(1, "/anon"));
+        assert_eq!(origin.requests()[0].header("authorization"), None);
+        assert_response(&cache.get("/anon", &[]), 200, &nth(1, "/anon"));
+        assert_eq!(origin.count("/anon"), 1);
+    }
+
     /// RFC 9111 §3.5: `public` (§5.2.2.9), `s-maxage` (§5.2.2.10) and `must-revalidate`
     /// (§5.2.2.2) each allow a shared cache to store and reuse the response to a request
     /// with `Authorization`.

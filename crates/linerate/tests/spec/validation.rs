@@ -283,6 +283,59 @@ matrix! {
     }
 }
 
+matrix! {
+    /// RFC 9111 §4.3.4 with a 304 that carries `Set-Cookie`: the revalidation succeeds
+    /// (the stored body, freshened), and the client whose request the origin answered
+    /// (with its `Cookie`) gets the cookie; the stored response does not keep it, as
+    /// linerate never stores a `Set-Cookie` it may not share (`public` or `s-maxage`,
+    /// the rule of docs/config.md "What is not stored"), so the next client, served from
+    /// the store, gets none. Guards against the 304's cookie being stored and replayed
+    /// to every later client (one viewer's session for all), and checks the answer to
+    /// the revalidating client is a correct 200 (a 502 was reported for it).
+    fn set_cookie_in_a_304_goes_to_its_client_only(v) {
+        let origin = v.origin(|req| {
+            let shared = req.path() == "/shared";
+            let cc = if shared { "public, max-age=3600" } else { "max-age=3600" };
+            not_modified_or(
+                req,
+                "\"v1\"",
+                &[("ETag", "\"v1\""), ("Cache-Control", cc), ("Set-Cookie", "session=revalidator")],
+                origin::ok(b"stored body", &[("ETag", "\"v1\""), ("Cache-Control", "max-age=0")]),
+            )
+        });
+        let cache = v.start(&origin);
+        assert_response(&cache.get("/c", &[]), 200, b"stored body");
+        let r = cache.get("/c", &["Cookie: who=revalidator"]);
+        assert_response(&r, 200, b"stored body");
+        assert_eq!(origin.count("/c"), 2);
+        let reval = last_request(&origin, "/c");
+        assert_eq!(reval.header("if-none-match"), Some("\"v1\""));
+        assert_eq!(reval.header("cookie"), Some("who=revalidator"));
+        assert_eq!(r.values("set-cookie"), vec!["session=revalidator"], "{:?}", r.headers);
+        assert_eq!(r.header("cache-control"), Some("max-age=3600"), "freshened");
+        let next = cache.get("/c", &["Cookie: who=someone-else"]);
+        assert_response(&next, 200, b"stored body");
+        assert_eq!(origin.count("/c"), 2, "the 304 made the stored response fresh");
+        assert!(next.header("set-cookie").is_none(), "another client's cookie: {:?}", next.headers);
+
+        // The revalidating client's own conditional request: a 304, with its cookie.
+        assert_response(&cache.get("/k", &[]), 200, b"stored body");
+        let r = cache.get("/k", &["If-None-Match: \"v1\""]);
+        assert_eq!(r.status, 304, "{:?}", r.headers);
+        assert_eq!(r.values("set-cookie"), vec!["session=revalidator"], "{:?}", r.headers);
+        assert!(cache.get("/k", &[]).header("set-cookie").is_none());
+        assert_eq!(origin.count("/k"), 2);
+
+        // Shared explicitly (`public`): stored with it, as a 200 with it would be.
+        assert_response(&cache.get("/shared", &[]), 200, b"stored body");
+        let r = cache.get("/shared", &[]);
+        assert_eq!(r.values("set-cookie"), vec!["session=revalidator"], "{:?}", r.headers);
+        let next = cache.get("/shared", &[]);
+        assert_eq!(next.values("set-cookie"), vec!["session=revalidator"], "{:?}", next.headers);
+        assert_eq!(origin.count("/shared"), 2);
+    }
+}
+
 /// The 304-update scenario of RFC 9111 §3.2 / §4.3.4 with a body of `len` bytes.
 fn update_304(v: Variant, len: usize) {
     let body = content(len, 304);

@@ -230,6 +230,95 @@ matrix! {
         assert_eq!(origin.count("/v"), 2);
     }
 
+    /// RFC 9111 §4.1 with RFC 9110 §7.6.1: the selecting fields are those of the request
+    /// the origin answered. A client that names `Origin` in `Connection` has it removed
+    /// before forwarding, so the origin answers "no Origin" (without
+    /// `Access-Control-Allow-Origin`). Guards against cache poisoning: that answer was
+    /// stored as the `Origin: https://player.example` variant, and every real player
+    /// then got it from the store and had the video blocked by its browser. It must be
+    /// stored as (and found by) the variant without `Origin`, and a real player's
+    /// request must reach the origin and get its `Access-Control-Allow-Origin`.
+    fn origin_named_in_connection_selects_the_variant_without_it(v) {
+        let origin = v.origin(crate::common::numbered(|req| {
+            let mut f = crate::common::fields(&[("Cache-Control", "max-age=3600"), ("Vary", "Origin")]);
+            if let Some(o) = req.header("origin") {
+                f.push(("Access-Control-Allow-Origin".into(), o.into()));
+            }
+            (200, f)
+        }));
+        let cache = v.start(&origin);
+        let player = "Origin: https://player.example";
+        let hostile = cache.get("/v", &[player, "Connection: Origin"]);
+        assert_response(&hostile, 200, &nth(1, "/v"));
+        assert!(hostile.header("access-control-allow-origin").is_none());
+        assert_eq!(origin.requests()[0].header("origin"), None, "Origin is hop-by-hop here");
+        let real = cache.get("/v", &[player]);
+        assert_response(&real, 200, &nth(2, "/v"));
+        assert_eq!(origin.count("/v"), 2, "the player's variant is not the one stored first");
+        assert_eq!(real.header("access-control-allow-origin"), Some("https://player.example"));
+        let again = cache.get("/v", &[player]);
+        assert_response(&again, 200, &nth(2, "/v"));
+        assert_eq!(again.header("access-control-allow-origin"), Some("https://player.example"));
+        // What the first request stored is the answer to "no Origin": found by requests
+        // without one, and by requests whose `Origin` is removed again.
+        assert_response(&cache.get("/v", &[]), 200, &nth(1, "/v"));
+        assert_response(&cache.get("/v", &[player, "Connection: origin"]), 200, &nth(1, "/v"));
+        assert_eq!(origin.count("/v"), 2);
+    }
+
+    /// The same rule for every field the cache does not forward (RFC 9110 §7.6.1 and
+    /// linerate's own removals): `Accept-Encoding` and a custom field named in
+    /// `Connection`, a name with `_` (never forwarded: CGI reads it as the `-` name), and
+    /// `X-Forwarded-Host` (replaced by the cache's own, from the key). Each path varies
+    /// on one of them; the request carrying it is stored as the variant of what the
+    /// origin saw, so it never selects (or poisons) the variant of the value it sent.
+    /// Before the fix each first request was stored under the value the client sent.
+    fn fields_the_origin_never_saw_select_no_variant(v) {
+        let origin = v.origin(crate::common::numbered(|req| {
+            let vary = match req.path() {
+                "/ae" => "Accept-Encoding",
+                "/custom" => "X-Custom",
+                "/underscore" => "X_Variant",
+                _ => "X-Forwarded-Host",
+            };
+            (200, crate::common::fields(&[("Cache-Control", "max-age=3600"), ("Vary", vary)]))
+        }));
+        let cache = v.start(&origin);
+        // Named in `Connection`: the first request is the origin's answer to none; a
+        // request that really sends the field is another variant (one more origin
+        // request); one without it finds the first.
+        for (path, field, name) in [
+            ("/ae", "Accept-Encoding: gzip", "Accept-Encoding"),
+            ("/custom", "X-Custom: a", "X-Custom"),
+        ] {
+            let hop = format!("Connection: {name}");
+            assert_response(&cache.get(path, &[field, &hop]), 200, &nth(1, path));
+            assert_eq!(last_request(&origin, path).header(name), None, "{path}");
+            assert_response(&cache.get(path, &[field]), 200, &nth(2, path));
+            assert_eq!(origin.count(path), 2, "{path}: the sent value's own variant");
+            assert_response(&cache.get(path, &[]), 200, &nth(1, path));
+            assert_response(&cache.get(path, &[field, &hop]), 200, &nth(1, path));
+            assert_response(&cache.get(path, &[field]), 200, &nth(2, path));
+            assert_eq!(origin.count(path), 2, "{path}: both variants are stored");
+        }
+        // Never forwarded at all: whatever the client sends, the origin saw the same
+        // request, so there is one variant.
+        for (path, sent) in [
+            ("/underscore", ["X_Variant: a", "X_Variant: b"]),
+            ("/xfh", ["X-Forwarded-Host: evil.example", "X-Forwarded-Host: other.example"]),
+        ] {
+            assert_response(&cache.get(path, &[sent[0]]), 200, &nth(1, path));
+            assert_response(&cache.get(path, &[]), 200, &nth(1, path));
+            assert_response(&cache.get(path, &[sent[1]]), 200, &nth(1, path));
+            assert_eq!(origin.count(path), 1, "{path}: one variant");
+        }
+        assert_eq!(
+            last_request(&origin, "/xfh").header("x-forwarded-host"),
+            Some("test"),
+            "the origin sees the cache's own X-Forwarded-Host"
+        );
+    }
+
     /// RFC 9111 §4.3.1: a cache validating a stored response sends the request's
     /// selecting header fields (those named by `Vary`) with the conditional request,
     /// so the origin selects the same variant; the matching variant's `ETag` is sent.
