@@ -79,9 +79,7 @@ pub(crate) async fn respond(
     // the server, which this cache does not relay: `bad_form`, as other refusals, 400.
     let target = match path::normalize_proxy_target(head.target) {
         Ok(t) => t,
-        Err(e) => {
-            return crate::response::refused(worker, e.into(), persistence)
-        }
+        Err(e) => return crate::response::refused(worker, e.into(), persistence),
     };
     // RFC 9112 §3.2: an HTTP/1.0 request may lack Host; it is keyed under an empty host.
     let host = key::host_of(head.authority().unwrap_or(b""));
