@@ -276,7 +276,7 @@ fn admin_post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
     s.set_read_timeout(Some(WAIT)).unwrap();
     write!(
         s,
-        "{} {path} HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         if path.starts_with("/fill/") { "PUT" } else { "POST" },
         body.len()
     )
@@ -394,7 +394,7 @@ fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
     s.set_read_timeout(Some(WAIT)).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut answer = Vec::new();
