@@ -111,18 +111,7 @@ fn raw_get(server: &Server, target: &str) -> (u16, String) {
 }
 
 fn raw(server: &Server, request: &str) -> (u16, String) {
-    let out = server.raw(request.as_bytes());
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line for {request:?}: {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    status_and_body(&server.raw(request.as_bytes()))
 }
 
 /// Guards finding 1's reproduction: with one route for `/public/`, every spelling of a
@@ -283,13 +272,7 @@ fn admin_post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
     .unwrap();
     let mut answer = Vec::new();
     s.read_to_end(&mut answer).unwrap();
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    status_and_body(&answer)
 }
 
 fn with_admin(config: CacheConfig) -> CacheConfig {
@@ -399,13 +382,7 @@ fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
     .unwrap();
     let mut answer = Vec::new();
     s.read_to_end(&mut answer).unwrap();
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    status_and_body(&answer)
 }
 
 /// Guards prefetch: the playlist spells its segments `%73eg1.ts`; a prefetch is
@@ -461,4 +438,19 @@ fn prefetched_segments_are_the_objects_clients_ask_for() {
         origin.requests()
     );
     cache.stop();
+}
+
+/// An answer's status and body (panics, naming the answer, when it has no status line).
+fn status_and_body(answer: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(answer).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }
