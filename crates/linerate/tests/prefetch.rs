@@ -446,3 +446,94 @@ fn cmcd_query_argument_is_read_and_kept_out_of_the_key() {
     );
     assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 1);
 }
+
+/// GET `path` with `Range: <range>` (issue 23: how libavformat and AVPlayer ask).
+fn get_range(srv: &Server, path: &str, range: &str) -> support::Response {
+    srv.get(path, &[&format!("Range: {range}")])
+}
+
+/// A segment read as libavformat reads it (`Range: bytes=0-`): a 206 with all of it.
+fn get_segment_from_start(srv: &Server, path: &str) -> CacheStatus {
+    let r = get_range(srv, path, "bytes=0-");
+    assert_eq!(r.status, 206, "{path}");
+    assert_eq!(r.body, segment_body(path), "{path}");
+    CacheStatus::of(&r)
+}
+
+matrix! {
+    /// Issue 23 part 1, guards: a client that asks for the playlist and every segment
+    /// with `Range: bytes=0-` (ffmpeg, mpv, Kodi, smart TVs: libavformat) gets the
+    /// playlist read (it was served as a 206 and never read before) and the segments
+    /// after the first as prefetched hits, each fetched from the origin once.
+    fn ranged_clients_get_prefetched_hits(v) {
+        let origin = v.origin(handler(CACHEABLE));
+        let cache = config(v, &origin, 2).start();
+        let r = get_range(&cache, "/v/index.m3u8", "bytes=0-");
+        assert_eq!(r.status, 206);
+        wait_metric(&cache, "linerate_cache_prefetch_playlists_read_total", 1);
+        assert!(!get_segment_from_start(&cache, "/v/seg0.ts").is_hit());
+        for i in 1..=2 {
+            let p = format!("/v/seg{i}.ts");
+            assert!(origin.wait_count(&p, 1, WAIT), "{p} prefetched");
+        }
+        for i in 1..=4 {
+            let p = format!("/v/seg{i}.ts");
+            // The prefetch may still be writing: a request then joins it (collapsed),
+            // never a second origin request.
+            let cs = get_segment_from_start(&cache, &p);
+            assert!(cs.is_hit() || cs.collapsed, "{p}: {cs:?}");
+            assert!(origin.wait_count(&format!("/v/seg{}.ts", i + 2), 1, WAIT), "seg{} prefetched", i + 2);
+        }
+        settle();
+        for i in 0..=6 {
+            assert_eq!(origin.count(&format!("/v/seg{i}.ts")), 1, "seg{i}");
+        }
+        assert_eq!(origin.count("/v/seg7.ts"), 0, "only k ahead");
+        assert_eq!(origin.count("/v/index.m3u8"), 1);
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 6);
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 4);
+        origin.assert_no_panics();
+    }
+}
+
+/// Issue 23 part 1, guards: a `HEAD`, a probe (`bytes=0-0`, `bytes=0-1`) and a tail
+/// read (`bytes=-100`, as a reader after an MP4's `moov` asks) of a segment move no
+/// prefetch on (they did before: every 2xx of a segment counted); a range continuing
+/// the client's previous one (`bytes=2-` after `bytes=0-1`) does, once.
+#[test]
+fn probes_head_and_tail_reads_do_not_prefetch() {
+    let origin = Origin::start(handler(CACHEABLE));
+    let cache = CacheConfig::new(&origin)
+        .route("slice_bytes = 0\nprefetch_segments = 2")
+        .start();
+    load_playlist(&cache);
+    let head = cache.request("HEAD", "/v/seg0.ts", &[]);
+    assert_eq!(head.status, 200);
+    let len = segment_body("/v/seg0.ts").len();
+    for (range, want) in [
+        ("bytes=0-0", "bytes 0-0/"),
+        ("bytes=-100", &*format!("bytes {}-{}/", len - 100, len - 1)),
+        ("bytes=0-1", "bytes 0-1/"),
+    ] {
+        let r = get_range(&cache, "/v/seg0.ts", range);
+        assert_eq!(r.status, 206, "{range}");
+        let cr = r.header("content-range").unwrap_or_default();
+        assert!(cr.starts_with(want), "{range}: {cr}");
+    }
+    settle();
+    assert_eq!(origin.count("/v/seg1.ts"), 0, "{:?}", origin.requests());
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 0);
+    // The rest of the segment after the probe: played.
+    let r = get_range(&cache, "/v/seg0.ts", "bytes=2-");
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, segment_body("/v/seg0.ts")[2..]);
+    assert!(origin.wait_count("/v/seg1.ts", 1, WAIT));
+    assert!(origin.wait_count("/v/seg2.ts", 1, WAIT));
+    settle();
+    assert_eq!(origin.count("/v/seg0.ts"), 1, "{:?}", origin.requests());
+    assert_eq!(origin.count("/v/seg1.ts"), 1);
+    assert_eq!(origin.count("/v/seg2.ts"), 1);
+    assert_eq!(origin.count("/v/seg3.ts"), 0);
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 2);
+    origin.assert_no_panics();
+}
