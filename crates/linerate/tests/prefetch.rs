@@ -537,3 +537,121 @@ fn probes_head_and_tail_reads_do_not_prefetch() {
     assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 2);
     origin.assert_no_panics();
 }
+
+/// A CloudFront-style signed query for `session`'s segment `i`: base64 signature with
+/// its `+`, `/` and `=` percent-encoded, as signed URLs carry them.
+fn signed(session: &str, i: u32) -> String {
+    format!("Expires=1700000000&Signature={session}%2B{i}%2F%3D%3D&Key-Pair-Id=K2")
+}
+
+/// `/v/index.m3u8?session=S` lists `seg{i}.ts?<signed(S, i)>`; segments are cacheable.
+fn signed_handler(r: &Request) -> Reply {
+    let path = r.path();
+    if let Some(session) = path.strip_prefix("/v/index.m3u8?session=") {
+        let uris: Vec<String> = (0..10)
+            .map(|i| format!("seg{i}.ts?{}", signed(session, i)))
+            .collect();
+        let uris: Vec<&str> = uris.iter().map(String::as_str).collect();
+        return origin::ok(
+            &playlist(&uris),
+            &[PLAYLIST_TYPE, ("Cache-Control", "max-age=60")],
+        );
+    }
+    origin::ok(&segment_body(path), CACHEABLE)
+}
+
+/// Issue 23 part 5: with per-session signed tokens in the segment URIs, prefetch sends
+/// exactly the URI the playlist names (the origin receives the token; before, a query
+/// with a percent-encoded `/` was not followed at all) and keys it as the route's
+/// `query` setting keys the player's own request, so the player's next requests hit.
+/// A second session: with `query = "include"` its tokens name other objects (fetched
+/// once each, with its own token); with `"ignore"` they are the same objects (hits,
+/// nothing more from the origin).
+fn signed_segment_uris_are_prefetched_as_named(query: &str) {
+    let origin = Origin::start(signed_handler);
+    let cache = CacheConfig::new(&origin)
+        .route(&format!(
+            "slice_bytes = 0\nprefetch_segments = 2\nquery = \"{query}\""
+        ))
+        .start();
+    let seg = |s: &str, i: u32| format!("/v/seg{i}.ts?{}", signed(s, i));
+    let play = |s: &str, playlists_read: u64| {
+        let r = cache.get(&format!("/v/index.m3u8?session={s}"), &[]);
+        assert_eq!(r.status, 200);
+        wait_metric(
+            &cache,
+            "linerate_cache_prefetch_playlists_read_total",
+            playlists_read,
+        );
+        for i in 0..=3 {
+            let p = seg(s, i);
+            let r = cache.get(&p, &[]);
+            assert_eq!(r.status, 200, "{p}");
+            assert_eq!(r.body, segment_body(&p), "{p}");
+            let cs = CacheStatus::of(&r);
+            if i > 0 {
+                assert!(cs.is_hit() || cs.collapsed, "{p}: {cs:?}");
+            }
+            // Each segment played asks for the next two, with the token the playlist
+            // gave them.
+            for n in [i + 1, i + 2] {
+                assert!(
+                    origin.wait_count(&seg(s, n), 1, WAIT),
+                    "{} prefetched",
+                    seg(s, n)
+                );
+            }
+        }
+    };
+    play("alice", 1);
+    settle();
+    for i in 0..=5 {
+        assert_eq!(
+            origin.count(&seg("alice", i)),
+            1,
+            "seg{i}: {:?}",
+            origin.requests()
+        );
+    }
+    assert_eq!(origin.count(&seg("alice", 6)), 0, "only k ahead");
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 3);
+    // Bob: his own playlist and tokens.
+    match query {
+        "include" => {
+            play("bob", 2);
+            settle();
+            for i in 0..=5 {
+                assert_eq!(origin.count(&seg("bob", i)), 1, "seg{i}");
+            }
+            assert_eq!(origin.count("/v/index.m3u8?session=bob"), 1);
+            assert_eq!(origin.total(), 2 * 7, "{:?}", origin.requests());
+        }
+        _ => {
+            // One object per path whatever the token: every one Alice played or had
+            // prefetched is a hit for Bob (and the window his plays move on is already
+            // there: 4 and 5).
+            for i in 0..=3 {
+                let r = cache.get(&seg("bob", i), &[]);
+                assert_eq!(r.status, 200);
+                assert!(
+                    CacheStatus::of(&r).is_hit(),
+                    "seg{i}: {:?}",
+                    CacheStatus::of(&r)
+                );
+            }
+            settle();
+            assert_eq!(origin.total(), 7, "{:?}", origin.requests());
+        }
+    }
+    origin.assert_no_panics();
+}
+
+#[test]
+fn signed_segment_uris_are_prefetched_as_named_query_include() {
+    signed_segment_uris_are_prefetched_as_named("include");
+}
+
+#[test]
+fn signed_segment_uris_are_prefetched_as_named_query_ignore() {
+    signed_segment_uris_are_prefetched_as_named("ignore");
+}
