@@ -145,15 +145,21 @@ impl Memory {
     }
 
     /// Whether the playlist copy keyed `key` and created at `created_ms` is new to
-    /// this memory (and remember it as read).
+    /// this memory (and remember it as read: whoever gets `true` reads it).
     pub(crate) fn first_read(&self, key: &[u8], created_ms: u64) -> bool {
         let mut read = lock(&self.read);
         if read.get(key) == Some(created_ms) {
             return false;
         }
         read.insert(key, created_ms);
-        self.playlists.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// A playlist copy [`Memory::first_read`] let through was read: its body parsed and
+    /// what follows each of its segments remembered. Counted only then, so a client
+    /// that sees the count go up finds the segments known (nothing else waits on it).
+    pub(crate) fn playlist_read(&self) {
+        self.playlists.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Where the last range sent under `client_key` (a client and a segment) ended, and
@@ -412,6 +418,8 @@ mod tests {
         assert!(m.first_read(b"p", 1));
         assert!(!m.first_read(b"p", 1));
         assert!(m.first_read(b"p", 2), "a new copy is read again");
-        assert_eq!(m.counts().playlists, 2);
+        assert_eq!(m.counts().playlists, 0, "counted once read");
+        m.playlist_read();
+        assert_eq!(m.counts().playlists, 1);
     }
 }

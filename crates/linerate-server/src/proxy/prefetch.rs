@@ -219,6 +219,7 @@ async fn read_playlist(
     };
     if sequences.is_empty() {
         tracing::debug!(key = %String::from_utf8_lossy(&key), "no segments prefetch can read");
+        px.prefetch.playlist_read();
         return;
     }
     let opts = &px.routes[route].opts;
@@ -236,6 +237,8 @@ async fn read_playlist(
             }
         }
     }
+    // Counted once its segments are known (see `playlist_read`).
+    px.prefetch.playlist_read();
 }
 
 /// The segment `uri` names in a playlist requested as `base` on `host`, when prefetch
