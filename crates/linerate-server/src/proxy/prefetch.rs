@@ -100,10 +100,15 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
         // client's last range is kept for known segments only, so it holds no more
         // than the segments being read in ranges now.
         let content_range = response_field(&response.head, b"content-range");
-        let client_key = client_key(req, &req.key);
-        let previous_end = px
-            .prefetch
-            .swap_range_end(&client_key, playback::range_end(status, content_range));
+        // Only a 206 continues or is continued: a whole answer takes no lock here.
+        let previous_end = if status == 206 {
+            px.prefetch.swap_range_end(
+                &client_key(req, &req.key),
+                playback::range_end(status, content_range),
+            )
+        } else {
+            None
+        };
         let read = playback::classify(req.head_only, status, content_range, previous_end);
         if read.plays() {
             for t in next.iter().take(k as usize) {
