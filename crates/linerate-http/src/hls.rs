@@ -100,8 +100,9 @@ pub fn parse_media(body: &[u8]) -> Option<MediaPlaylist<'_>> {
 /// (`/path[?query]`) the playlist was requested with (RFC 3986 §5.2.2, dot segments
 /// removed per §5.2.4). Returns the origin-form target it names on the same host, or
 /// `None` for a reference with a scheme or an authority, with bytes outside visible
-/// ASCII, with a backslash, or with a percent-encoded `.` or `/` (which could hide a
-/// dot segment from §5.2.4 and from the caller's prefix check). The fragment is
+/// ASCII, with a backslash, or with a percent-encoded `.` or `/` in its path (which could
+/// hide a dot segment from §5.2.4 and from the caller's prefix check; in the query, kept
+/// as written, they are left alone). The fragment is
 /// dropped; a result starting `//` is refused too. `..` above the root stays at the root, as §5.2.4 says; whether the result
 /// is inside the part of the site the caller allows is the caller's check.
 pub fn resolve(base: &[u8], reference: &[u8]) -> Option<Vec<u8>> {
@@ -118,14 +119,17 @@ pub fn resolve(base: &[u8], reference: &[u8]) -> Option<Vec<u8>> {
     {
         return None;
     }
-    let lower = reference.to_ascii_lowercase();
-    if lower.windows(3).any(|w| w == b"%2e" || w == b"%2f") {
-        return None;
-    }
     if reference.starts_with(b"//") {
         return None;
     }
     let (ref_path, ref_query) = split_query(reference);
+    // Only the path has dot segments to hide: the query is kept byte for byte, so a
+    // signed or tokenised URI (`seg1.ts?Signature=ab%2Fc%3D`, base64 percent-encoded)
+    // is fetched exactly as the playlist names it, as the player will ask for it.
+    let lower = ref_path.to_ascii_lowercase();
+    if lower.windows(3).any(|w| w == b"%2e" || w == b"%2f") {
+        return None;
+    }
     // §4.2: a colon in the first segment means a scheme (a relative path would have to
     // be written `./a:b`).
     let first = ref_path.split(|&b| b == b'/').next().unwrap_or(b"");
@@ -334,6 +338,29 @@ mod tests {
             Some(&b"/v/a:b/c.ts"[..])
         );
         assert_eq!(resolve(b"relative", b"g"), None);
+    }
+
+    /// Signed and tokenised segment URIs: the query comes through byte for byte, its
+    /// percent-encoded `/`, `+`, `=` and `.` included (base64 signatures, CDN tokens);
+    /// only the path is checked for disguised dots.
+    #[test]
+    fn a_signed_uri_keeps_its_query_exactly() {
+        let base = b"/v/index.m3u8?session=s1";
+        for r in [
+            "seg1.ts?token=abc",
+            "seg1.ts?Expires=1700000000&Signature=ab%2Bc%2Fd%3D%3D&Key-Pair-Id=K2",
+            "seg1.ts?hdnts=exp=1700000000~acl=%2Fv%2F*~hmac=0f3e",
+            "seg1.ts?p=%2e%2e%2Fx",
+        ] {
+            let want = format!("/v/{r}");
+            assert_eq!(
+                resolve(base, r.as_bytes()).as_deref(),
+                Some(want.as_bytes()),
+                "{r}"
+            );
+        }
+        assert_eq!(resolve(base, b"%2e%2e/x.ts?t=1"), None, "the path still is");
+        assert_eq!(resolve(base, b"a%2Fb.ts?t=%2F"), None);
     }
 
     proptest! {

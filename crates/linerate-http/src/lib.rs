@@ -24,6 +24,7 @@ pub mod hls;
 pub mod mime;
 pub mod multipart;
 pub mod path;
+pub mod playback;
 pub mod range;
 pub mod request;
 pub mod response;

@@ -1,7 +1,8 @@
 //! What segment prefetch remembers, shared by every worker and bounded: which segments
 //! follow a segment (read from the media playlists served), which playlist copies were
-//! read already, which prefetched objects no client has asked for yet, the prefetch
-//! fills in flight per origin, and the counters `/metrics` shows.
+//! read already, where each client's last range of a segment ended (so a range that
+//! continues it counts as played), which prefetched objects no client has asked for
+//! yet, the prefetch fills in flight per origin, and the counters `/metrics` shows.
 //!
 //! Every memory here is a shortcut, never a correctness matter: past its bound the
 //! oldest half is forgotten (two generations: a lookup moves an entry to the current
@@ -21,6 +22,10 @@ const MAX_SEGMENTS: usize = 8192;
 const MAX_PLAYLISTS: usize = 4096;
 /// Prefetched objects remembered until used (past it the oldest counts as wasted).
 const MAX_UNUSED: usize = 16384;
+/// Ranges remembered (client and segment → where the last one sent ended), per
+/// generation: one per client reading a segment in ranges now, a few thousand at once
+/// on a busy edge; a forgotten one only makes a continuing range not count.
+const MAX_RANGES: usize = 8192;
 
 /// A prefetched object no client asked for within this is counted as wasted (and a
 /// later request for it is not counted as a use). Prefetch runs k segments ahead of a
@@ -102,6 +107,7 @@ pub(crate) struct Counts {
 pub(crate) struct Memory {
     next: Mutex<TwoGen<Next>>,
     read: Mutex<TwoGen<u64>>,
+    ranges: Mutex<TwoGen<u64>>,
     unused: Mutex<Unused>,
     in_flight: Vec<AtomicU32>,
     issued: AtomicU64,
@@ -117,6 +123,7 @@ impl Memory {
         Memory {
             next: Mutex::new(TwoGen::new(MAX_SEGMENTS)),
             read: Mutex::new(TwoGen::new(MAX_PLAYLISTS)),
+            ranges: Mutex::new(TwoGen::new(MAX_RANGES)),
             unused: Mutex::new(Unused::default()),
             in_flight: (0..origins).map(|_| AtomicU32::new(0)).collect(),
             issued: AtomicU64::new(0),
@@ -138,15 +145,32 @@ impl Memory {
     }
 
     /// Whether the playlist copy keyed `key` and created at `created_ms` is new to
-    /// this memory (and remember it as read).
+    /// this memory (and remember it as read: whoever gets `true` reads it).
     pub(crate) fn first_read(&self, key: &[u8], created_ms: u64) -> bool {
         let mut read = lock(&self.read);
         if read.get(key) == Some(created_ms) {
             return false;
         }
         read.insert(key, created_ms);
-        self.playlists.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// A playlist copy [`Memory::first_read`] let through was read: its body parsed and
+    /// what follows each of its segments remembered. Counted only then, so a client
+    /// that sees the count go up finds the segments known (nothing else waits on it).
+    pub(crate) fn playlist_read(&self) {
+        self.playlists.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Where the last range sent under `client_key` (a client and a segment) ended, and
+    /// remember `end` (one past the last byte of the range sent now) in its place.
+    pub(crate) fn swap_range_end(&self, client_key: &[u8], end: Option<u64>) -> Option<u64> {
+        let mut ranges = lock(&self.ranges);
+        let previous = ranges.get(client_key);
+        if let Some(end) = end {
+            ranges.insert(client_key, end);
+        }
+        previous
     }
 
     /// Take a prefetch slot of `origin` if fewer than `max` are in flight.
@@ -379,11 +403,23 @@ mod tests {
     }
 
     #[test]
+    fn range_ends_are_remembered_per_client_key() {
+        let m = Memory::new(1);
+        assert_eq!(m.swap_range_end(b"c1 seg", Some(2)), None);
+        assert_eq!(m.swap_range_end(b"c2 seg", None), None, "another client");
+        assert_eq!(m.swap_range_end(b"c1 seg", Some(100)), Some(2));
+        assert_eq!(m.swap_range_end(b"c1 seg", None), Some(100));
+        assert_eq!(m.swap_range_end(b"c1 seg", None), Some(100), "kept");
+    }
+
+    #[test]
     fn a_playlist_copy_is_read_once() {
         let m = Memory::new(1);
         assert!(m.first_read(b"p", 1));
         assert!(!m.first_read(b"p", 1));
         assert!(m.first_read(b"p", 2), "a new copy is read again");
-        assert_eq!(m.counts().playlists, 2);
+        assert_eq!(m.counts().playlists, 0, "counted once read");
+        m.playlist_read();
+        assert_eq!(m.counts().playlists, 1);
     }
 }

@@ -3,6 +3,13 @@
 //! served segment `i` of a playlist, or of one of the MPD's representations, starts
 //! fills of segments `i+1..=i+k` in the background, so sequential playback hits.
 //!
+//! Ranged requests count (libavformat asks for everything with `Range: bytes=0-`): a
+//! playlist or MPD is read from its stored copy, so whatever range a client asked, it
+//! is read when that copy is whole. A segment is played when it is read as a player
+//! reads it (`linerate_http::playback::classify`): whole, from its start past a probe,
+//! or continuing the range the same client (by address) was last sent of it; a `HEAD`,
+//! a probe (`bytes=0-1`) or a tail read moves nothing on.
+//!
 //! A prefetch is an ordinary fill: it claims its key in the one table every worker
 //! uses (`fills`), so a client asking meanwhile joins it, and a key already stored,
 //! being written or being fetched is never fetched again. It never waits: at most
@@ -10,7 +17,10 @@
 //! is skipped. Client fills take no slot and are never held back.
 //!
 //! What is followed: only URIs relative to the playlist's host (no scheme, no
-//! authority), resolved per RFC 3986 (`linerate_http::hls::resolve`), then normalised
+//! authority), resolved per RFC 3986 (`linerate_http::hls::resolve`; the query, a
+//! signed URL's token included, kept byte for byte and keyed as the route's `query`
+//! setting keys a client's request, so a prefetched object is the one the player then
+//! asks for with the same URI), then normalised
 //! as a client's request is (`linerate_http::path::normalize_proxy_target`), whose path
 //! stays under the playlist route's `path_prefix` and which a route serves (for an MPD:
 //! each `BaseURL` resolved in turn, then the segment). The parsing is `linerate_http::hls`
@@ -31,7 +41,7 @@ use std::sync::Arc;
 use linerate_cache::Lookup;
 use linerate_http::cache::key::{self, Scheme};
 use linerate_http::cache::RequestCacheControl;
-use linerate_http::{dash, hls, path, Method};
+use linerate_http::{dash, hls, path, playback, Method};
 
 use super::ahead::{Next, Target};
 use super::fill::{self, Job, SliceJob};
@@ -72,22 +82,40 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
         None
     };
     if let Some(kind) = manifest {
-        if status == 200 {
-            tokio::task::spawn_local(read_playlist(
-                Rc::clone(pw),
-                kind,
-                req.scheme,
-                req.host.clone(),
-                req.target.clone(),
-                req.key.clone(),
-                req.route,
-            ));
-        }
+        // Whatever range was asked (a 206 to libavformat's `bytes=0-`, or a probe): what
+        // is read is the stored copy, and only when it is whole (`read_playlist`).
+        tokio::task::spawn_local(read_playlist(
+            Rc::clone(pw),
+            kind,
+            req.scheme,
+            req.host.clone(),
+            req.target.clone(),
+            req.key.clone(),
+            req.route,
+        ));
         return;
     }
     if let Some(next) = px.prefetch.next(&req.key) {
-        for t in next.iter().take(k as usize) {
-            start(pw, req, t);
+        // A segment of a playlist read: played, or only probed? The memory of each
+        // client's last range is kept for known segments only, so it holds no more
+        // than the segments being read in ranges now.
+        let content_range = response_field(&response.head, b"content-range");
+        // Only a 206 continues or is continued: a whole answer takes no lock here.
+        let previous_end = if status == 206 {
+            px.prefetch.swap_range_end(
+                &client_key(req, &req.key),
+                playback::range_end(status, content_range),
+            )
+        } else {
+            None
+        };
+        let read = playback::classify(req.head_only, status, content_range, previous_end);
+        if read.plays() {
+            for t in next.iter().take(k as usize) {
+                start(pw, req, t);
+            }
+        } else {
+            tracing::debug!(key = %String::from_utf8_lossy(&req.key), read = read.as_str(), "segment not played");
         }
     }
     // CTA-5004 `nor`: the player names its next object itself (a rendition switch, a
@@ -100,6 +128,20 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
             start(pw, req, &t);
         }
     }
+}
+
+/// The memory key of `req`'s client's ranges of the object keyed `key`: the client's
+/// address (no other identity: clients behind one address share it, and then a range
+/// may count as continuing another's, which at worst prefetches what that address is
+/// playing anyway) and the key.
+fn client_key(req: &CacheRequest<'_>, key: &[u8]) -> Vec<u8> {
+    let mut out = match req.peer {
+        Some(ip) => ip.to_string().into_bytes(),
+        None => Vec::new(),
+    };
+    out.push(b' ');
+    out.extend_from_slice(key);
+    out
 }
 
 /// A field of an encoded response head (the first one named `name`).
@@ -182,6 +224,7 @@ async fn read_playlist(
     };
     if sequences.is_empty() {
         tracing::debug!(key = %String::from_utf8_lossy(&key), "no segments prefetch can read");
+        px.prefetch.playlist_read();
         return;
     }
     let opts = &px.routes[route].opts;
@@ -199,6 +242,8 @@ async fn read_playlist(
             }
         }
     }
+    // Counted once its segments are known (see `playlist_read`).
+    px.prefetch.playlist_read();
 }
 
 /// The segment `uri` names in a playlist requested as `base` on `host`, when prefetch
