@@ -178,7 +178,7 @@ impl Sender<'_> {
                     resident_until = offset + window;
                 } else {
                     went_cold = true;
-                    self.from_pool(file, &mut offset, window, end).await?;
+                    self.send_from_pool(file, &mut offset, window, end).await?;
                     continue;
                 }
             }
@@ -234,7 +234,7 @@ impl Sender<'_> {
     /// Send (part of) the window `[*offset, *offset+len)` from the disk pool; the rest of
     /// the response (up to `end`) is read ahead. Returns once the pool is done with
     /// it; on `EAGAIN` after waiting until the socket takes more.
-    async fn from_pool(
+    async fn send_from_pool(
         &mut self,
         file: &File,
         offset: &mut u64,
