@@ -37,6 +37,10 @@ pub(crate) const SENDFILE_CHUNK: usize = 2 * 1024 * 1024;
 /// window is read by the pool in one job, so this is also the cold-read size.
 const RESIDENCY_WINDOW: u64 = 2 * 1024 * 1024;
 
+/// The longest body sent without a residency check when its file was found resident a
+/// moment ago (`openfiles::HOT_RECHECK`).
+const HOT_MAX_BYTES: u64 = 1024 * 1024;
+
 /// Send one response completely. `sent` is set to the bytes handed to the kernel (head
 /// included), also when the transfer fails part-way; they are counted in the worker's
 /// statistics once, at the end.
@@ -164,6 +168,11 @@ impl Sender<'_> {
         let end = range.start + range.len;
         let mut offset = range.start;
         let start = Instant::now();
+        // Only a short body skips the check: there one `cachestat` is a good share of
+        // the response's system calls. A larger one is checked every time (one call per
+        // 2 MiB window next to its sends), since a wrong guess there would hold the
+        // loop for a long disk read.
+        let hot = hot.filter(|_| range.len <= HOT_MAX_BYTES);
         let skip = hot.is_some_and(|h| h.covers(start, offset, end));
         // Bytes up to here may be sent inline.
         let mut resident_until = if skip { end } else { offset };
