@@ -240,9 +240,14 @@ pub const LOOP_IO_BOUNDS_US: &[u64] = &[
     10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000,
 ];
 
-/// A file send on the event loop longer than this counts as a stall (it most likely
-/// waited for the disk: 2 MiB from the page cache to a socket takes well under this).
+/// A file send on the event loop longer than this, plus [`STALL_NS_PER_BYTE`] for each
+/// byte it moved, counts as a stall: it most likely waited for the disk.
 pub const STALL_NS: u64 = 1_000_000;
+
+/// The time a send from memory may take per byte before it counts as a stall (1 GB/s;
+/// on loopback, where the receiver's TCP work runs in the sender's call, one core moves
+/// about 2 GB/s, so a 2 MiB send takes ~1 ms without any disk).
+pub const STALL_NS_PER_BYTE: u64 = 1;
 
 /// How a TLS connection's handshake ended, and which path its records took (the labels
 /// of `linerate_tls_handshakes_total`).
@@ -732,12 +737,13 @@ impl WorkerStats {
         }
     }
 
-    /// A file send (or read) on the event loop took `ns` nanoseconds; over
-    /// [`STALL_NS`] it counts as a stall of the whole worker.
+    /// A file send (or read) on the event loop took `ns` nanoseconds to move `bytes`;
+    /// over [`STALL_NS`] (plus [`STALL_NS_PER_BYTE`] per byte) it counts as a stall of
+    /// the whole worker.
     #[inline]
-    pub fn loop_io(&self, ns: u64) {
+    pub fn loop_io(&self, ns: u64, bytes: u64) {
         self.loop_io.observe(ns / 1_000);
-        if ns > STALL_NS {
+        if ns > STALL_NS.saturating_add(bytes.saturating_mul(STALL_NS_PER_BYTE)) {
             bump(&self.stall_ns, ns);
             bump(&self.stalls, 1);
         }
@@ -905,16 +911,18 @@ mod tests {
     fn only_slow_loop_io_counts_as_a_stall() {
         // Guards linerate_worker_stall_seconds_total: a send from memory (tens of µs)
         // is observed but is no stall; one that waited 3 ms for a disk is both.
+        // A 2 MiB send from memory to loopback takes ~1 ms: no stall either.
         let s = WorkerStats::new();
-        s.loop_io(40_000);
-        s.loop_io(STALL_NS);
+        s.loop_io(40_000, 65_536);
+        s.loop_io(STALL_NS, 0);
+        s.loop_io(2_500_000, 2 << 20);
         assert_eq!((s.snapshot().stalls, s.snapshot().stall_ns), (0, 0));
-        s.loop_io(3_000_000);
+        s.loop_io(3_000_000, 65_536);
         let snap = s.snapshot();
         assert_eq!((snap.stalls, snap.stall_ns), (1, 3_000_000));
         let (buckets, sum_us) = s.loop_io.read();
-        assert_eq!(buckets.iter().sum::<u64>(), 3);
-        assert_eq!(sum_us, 40 + 1_000 + 3_000);
+        assert_eq!(buckets.iter().sum::<u64>(), 4);
+        assert_eq!(sum_us, 40 + 1_000 + 2_500 + 3_000);
         s.pool_send(2 << 20);
         let mut sum = Snapshot::default();
         sum.add(&s.snapshot());

@@ -121,7 +121,8 @@ impl Writer<'_> {
             let before = std::time::Instant::now();
             let read = file.read_at(&mut self.plain[len..], offset);
             if let Some(stats) = self.worker.request_stats() {
-                stats.loop_io(u64::try_from(before.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                let ns = u64::try_from(before.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                stats.loop_io(ns, read.as_ref().map_or(0, |&n| n as u64));
             }
             match read {
                 Ok(0) => {
