@@ -241,7 +241,8 @@ pub const LOOP_IO_BOUNDS_US: &[u64] = &[
 ];
 
 /// A file send on the event loop longer than this, plus [`STALL_NS_PER_BYTE`] for each
-/// byte it moved, counts as a stall: it most likely waited for the disk.
+/// byte it moved, counts as a stall: it waited for the disk, or the thread was
+/// preempted inside the call (wall time; either way the loop served nothing).
 pub const STALL_NS: u64 = 1_000_000;
 
 /// The time a send from memory may take per byte before it counts as a stall (1 GB/s;

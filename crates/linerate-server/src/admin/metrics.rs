@@ -352,7 +352,7 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
         &mut out,
         "linerate_worker_stall_seconds_total",
         "counter",
-        "Seconds each worker's event loop spent in file sends (and user-space TLS file reads) that took over 1 ms plus 1 ns per byte moved: most likely waiting for a disk, with every connection of that worker waiting too.",
+        "Seconds each worker's event loop spent in file sends (and user-space TLS file reads) that took over 1 ms plus 1 ns per byte moved (wall time: a disk wait, or the worker preempted inside the call), with every connection of that worker waiting too.",
     );
     for (i, w) in scrape.workers.iter().enumerate() {
         let _ = writeln!(
