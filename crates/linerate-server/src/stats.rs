@@ -233,6 +233,23 @@ pub const DELIVERY_RATE_BOUNDS: &[u64] = &[
 /// Congestion window, segments: the initial window (10) to a loopback-sized window.
 pub const CWND_BOUNDS: &[u64] = &[10, 20, 40, 80, 160, 320, 640, 1_280, 2_560, 10_000];
 
+/// Duration of one file send (or read) made on the event loop, microseconds: a
+/// `sendfile` from the page cache takes tens of µs per 64 KiB; one that waits for a
+/// disk takes milliseconds, and every other connection of that worker waits with it.
+pub const LOOP_IO_BOUNDS_US: &[u64] = &[
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000,
+];
+
+/// A file send on the event loop longer than this, plus [`STALL_NS_PER_BYTE`] for each
+/// byte it moved, counts as a stall: it waited for the disk, or the thread was
+/// preempted inside the call (wall time; either way the loop served nothing).
+pub const STALL_NS: u64 = 1_000_000;
+
+/// The time a send from memory may take per byte before it counts as a stall (1 GB/s;
+/// on loopback, where the receiver's TCP work runs in the sender's call, one core moves
+/// about 2 GB/s, so a 2 MiB send takes ~1 ms without any disk).
+pub const STALL_NS_PER_BYTE: u64 = 1;
+
 /// How a TLS connection's handshake ended, and which path its records took (the labels
 /// of `linerate_tls_handshakes_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -573,6 +590,13 @@ pub struct WorkerStats {
     log_dropped: AtomicU64,
     log_errors: AtomicU64,
     refusals: [AtomicU64; Refusal::ALL.len()],
+    /// Durations of the file sends (and user-space TLS file reads) made on the event
+    /// loop.
+    pub loop_io: Histogram,
+    stall_ns: AtomicU64,
+    stalls: AtomicU64,
+    pool_sends: AtomicU64,
+    pool_bytes: AtomicU64,
 }
 
 impl Default for WorkerStats {
@@ -614,6 +638,14 @@ pub struct Snapshot {
     pub log_errors: u64,
     /// Requests refused, per [`Refusal`].
     pub refusals: [u64; Refusal::ALL.len()],
+    /// Nanoseconds the event loop spent in file sends longer than [`STALL_NS`].
+    pub stall_ns: u64,
+    /// File sends on the event loop longer than [`STALL_NS`].
+    pub stalls: u64,
+    /// Windows not in the page cache sent by the disk pool instead of the event loop.
+    pub pool_sends: u64,
+    /// Bytes those sent.
+    pub pool_bytes: u64,
 }
 
 impl Snapshot {
@@ -646,6 +678,10 @@ impl Snapshot {
         self.log_lines += o.log_lines;
         self.log_dropped += o.log_dropped;
         self.log_errors += o.log_errors;
+        self.stall_ns += o.stall_ns;
+        self.stalls += o.stalls;
+        self.pool_sends += o.pool_sends;
+        self.pool_bytes += o.pool_bytes;
     }
 
     /// All requests answered.
@@ -694,7 +730,30 @@ impl WorkerStats {
             log_dropped: AtomicU64::new(0),
             log_errors: AtomicU64::new(0),
             refusals: [const { AtomicU64::new(0) }; Refusal::ALL.len()],
+            loop_io: Histogram::new(LOOP_IO_BOUNDS_US),
+            stall_ns: AtomicU64::new(0),
+            stalls: AtomicU64::new(0),
+            pool_sends: AtomicU64::new(0),
+            pool_bytes: AtomicU64::new(0),
         }
+    }
+
+    /// A file send (or read) on the event loop took `ns` nanoseconds to move `bytes`;
+    /// over [`STALL_NS`] (plus [`STALL_NS_PER_BYTE`] per byte) it counts as a stall of
+    /// the whole worker.
+    #[inline]
+    pub fn loop_io(&self, ns: u64, bytes: u64) {
+        self.loop_io.observe(ns / 1_000);
+        if ns > STALL_NS.saturating_add(bytes.saturating_mul(STALL_NS_PER_BYTE)) {
+            bump(&self.stall_ns, ns);
+            bump(&self.stalls, 1);
+        }
+    }
+
+    /// The disk pool sent a window that was not in the page cache (`bytes` of it).
+    pub fn pool_send(&self, bytes: u64) {
+        bump(&self.pool_sends, 1);
+        bump(&self.pool_bytes, bytes);
     }
 
     /// One response finished (completely or not): its status, cache status, duration.
@@ -810,6 +869,10 @@ impl WorkerStats {
         s.log_lines = r(&self.log_lines);
         s.log_dropped = r(&self.log_dropped);
         s.log_errors = r(&self.log_errors);
+        s.stall_ns = r(&self.stall_ns);
+        s.stalls = r(&self.stalls);
+        s.pool_sends = r(&self.pool_sends);
+        s.pool_bytes = r(&self.pool_bytes);
         for (x, y) in s.refusals.iter_mut().zip(self.refusals.iter()) {
             *x = r(y);
         }
@@ -843,6 +906,31 @@ mod tests {
         let (buckets, _) = b.duration.read();
         assert_eq!(*buckets.last().unwrap_or(&0), 1); // +Inf
         assert_eq!(std::mem::align_of::<WorkerStats>(), 128);
+    }
+
+    #[test]
+    fn only_slow_loop_io_counts_as_a_stall() {
+        // Guards linerate_worker_stall_seconds_total: a send from memory (tens of µs)
+        // is observed but is no stall; one that waited 3 ms for a disk is both.
+        // A 2 MiB send from memory to loopback takes ~1 ms: no stall either.
+        let s = WorkerStats::new();
+        s.loop_io(40_000, 65_536);
+        s.loop_io(STALL_NS, 0);
+        s.loop_io(2_500_000, 2 << 20);
+        assert_eq!((s.snapshot().stalls, s.snapshot().stall_ns), (0, 0));
+        s.loop_io(3_000_000, 65_536);
+        let snap = s.snapshot();
+        assert_eq!((snap.stalls, snap.stall_ns), (1, 3_000_000));
+        let (buckets, sum_us) = s.loop_io.read();
+        assert_eq!(buckets.iter().sum::<u64>(), 4);
+        assert_eq!(sum_us, 40 + 1_000 + 2_500 + 3_000);
+        s.pool_send(2 << 20);
+        let mut sum = Snapshot::default();
+        sum.add(&s.snapshot());
+        assert_eq!(
+            (sum.pool_sends, sum.pool_bytes, sum.stalls),
+            (1, 2 << 20, 1)
+        );
     }
 
     #[test]

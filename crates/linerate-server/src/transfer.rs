@@ -2,9 +2,12 @@
 //! `sendfile(2)` straight from the page cache (never through a user-space buffer),
 //! multipart part heads between them.
 //!
-//! Before each inline sendfile window the range's residency is checked (`cachestat`);
-//! a cold window is first read into the page cache by the disk's blocking pool, so this
-//! core's other connections keep being served meanwhile. Short writes, `EAGAIN` and
+//! `sendfile` has no "don't wait" flag, so the event loop only sends windows the page
+//! cache holds (`cachestat` says so, or the same file was found resident a moment ago);
+//! a window it does not hold is sent by the disk's blocking pool, which may wait for
+//! the disk while this core's other connections keep being served (nginx's
+//! `aio threads`). Every inline send is timed: one over 1 ms (plus 1 ns per byte it
+//! moved) counts as a stall in `linerate_worker_stall_seconds_total`. Short writes, `EAGAIN` and
 //! `EINTR` are resumed; a send that makes no progress for the send timeout ends the
 //! connection; a file that shrinks under us ends it too (the client sees fewer bytes than
 //! `Content-Length`, never padding).
@@ -16,10 +19,11 @@ use std::time::Instant;
 
 use linerate_http::range::ByteRange;
 use linerate_sys::net::{self, Flush};
-use linerate_sys::pagecache::Residency;
+use linerate_sys::pagecache::{PageCacheProbe, Residency};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use crate::coldpool::{SendEnd, SendJob};
 use crate::context::Worker;
 use crate::openfiles::Hot;
 use crate::response::{Body, Piece, Response, TransferError};
@@ -32,6 +36,10 @@ pub(crate) const SENDFILE_CHUNK: usize = 2 * 1024 * 1024;
 /// Bytes whose page-cache residency is checked at once (one `cachestat` call). A cold
 /// window is read by the pool in one job, so this is also the cold-read size.
 const RESIDENCY_WINDOW: u64 = 2 * 1024 * 1024;
+
+/// The longest body sent without a residency check when its file was found resident a
+/// moment ago (`openfiles::HOT_RECHECK`).
+const HOT_MAX_BYTES: u64 = 1024 * 1024;
 
 /// Send one response completely. `sent` is set to the bytes handed to the kernel (head
 /// included), also when the transfer fails part-way; they are counted in the worker's
@@ -58,8 +66,9 @@ pub(crate) async fn send(
 
 /// Make the next residency window of `file` from `offset` (at most up to `end`) resident
 /// in the page cache, reading it on the disk's blocking pool if `cachestat` says it is
-/// not, so the caller can then read or sendfile it without blocking the event loop.
-/// Returns the end of the window. Shared by the sendfile and user-space TLS paths.
+/// not, so the caller can then read it without blocking the event loop. Returns the end
+/// of the window. For the user-space TLS path, which reads into its own buffer (the
+/// sendfile paths send cold windows from the pool instead).
 pub(crate) async fn ensure_resident(
     worker: &Worker,
     file: &File,
@@ -145,8 +154,11 @@ impl Sender<'_> {
         Ok(())
     }
 
-    /// Send `range` of `file` with sendfile, warming cold windows on the pool first
-    /// (unless `hot` says the range was found resident a moment ago).
+    /// Send `range` of `file` with sendfile: each window the page cache holds (or that
+    /// `hot` says was found resident a moment ago) inline, each one it does not from the
+    /// disk pool, which sends what the socket takes while this connection waits and the
+    /// worker serves the others (see `coldpool`). After every wait for the socket, the
+    /// rest is checked again: pages found resident before the wait may be gone after it.
     async fn file(
         &mut self,
         file: &File,
@@ -155,34 +167,135 @@ impl Sender<'_> {
     ) -> Result<(), TransferError> {
         let end = range.start + range.len;
         let mut offset = range.start;
-        let now = Instant::now();
-        let skip = hot.is_some_and(|h| h.covers(now, offset, end));
+        let start = Instant::now();
+        // Only a short body skips the check: there one `cachestat` is a good share of
+        // the response's system calls. A larger one is checked every time (one call per
+        // 2 MiB window next to its sends), since a wrong guess there would hold the
+        // loop for a long disk read.
+        let hot = hot.filter(|_| range.len <= HOT_MAX_BYTES);
+        let skip = hot.is_some_and(|h| h.covers(start, offset, end));
+        // Bytes up to here may be sent inline.
         let mut resident_until = if skip { end } else { offset };
+        // A window of this response needed the pool: later windows may be the pool's
+        // read-ahead still in flight, which `cachestat` counts as cached although a
+        // sendfile of it would wait; those are also checked with `RWF_NOWAIT`.
+        let mut went_cold = false;
         while offset < end {
             if offset >= resident_until {
-                resident_until = ensure_resident(self.worker, file, offset, end).await?;
+                let window = (end - offset).min(RESIDENCY_WINDOW);
+                if self.resident(file, offset, window, went_cold) {
+                    resident_until = offset + window;
+                } else {
+                    went_cold = true;
+                    self.send_from_pool(file, &mut offset, window, end).await?;
+                    continue;
+                }
             }
             let count = usize::try_from(resident_until - offset)
                 .unwrap_or(SENDFILE_CHUNK)
                 .min(SENDFILE_CHUNK);
             let sock = self.stream.as_fd();
             let fd = file.as_fd();
-            match self.stream.try_io(Interest::WRITABLE, || {
+            let before = Instant::now();
+            let result = self.stream.try_io(Interest::WRITABLE, || {
                 net::sendfile(sock, fd, &mut offset, count)
-            }) {
+            });
+            if let Some(stats) = self.worker.request_stats() {
+                let ns = u64::try_from(before.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                let moved = result.as_ref().map_or(0, |&n| n as u64);
+                stats.loop_io(ns, moved);
+            }
+            match result {
                 Ok(0) => {
                     // Shorter than its cached length says: never serve that entry again.
                     self.worker.open_files.forget_fd(fd.as_raw_fd());
                     return Err(TransferError::Truncated);
                 }
                 Ok(n) => self.sent += n as u64,
-                Err(e) => self.on_error(e).await?,
+                Err(e) => {
+                    let waited = e.kind() == io::ErrorKind::WouldBlock;
+                    self.on_error(e).await?;
+                    if waited && !hot.is_some_and(|h| h.covers(Instant::now(), offset, end)) {
+                        resident_until = offset;
+                    }
+                }
             }
         }
-        if let Some(h) = hot.filter(|_| !skip) {
-            h.proved(now, range.start, end);
+        if let Some(h) = hot.filter(|_| !skip && !went_cold) {
+            // Only a file found resident throughout is assumed to stay so for a while;
+            // one the pool had to read was just cold, and is checked every time.
+            h.proved(start, range.start, end);
         }
         Ok(())
+    }
+
+    /// Whether `file[offset .. offset+len)` can be sent without waiting for the disk.
+    fn resident(&self, file: &File, offset: u64, len: u64, strict: bool) -> bool {
+        let probe = self.worker.shared.probe;
+        if probe.residency(file.as_fd(), offset, len) == Residency::Cold {
+            return false;
+        }
+        !strict
+            || probe == PageCacheProbe::PreadNowait
+            || PageCacheProbe::PreadNowait.residency(file.as_fd(), offset, len)
+                == Residency::Resident
+    }
+
+    /// Send (part of) the window `[*offset, *offset+len)` from the disk pool; the rest of
+    /// the response (up to `end`) is read ahead. Returns once the pool is done with
+    /// it; on `EAGAIN` after waiting until the socket takes more.
+    async fn send_from_pool(
+        &mut self,
+        file: &File,
+        offset: &mut u64,
+        len: u64,
+        end: u64,
+    ) -> Result<(), TransferError> {
+        // The job's own descriptors: this connection may die while it runs.
+        let sock = self
+            .stream
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(TransferError::ClientGone)?;
+        let dup = file.try_clone().map_err(TransferError::Disk)?;
+        let window_end = *offset + len;
+        tracing::debug!(
+            offset = *offset,
+            len,
+            "cold window: sending from the disk pool"
+        );
+        let sent = self
+            .worker
+            .shared
+            .cold
+            .send(SendJob {
+                sock,
+                file: dup,
+                offset: *offset,
+                len,
+                ahead: (end - window_end).min(RESIDENCY_WINDOW),
+            })
+            .await
+            .map_err(TransferError::Disk)?;
+        *offset += sent.bytes;
+        self.sent += sent.bytes;
+        if let Some(stats) = self.worker.request_stats() {
+            stats.pool_send(sent.bytes);
+        }
+        match sent.end {
+            SendEnd::Complete => Ok(()),
+            SendEnd::WouldBlock => self.on_error(io::ErrorKind::WouldBlock.into()).await,
+            SendEnd::Eof => {
+                self.worker.open_files.forget_fd(file.as_raw_fd());
+                Err(TransferError::Truncated)
+            }
+            SendEnd::Failed(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            // A read error of the file (sendfile reports the disk's EIO as its own).
+            SendEnd::Failed(e) if e.raw_os_error() == Some(libc::EIO) => {
+                Err(TransferError::Disk(e))
+            }
+            SendEnd::Failed(e) => Err(TransferError::ClientGone(e)),
+        }
     }
 
     /// Resume after `EAGAIN`/`EINTR` (waiting for writability, bounded by the send

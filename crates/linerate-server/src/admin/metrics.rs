@@ -348,6 +348,51 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
         1e6,
         &mut stats.iter().map(|s| &s.duration),
     );
+    family(
+        &mut out,
+        "linerate_worker_stall_seconds_total",
+        "counter",
+        "Seconds each worker's event loop spent in file sends (and user-space TLS file reads) that took over 1 ms plus 1 ns per byte moved (wall time: a disk wait, or the worker preempted inside the call), with every connection of that worker waiting too.",
+    );
+    for (i, w) in scrape.workers.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "linerate_worker_stall_seconds_total{{worker=\"{i}\"}} {}",
+            w.stall_ns as f64 / 1e9
+        );
+    }
+    family(
+        &mut out,
+        "linerate_worker_stalls_total",
+        "counter",
+        "File sends (and user-space TLS file reads) on each worker's event loop that took over 1 ms plus 1 ns per byte moved.",
+    );
+    for (i, w) in scrape.workers.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "linerate_worker_stalls_total{{worker=\"{i}\"}} {}",
+            w.stalls
+        );
+    }
+    histogram(
+        &mut out,
+        "linerate_loop_file_io_seconds",
+        "Duration of each file send (and user-space TLS file read) made on an event loop.",
+        1e6,
+        &mut stats.iter().map(|s| &s.loop_io),
+    );
+    counter(
+        &mut out,
+        "linerate_disk_pool_sends_total",
+        "Windows (up to 2 MiB) not in the page cache, sent by a disk's blocking pool instead of an event loop.",
+        t.pool_sends,
+    );
+    counter(
+        &mut out,
+        "linerate_disk_pool_sent_bytes_total",
+        "Bytes the disk pools sent (also counted in linerate_sent_bytes_total).",
+        t.pool_bytes,
+    );
     counter(
         &mut out,
         "linerate_tcp_sampled_connections_total",

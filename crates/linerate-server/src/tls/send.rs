@@ -118,7 +118,13 @@ impl Writer<'_> {
                 .unwrap_or(TLS_CHUNK)
                 .min(TLS_CHUNK - len);
             self.plain.resize(len + want, 0);
-            match file.read_at(&mut self.plain[len..], offset) {
+            let before = std::time::Instant::now();
+            let read = file.read_at(&mut self.plain[len..], offset);
+            if let Some(stats) = self.worker.request_stats() {
+                let ns = u64::try_from(before.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                stats.loop_io(ns, read.as_ref().map_or(0, |&n| n as u64));
+            }
+            match read {
                 Ok(0) => {
                     self.plain.truncate(len);
                     // Shorter than its cached length says: never serve that entry again.
