@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use support::kit::CacheConfig;
 use support::origin::{self, Origin};
-use support::read_to_close;
 use support::Server;
+use support::{read_to_close, value};
 
 /// A loopback port with no listener (bound, then closed): connecting is refused.
 fn dead_port() -> u16 {
@@ -73,13 +73,6 @@ fn metrics(srv: &Server) -> String {
     let (status, body) = admin(srv.admin_addr(), "/metrics");
     assert_eq!(status, 200);
     body
-}
-
-/// The value of one sample line (`name{labels}`) in a scrape.
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l[series.len() + 1..].trim().parse().ok())
 }
 
 /// Scrape until `check` holds (a response is counted after its last byte is handed to

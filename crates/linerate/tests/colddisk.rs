@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use linerate_sys::pagecache::{fadvise, Advice, PageCacheProbe, Residency};
 use support::kit::{CacheConfig, CacheStatus};
 use support::origin::{self, Origin};
-use support::{content, read_to_close, Server};
+use support::{content, eventually, read_to_close, value, Server};
 
 /// A directory on the build's own disk: /tmp may be tmpfs, whose pages cannot be dropped.
 fn disk_dir() -> tempfile::TempDir {
@@ -54,26 +54,6 @@ fn metrics(addr: SocketAddr) -> String {
     let out = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     out.split_once("\r\n\r\n").unwrap().1.to_owned()
-}
-
-/// The value of one sample line (`name{labels}`) in a scrape.
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l[series.len() + 1..].trim().parse().ok())
-}
-
-/// Poll until `check` holds (counters are written after the last byte is handed to the
-/// kernel, so a client can see its response a moment before it is counted).
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 /// GET `path` (with extra header lines) on a fresh connection, read to the close:

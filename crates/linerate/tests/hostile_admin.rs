@@ -16,7 +16,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{binary, library, read_to_close, Server};
+use support::{binary, eventually, library, read_to_close, Server};
 
 const TOKEN: &str = "first-token-0123456789";
 const ROTATED: &str = "second-token-9876543210";
@@ -37,17 +37,6 @@ fn with_host(addr: SocketAddr, method: &str, path: &str, host: &str, extra: &str
     let req =
         format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n");
     call(addr, &req).0
-}
-
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 /// The server's log lines that contain `needle`.

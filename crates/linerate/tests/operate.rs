@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{binary, content, library, read_to_close, Server};
+use support::{binary, content, eventually, library, read_to_close, value, Server};
 
 const TOKEN: &str = "test-token-0123456789";
 
@@ -31,26 +31,6 @@ fn metrics(srv: &Server) -> String {
     let (status, body) = admin(srv.admin_addr(), "GET", "/metrics", "");
     assert_eq!(status, 200);
     body
-}
-
-/// The value of one sample line (`name{labels}`) in a scrape.
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l[series.len() + 1..].trim().parse().ok())
-}
-
-/// Poll until `check` holds (counters are updated after the last byte is handed to the
-/// kernel, so a client can see its response a moment before it is counted).
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 #[test]

@@ -447,3 +447,24 @@ pub fn library(files: &[(&str, &[u8])]) -> tempfile::TempDir {
     }
     dir
 }
+
+/// The value of one sample line (`name{labels}`) in a Prometheus scrape.
+pub fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l[series.len() + 1..].trim().parse().ok())
+}
+
+/// Poll until `check` holds, for at most 10 s (counters are written after the last byte
+/// is handed to the kernel, so a client can see its response a moment before it is
+/// counted).
+pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for: {what}");
+}
