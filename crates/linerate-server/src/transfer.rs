@@ -284,7 +284,27 @@ impl Sender<'_> {
         }
         match sent.end {
             SendEnd::Complete => Ok(()),
-            SendEnd::WouldBlock => self.on_error(io::ErrorKind::WouldBlock.into()).await,
+            SendEnd::WouldBlock => {
+                // The pool's EAGAIN happened outside tokio's view, so tokio may still
+                // hold a writable event nobody consumed, and the wait below would return
+                // at once: a client that stopped reading would then loop through the
+                // pool (when every window is found cold again) and never meet the send
+                // timeout. Ask the kernel inside `try_io`: a socket still full clears
+                // that stale readiness (an event newer than this check survives it), one
+                // that drained meanwhile goes on at once.
+                let sock = self.stream.as_fd();
+                let writable = self.stream.try_io(Interest::WRITABLE, || {
+                    if net::writable_now(sock)? {
+                        Ok(())
+                    } else {
+                        Err(io::ErrorKind::WouldBlock.into())
+                    }
+                });
+                match writable {
+                    Ok(()) => Ok(()),
+                    Err(e) => self.on_error(e).await,
+                }
+            }
             SendEnd::Eof => {
                 self.worker.open_files.forget_fd(file.as_raw_fd());
                 Err(TransferError::Truncated)

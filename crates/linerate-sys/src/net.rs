@@ -55,12 +55,52 @@ pub fn sendfile(
     Ok(n as usize)
 }
 
+/// Whether `sock` can take more bytes now (`poll(2)` for `POLLOUT`, not waiting). For
+/// a caller whose last write happened outside its event loop's view (another thread's
+/// `sendfile`), so it can tell the loop the truth before waiting on it.
+pub fn writable_now(sock: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid, exclusively borrowed pollfd for a live fd; timeout 0.
+    let ret = unsafe { libc::poll(&mut pfd, 1, 0) };
+    crate::cvt(ret as libc::c_long)?;
+    Ok(pfd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, reason = "test setup on temp files and loopback")]
 mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::os::fd::AsFd;
+
+    #[test]
+    fn writable_now_tells_a_full_socket_from_one_with_room() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        assert!(
+            writable_now(server.as_fd()).unwrap(),
+            "a new socket has room"
+        );
+        // Fill it: the client never reads.
+        server.set_nonblocking(true).unwrap();
+        let chunk = [0u8; 65536];
+        loop {
+            match send(server.as_fd(), &chunk, Flush::Now) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(
+            !writable_now(server.as_fd()).unwrap(),
+            "a full socket has none"
+        );
+    }
 
     #[test]
     fn send_and_sendfile_move_exact_bytes() {

@@ -200,6 +200,70 @@ fn a_client_that_leaves_during_a_pool_send_leaves_nothing_behind() {
 }
 
 #[test]
+fn a_client_that_stops_reading_during_pool_sends_meets_the_send_timeout() {
+    // Guards the send timeout on the pool path: a client that stops reading while its
+    // windows keep going cold (an evictor drops the file's pages every millisecond) is
+    // dropped after `send_ms` without progress. Before the fix in `send_from_pool`, the
+    // pool's EAGAIN (outside tokio's view) left a stale writable event, so whenever the
+    // recheck found the window cold again the worker went straight back to the pool
+    // without waiting, and the timeout could not fire while that lasted. That spin
+    // needs the evictor to win the race each time (certain only on a filesystem
+    // without `RWF_NOWAIT`), so this test shows it only sometimes; it always checks
+    // the timeout.
+    let dir = disk_dir();
+    let body = content(24 * 1024 * 1024, 33);
+    let path = dir.path().join("big.bin");
+    std::fs::write(&path, &body).unwrap();
+    let srv = Server::start_with(
+        dir.path(),
+        "workers = 1\n",
+        "[timeouts]\nsend_ms = 1000\n",
+        &[],
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let evictor = {
+        let stop = std::sync::Arc::clone(&stop);
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let f = std::fs::File::open(&path).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = fadvise(f.as_fd(), 0, 0, Advice::DontNeed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    evict(&path);
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    // A small receive buffer fills at once; the client never reads.
+    socket2::SockRef::from(&s)
+        .set_recv_buffer_size(4096)
+        .unwrap();
+    write!(s, "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    // The server must give up on this client within the send timeout (1 s) and a
+    // margin, while the client still does not read.
+    let aborted = || {
+        value(
+            &metrics(srv.admin_addr()),
+            "linerate_connections_closed_total{reason=\"aborted\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while aborted() < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "a client that stopped reading was still being served after 6 s (send_ms = 1000)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    evictor.join().unwrap();
+    drop(s);
+    assert!(!srv.logged("panicked"), "a thread panicked");
+    srv.stop();
+}
+
+#[test]
 fn a_large_file_is_checked_every_time_even_just_after_it_was_found_resident() {
     // Guards the limit on trusting a file found resident a moment ago: above 1 MiB a
     // body is checked before every send, so one evicted right after a hot response is
