@@ -217,6 +217,7 @@ fn check_config_requires_the_secret_and_never_prints_it() {
 fn sign_as_documented(
     secret: &str,
     sender: &str,
+    recipient: &str,
     t: u64,
     method: &str,
     target: &str,
@@ -227,8 +228,9 @@ fn sign_as_documented(
         m.extend_from_slice(&(b.len() as u32).to_be_bytes());
         m.extend_from_slice(b);
     }
-    let mut m = b"linerate-peer-v1\n".to_vec();
+    let mut m = b"linerate-peer-v2\n".to_vec();
     push(&mut m, sender.as_bytes());
+    push(&mut m, recipient.as_bytes());
     push(&mut m, t.to_string().as_bytes());
     push(&mut m, method.as_bytes());
     push(&mut m, target.as_bytes());
@@ -307,9 +309,19 @@ fn documented_mac_is_accepted_and_stale_or_wrong_ones_are_not() {
         .unwrap();
         read_response(&mut s, false).unwrap().status
     };
-    let sign = |secret: &str, t: u64| {
-        sign_as_documented(secret, "b", t, "GET", &target, Some("test"), &fields)
+    let sign_for = |secret: &str, recipient: &str, t: u64| {
+        sign_as_documented(
+            secret,
+            "b",
+            recipient,
+            t,
+            "GET",
+            &target,
+            Some("test"),
+            &fields,
+        )
     };
+    let sign = |secret: &str, t: u64| sign_for(secret, "a", t);
     assert_eq!(send(&sign(secret, now)), 200);
     assert_eq!(origin.total(), 1);
     assert_eq!(send(&sign(secret, now)), 200, "a peer's no-cache is obeyed");
@@ -321,12 +333,14 @@ fn documented_mac_is_accepted_and_stale_or_wrong_ones_are_not() {
     assert_eq!(send(&sign(secret, now - 120)), 200);
     let other = "another-secret-0123456789abcdef0123456789";
     assert_eq!(send(&sign(other, now)), 200);
+    // Signed for another node (captured on its way to "c", replayed here): refused.
+    assert_eq!(send(&sign_for(secret, "c", now)), 200);
     assert_eq!(
         origin.total(),
         2,
         "refused: a client's no-cache is not obeyed"
     );
-    for (reason, n) in [("stale", 1), ("bad_mac", 1)] {
+    for (reason, n) in [("stale", 1), ("bad_mac", 2)] {
         let series = format!("linerate_cluster_peer_auth_failures_total{{reason=\"{reason}\"}}");
         assert_eq!(metric(admin, &series), n, "{reason}");
     }

@@ -3,8 +3,8 @@
 //! check on the receiving node. Pure: values and keys in, a field value or a verdict out.
 //!
 //! The field is `Linerate-Peer: <sender>; t=<unix seconds>; mac=<64 hex digits>`. The
-//! MAC covers [`canonical`]: the sender's name, the time, the method, the request target
-//! and authority, and every field of [`COVERED`] (the fields that change the answer),
+//! MAC covers [`canonical`]: the sender's and the recipient's names, the time, the
+//! method, the request target and authority, and every field of [`COVERED`] (the fields that change the answer),
 //! each length-prefixed so no two requests share an encoding (docs/config.md,
 //! `[cluster]`, "Peer authentication"). A field without `; t=...; mac=...` is the
 //! unsigned form nodes sent before; it is accepted only from the addresses listed in
@@ -19,7 +19,8 @@ use ring::hmac;
 /// How far (seconds) a peer request's time may be from this node's clock, either way.
 /// Peers share NTP-synchronised clocks in one data centre; 60 s tolerates a drifting
 /// clock and a slow request while keeping a captured request replayable for 2 minutes
-/// at most (a replay can only repeat that same request to that node).
+/// at most (a replay can only repeat that same request to that node: the recipient's
+/// name is signed, so another node refuses it).
 pub const MAX_SKEW_S: u64 = 60;
 
 /// The request fields the MAC covers, in canonical order: each changes the answer
@@ -38,7 +39,7 @@ pub const COVERED: [&str; 8] = [
 
 /// The first bytes of every canonical encoding (domain separation and version: a MAC
 /// of another scheme or version never verifies as this one).
-const DOMAIN: &[u8] = b"linerate-peer-v1\n";
+const DOMAIN: &[u8] = b"linerate-peer-v2\n";
 
 /// Most bytes of a node name in the field (the config allows 64).
 const MAX_NAME: usize = 64;
@@ -46,6 +47,9 @@ const MAX_NAME: usize = 64;
 /// What of a request the MAC covers.
 #[derive(Debug, Clone, Default)]
 pub struct Covered<'a> {
+    /// The node the request is for (its configured name): a request captured on its way
+    /// to one node does not verify at another.
+    pub recipient: &'a str,
     /// Method token, as on the request line.
     pub method: &'a [u8],
     /// Request target, as on the request line.
@@ -66,6 +70,7 @@ impl<'a> Covered<'a> {
         fields: &[(&'f [u8], &'f [u8])],
     ) -> Covered<'a> {
         Covered {
+            recipient: "",
             method,
             target,
             authority,
@@ -82,11 +87,17 @@ impl<'a> Covered<'a> {
     /// The covered parts of a received request.
     pub fn of_head(head: &linerate_http::RequestHead<'a>) -> Covered<'a> {
         Covered {
+            recipient: "",
             method: head.method_token.as_bytes(),
             target: head.target,
             authority: head.authority(),
             fields: COVERED.map(|name| head.values(name.as_bytes()).collect()),
         }
+    }
+
+    /// The same, for (signed to, or received as) node `recipient`.
+    pub fn to(self, recipient: &'a str) -> Covered<'a> {
+        Covered { recipient, ..self }
     }
 }
 
@@ -98,7 +109,7 @@ fn push(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 /// The bytes the MAC is computed over: [`DOMAIN`], then length-prefixed (u32
-/// big-endian) sender, time (decimal), method and target; the authority as a `0` byte
+/// big-endian) sender, recipient, time (decimal), method and target; the authority as a `0` byte
 /// (absent) or a `1` byte and its length-prefixed value; then for each of [`COVERED`]
 /// the number of values (u32 big-endian) and each value length-prefixed (an absent
 /// field is 0 values, an empty one is 1 value of length 0).
@@ -106,6 +117,7 @@ pub fn canonical(sender: &str, t: u64, c: &Covered<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(DOMAIN);
     push(&mut out, sender.as_bytes());
+    push(&mut out, c.recipient.as_bytes());
     push(&mut out, t.to_string().as_bytes());
     push(&mut out, c.method);
     push(&mut out, c.target);

@@ -198,7 +198,8 @@ pub(crate) struct Membership {
 }
 
 impl Membership {
-    /// The `Linerate-Peer` value for a request to a peer, signed now.
+    /// The `Linerate-Peer` value for a request to a peer (`covered` names it as the
+    /// recipient), signed now.
     pub(crate) fn sign(&self, covered: &auth::Covered<'_>) -> String {
         self.keys.sign(&self.opts.self_name, unix_now(), covered)
     }
@@ -224,7 +225,11 @@ impl Membership {
             auth::Field::Unsigned { .. } if listed => Ok(Admitted::Unsigned),
             _ => self
                 .keys
-                .verify(field, unix_now(), &auth::Covered::of_head(head))
+                .verify(
+                    field,
+                    unix_now(),
+                    &auth::Covered::of_head(head).to(&self.opts.self_name),
+                )
                 .map(|()| Admitted::Signed),
         }
     }
@@ -840,12 +845,9 @@ mod tests {
             Cluster::new(b).unwrap_or_else(|e| panic!("{e}"))
         };
         let target = b"http://video.test/x";
-        let signed = signer.membership().sign(&auth::Covered::with_fields(
-            b"GET",
-            target,
-            Some(b"video.test"),
-            &[],
-        ));
+        let signed = signer
+            .membership()
+            .sign(&auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]).to("a"));
         let req = |peer: &str| {
             format!("GET http://video.test/x HTTP/1.1\r\nHost: 10.0.0.1\r\nLinerate-Peer: {peer}\r\n\r\n")
                 .into_bytes()
@@ -873,22 +875,29 @@ mod tests {
         let own = signer.membership().keys.sign(
             "a",
             unix_now(),
-            &auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]),
+            &auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]).to("a"),
         );
         assert!(!admit(&a, &req(&own), "198.51.100.7"));
         assert_eq!(failures(&a, auth::Reason::OwnName), 2);
         let newcomer = signer.membership().keys.sign(
             "zed",
             unix_now(),
-            &auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]),
+            &auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]).to("a"),
         );
         assert!(admit(&a, &req(&newcomer), "198.51.100.7"));
+        // Signed for another node (a request captured on its way to "c", replayed
+        // here): refused.
+        let for_c = signer
+            .membership()
+            .sign(&auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]).to("c"));
+        assert!(!admit(&a, &req(&for_c), "198.51.100.7"));
+        assert_eq!(failures(&a, auth::Reason::BadMac), 1);
         // A valid field with a covered part changed, or twice, or garbage.
         let changed = format!(
             "GET http://video.test/y HTTP/1.1\r\nHost: 10.0.0.1\r\nLinerate-Peer: {signed}\r\n\r\n"
         );
         assert!(!admit(&a, changed.as_bytes(), "127.0.0.2"));
-        assert_eq!(failures(&a, auth::Reason::BadMac), 1);
+        assert_eq!(failures(&a, auth::Reason::BadMac), 2);
         let twice = format!(
             "GET http://video.test/x HTTP/1.1\r\nHost: 10.0.0.1\r\nLinerate-Peer: {signed}\r\nLinerate-Peer: {signed}\r\n\r\n"
         );
@@ -901,19 +910,16 @@ mod tests {
         other.accept_unsigned_from.clear();
         other.secrets = vec![crate::clusteropts::ClusterSecret::new(vec![b'o'; 32])];
         let other = Cluster::new(other).unwrap_or_else(|e| panic!("{e}"));
-        let wrong = other.membership().sign(&auth::Covered::with_fields(
-            b"GET",
-            target,
-            Some(b"video.test"),
-            &[],
-        ));
+        let wrong = other
+            .membership()
+            .sign(&auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]).to("a"));
         assert!(!admit(&a, &req(&wrong), "127.0.0.2"));
-        assert_eq!(failures(&a, auth::Reason::BadMac), 2);
+        assert_eq!(failures(&a, auth::Reason::BadMac), 3);
         assert_eq!(a.hops_received.load(Relaxed), 4);
         let mut text = String::new();
         a.render(&mut text);
         assert!(
-            text.contains("linerate_cluster_peer_auth_failures_total{reason=\"bad_mac\"} 2"),
+            text.contains("linerate_cluster_peer_auth_failures_total{reason=\"bad_mac\"} 3"),
             "{text}"
         );
     }

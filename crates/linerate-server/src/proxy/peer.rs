@@ -204,14 +204,18 @@ async fn to_peer(
         .collect();
     headers.extend_from_slice(extra);
     // The peer field is signed over what the peer will read: the request line as
-    // written, the authority of the absolute-form target and the covered fields.
+    // written, the authority of the absolute-form target and the covered fields, and
+    // for that peer alone (its name).
     let wire = crate::origin::wire_target(&target);
-    let signed = m.sign(&Covered::with_fields(
-        request.method.as_bytes(),
-        &wire,
-        Some(&fetch.host),
-        &headers,
-    ));
+    let signed = m.sign(
+        &Covered::with_fields(
+            request.method.as_bytes(),
+            &wire,
+            Some(&fetch.host),
+            &headers,
+        )
+        .to(&p.name),
+    );
     headers.push((HOP_HEADER.as_bytes(), signed.as_bytes()));
     let req = OriginRequest {
         target: &target,
