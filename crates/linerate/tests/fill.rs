@@ -837,17 +837,43 @@ fn pinned_objects_stay_and_no_space_is_a_failure() {
     assert_eq!(j["state"], "failed");
     assert_eq!(counters(&j), (30, 21, 0, 9), "{j}");
     assert_eq!(j["failed_reasons"], json!({ "no space": 9 }));
-    assert_eq!(count("/c/"), 21 + 9 * 3);
+    // Each URL's tries so far: a failed one was tried 3 times; a stored one at least
+    // once, and more only when background eviction had not yet made room for it (it
+    // runs ahead of need, never inside an admission, so on a loaded machine a try can
+    // find the disk momentarily full and is retried).
+    let tries: Vec<usize> = (0..30)
+        .map(|i| {
+            let path = format!("/c/{i}");
+            origin
+                .requests()
+                .iter()
+                .filter(|r| r.path() == path)
+                .count()
+        })
+        .collect();
+    assert_eq!(tries.iter().sum::<usize>(), count("/c/"));
     assert_eq!(metric(&cache, "linerate_fill_pinned_bytes"), 51 * CHARGE);
     all_hits(&cache, "/a/", 30);
     assert_eq!(count("/a/"), 30);
     // Which 21 made it depends on retry order; 21 of them are held, the other 9 are
     // fetched (and again not stored) when asked for.
-    let held = (0..30)
-        .filter(|i| CacheStatus::of(&get(&cache, &format!("/c/{i}"))).is_hit())
-        .count();
-    assert_eq!(held, 21);
-    assert_eq!(count("/c/"), 21 + 9 * 3 + 9);
+    let held: Vec<bool> = (0..30)
+        .map(|i| CacheStatus::of(&get(&cache, &format!("/c/{i}"))).is_hit())
+        .collect();
+    assert_eq!(held.iter().filter(|&&h| h).count(), 21);
+    for (i, (&n, &h)) in tries.iter().zip(&held).enumerate() {
+        if h {
+            assert!((1..=3).contains(&n), "/c/{i} stored after {n} tries");
+        } else {
+            assert_eq!(n, 3, "/c/{i} failed after {n} tries");
+        }
+    }
+    let tried: usize = tries.iter().sum();
+    assert_eq!(
+        count("/c/"),
+        tried + 9,
+        "each of the 9 not held fetched once more"
+    );
     assert_eq!(metric(&cache, "linerate_fill_pinned_bytes"), 51 * CHARGE);
 
     // Pins are in the store's journal: a restart keeps them.
