@@ -348,5 +348,43 @@ fn documented_mac_is_accepted_and_stale_or_wrong_ones_are_not() {
         let series = format!("linerate_cluster_peer_auth_failures_total{{reason=\"{reason}\"}}");
         assert_eq!(metric(admin, &series), n, "{reason}");
     }
+    // A peer asking for an HTTPS client's object (absolute form `https://`, over the
+    // plain peer connection): keyed and forwarded as https, so the origin sees that
+    // client's `X-Forwarded-Proto` (it used to be keyed as http and sent `http`, and an
+    // origin redirecting http to https got its 301 stored under the asker's https key).
+    let proto = |i: usize| {
+        origin.requests()[i]
+            .header("x-forwarded-proto")
+            .map(str::to_owned)
+    };
+    assert_eq!(proto(1).as_deref(), Some("http"));
+    let https_target = format!("https://test{path}");
+    let signed_https = sign_as_documented(
+        secret,
+        "b",
+        "a",
+        now,
+        "GET",
+        &https_target,
+        Some("test"),
+        &fields,
+    );
+    let send_to = |target: &str, peer: &str| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nCache-Control: no-cache\r\nLinerate-Peer: {peer}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        read_response(&mut s, false).unwrap().status
+    };
+    assert_eq!(send_to(&https_target, &signed_https), 200);
+    assert_eq!(origin.total(), 3);
+    assert_eq!(proto(2).as_deref(), Some("https"));
+    // A client's `https://` target on a plain listener is still an http request: the
+    // object stored above as http answers it, and no origin request is made.
+    assert_eq!(send_to(&https_target, "b"), 200);
+    assert_eq!(origin.total(), 3);
     origin.assert_no_panics();
 }

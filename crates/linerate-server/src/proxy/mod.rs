@@ -86,12 +86,27 @@ pub(crate) async fn respond(
     let Some(route) = px.route_for(&host, target.path()) else {
         return crate::response::error(worker, StatusCode::NotFound, persistence);
     };
-    let scheme = if secure { Scheme::Https } else { Scheme::Http };
     // A peer's request carries a `Linerate-Peer` field with a valid MAC (or, in the
     // transition, unsigned from a listed peer address). Any other such field is
     // ignored (counted and logged by the cluster) and never forwarded (`forwarded`):
     // without `[cluster]` no request is a peer's.
     let from_peer = px.cluster.as_ref().is_some_and(|c| c.admit(head, peer));
+    // A peer asks in absolute form with the scheme its own client used (peers talk
+    // plain HTTP): an authenticated peer's `https://` is keyed and forwarded as https,
+    // so the owner stores the object under the key the asking node looks it up by, and
+    // the origin sees the client's `X-Forwarded-Proto`. A client's scheme is its
+    // listener's, whatever its target says.
+    let scheme = if secure
+        || (from_peer
+            && head
+                .target
+                .get(..8)
+                .is_some_and(|s| s.eq_ignore_ascii_case(b"https://")))
+    {
+        Scheme::Https
+    } else {
+        Scheme::Http
+    };
     // A peer's `only-if-cached` (the previous-owner ask) is obeyed even when clients'
     // directives are not: peers are configured, clients are not.
     let cc = if px.opts.honour_request_cache_control || from_peer {

@@ -190,7 +190,14 @@ async fn to_peer(
     request: &OriginRequest<'_>,
     extra: &[(&[u8], &[u8])],
 ) -> Result<Opened, OriginError> {
-    let mut target = b"http://".to_vec();
+    // The scheme of the key (the client's listener), so the peer keys it alike and
+    // forwards the client's `X-Forwarded-Proto` (`proxy::respond`); the connection to
+    // the peer is plain HTTP either way.
+    let mut target = if fetch.primary.starts_with(b"https://") {
+        b"https://".to_vec()
+    } else {
+        b"http://".to_vec()
+    };
     target.extend_from_slice(&fetch.host);
     target.extend_from_slice(&fetch.target);
     let mut headers: Vec<(&[u8], &[u8])> = request
