@@ -19,6 +19,18 @@ use support::origin::{self, Origin};
 use support::{read_response, read_to_close};
 
 /// An origin whose every object is fresh for an hour.
+/// A path that node a owns in the two-node cluster a, b (so no request of a test goes
+/// to b, where nothing listens).
+fn owned_by_a() -> String {
+    (0..)
+        .map(|k| format!("/own{k}"))
+        .find(|p| {
+            let key = format!("http://test{p}");
+            linerate_server::cluster_rank(&[("a", 1.0), ("b", 1.0)], key.as_bytes())[0] == 0
+        })
+        .unwrap()
+}
+
 fn start_origin() -> Origin {
     Origin::start(|_| origin::ok(b"body", &[("Cache-Control", "max-age=3600")]))
 }
@@ -105,13 +117,7 @@ fn unsigned_peer_field_accepted_only_from_listed_addresses() {
     let origin = start_origin();
     // This node is a; b is a peer at 127.0.0.2 where nothing listens. The path is one
     // a owns, so no request of this test goes to b.
-    let path = (0..)
-        .map(|k| format!("/own{k}"))
-        .find(|p| {
-            let key = format!("http://test{p}");
-            linerate_server::cluster_rank(&[("a", 1.0), ("b", 1.0)], key.as_bytes())[0] == 0
-        })
-        .unwrap();
+    let path = owned_by_a();
     let cache = CacheConfig::new(&origin)
         .cache("honour_request_cache_control = false")
         .route("slice_bytes = 0")
@@ -279,13 +285,7 @@ fn sign_as_documented(
 fn documented_mac_is_accepted_and_stale_or_wrong_ones_are_not() {
     let origin = start_origin();
     let secret = "peers-test-secret-0123456789abcdef0123456789";
-    let path = (0..)
-        .map(|k| format!("/own{k}"))
-        .find(|p| {
-            let key = format!("http://test{p}");
-            linerate_server::cluster_rank(&[("a", 1.0), ("b", 1.0)], key.as_bytes())[0] == 0
-        })
-        .unwrap();
+    let path = owned_by_a();
     let cache = CacheConfig::new(&origin)
         .cache("honour_request_cache_control = false")
         .route("slice_bytes = 0")

@@ -128,12 +128,14 @@ fn send_cases(addr: SocketAddr, admin: SocketAddr) {
     }
 }
 
-/// Guards finding 5 in appliance mode (combined format): before, a malformed request
-/// left no access-log line, its 400 body was `400 Bad Request` with no why, and no
-/// metric said which kind it was. Also an undecodable path (`%2F`), refused by the
-/// appliance's path normaliser rather than the parser.
-#[test]
-fn appliance_mode_logs_refused_requests_with_a_reason_and_says_why() {
+/// An appliance-mode server on one worker with an access log (combined format, flushed
+/// every 50 ms): its library and log directory (kept alive), the log's path, the server.
+fn appliance_with_access_log() -> (
+    tempfile::TempDir,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Server,
+) {
     let lib = library(&[("ok.ts", b"ok")]);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
@@ -146,6 +148,16 @@ fn appliance_mode_logs_refused_requests_with_a_reason_and_says_why() {
         ),
         &[],
     );
+    (lib, dir, log, srv)
+}
+
+/// Guards finding 5 in appliance mode (combined format): before, a malformed request
+/// left no access-log line, its 400 body was `400 Bad Request` with no why, and no
+/// metric said which kind it was. Also an undecodable path (`%2F`), refused by the
+/// appliance's path normaliser rather than the parser.
+#[test]
+fn appliance_mode_logs_refused_requests_with_a_reason_and_says_why() {
+    let (_lib, _dir, log, srv) = appliance_with_access_log();
     send_cases(srv.addr, srv.admin_addr());
     let answer = raw(srv.addr, b"GET /a%2Fb.ts HTTP/1.1\r\nHost: t\r\n\r\n");
     assert!(
@@ -214,18 +226,7 @@ fn cache_mode_logs_refused_requests_with_a_reason_and_never_asks_the_origin() {
 /// metric counts every one).
 #[test]
 fn a_flood_of_malformed_requests_is_logged_at_a_bounded_rate() {
-    let lib = library(&[("ok.ts", b"ok")]);
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let srv = Server::start_with(
-        lib.path(),
-        "workers = 1\n",
-        &format!(
-            "[access_log]\npath = {:?}\nflush_ms = 50\n",
-            log.to_str().unwrap()
-        ),
-        &[],
-    );
+    let (_lib, _dir, log, srv) = appliance_with_access_log();
     let started = Instant::now();
     for _ in 0..500 {
         let answer = raw(
