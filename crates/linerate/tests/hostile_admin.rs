@@ -119,14 +119,14 @@ fn the_admin_api_answers_only_to_its_own_names() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Each refusal is logged with the client's address.
-    let refused = lines(&srv, "admin call refused");
-    assert!(
-        refused.iter().any(|l| l.contains("peer=127.0.0.1:")
-            && l.contains("host_not_allowed")
-            && l.contains("status=421")),
-        "{refused:?}"
-    );
+    // Each refusal is logged with the client's address (the log is read by a thread:
+    // the line may arrive after the response).
+    let logged = |l: &String| {
+        l.contains("peer=127.0.0.1:") && l.contains("host_not_allowed") && l.contains("status=421")
+    };
+    eventually("the refusal logged", || {
+        lines(&srv, "admin call refused").iter().any(logged)
+    });
 }
 
 /// Guards the accepted-address rule and the CLI: a server whose admin listener is on a
@@ -359,14 +359,14 @@ fn upgrade_to_another_binary_is_off_by_default() {
     );
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("allow_upgrade_binary"), "{body}");
-    assert!(!srv.logged("upgrade requested"));
-    let refused = lines(&srv, "admin call refused");
-    assert!(
-        refused
+    // The log is read by a thread: wait for the refusal's line, then check nothing
+    // logged before it said the upgrade started.
+    eventually("the refusal logged", || {
+        lines(&srv, "admin call refused")
             .iter()
-            .any(|l| l.contains("upgrade_binary_off") && l.contains("peer=127.0.0.1:")),
-        "{refused:?}"
-    );
+            .any(|l| l.contains("upgrade_binary_off") && l.contains("peer=127.0.0.1:"))
+    });
+    assert!(!srv.logged("upgrade requested"));
     // The CLI's `--binary` gets the same answer and says so.
     let out = Command::new(binary())
         .args([
