@@ -9,7 +9,8 @@
 //! `SegmentTimeline` (`S@t`, `@d`, `@r`, a negative `@r` repeating to the period's end),
 //! `$RepresentationID$`, `$Number$`, `$Bandwidth$`, `$Time$` with `%0Nd` widths and `$$`;
 //! `SegmentList` (`Initialization@sourceURL`, `SegmentURL@media`); a Representation
-//! with only a `BaseURL` (one file, `SegmentBase`). Not handled (an error, so a job
+//! with only a `BaseURL` (one file, `SegmentBase`, with its `@indexRange` when it has
+//! one: where the file's `sidx` is, `crate::sidx`). Not handled (an error, so a job
 //! reports it rather than filling part of a presentation): dynamic (live) MPDs,
 //! absolute `BaseURL`s, `$SubNumber$` and other identifiers, xlink.
 //!
@@ -332,6 +333,26 @@ pub struct Representation {
     pub init: Option<Vec<u8>>,
     /// Its media segments (or its one file), in playback order.
     pub media: Vec<Vec<u8>>,
+    /// One file (`SegmentBase`) with a segment index: `SegmentBase@indexRange`, the
+    /// bytes `first..=last` of the file holding its `sidx` (see `crate::sidx`).
+    pub index: Option<(u64, u64)>,
+}
+
+/// `a-b` (`SegmentBase@indexRange`, `Initialization@range`): inclusive, `a <= b`.
+fn byte_range(v: &str) -> Result<(u64, u64), &'static str> {
+    let (a, b) = v.trim().split_once('-').ok_or("bad indexRange")?;
+    let num = |n: &str| {
+        let n = n.trim();
+        if n.is_empty() || !n.bytes().all(|c| c.is_ascii_digit()) {
+            return Err("bad indexRange");
+        }
+        n.parse::<u64>().map_err(|_| "bad indexRange")
+    };
+    let (a, b) = (num(a)?, num(b)?);
+    if b < a {
+        return Err("bad indexRange");
+    }
+    Ok((a, b))
 }
 
 /// The representations of an MPD requested as `target`, each with its objects (see
@@ -387,6 +408,7 @@ pub fn representations(
                 };
                 let mut init: Option<Vec<u8>> = None;
                 let mut out: Vec<Vec<u8>> = Vec::new();
+                let mut index = None;
                 if let Some(list) = rep.child("SegmentList").or(set_list) {
                     if let Some(src) = list
                         .child("Initialization")
@@ -456,8 +478,16 @@ pub fn representations(
                         }
                     }
                 } else if base3 != base2 {
-                    // One file per representation (SegmentBase).
+                    // One file per representation (SegmentBase, inherited from the
+                    // adaptation set or the period when the representation has none).
                     out.push(base3.clone());
+                    index = rep
+                        .child("SegmentBase")
+                        .or(set.child("SegmentBase"))
+                        .or(period.child("SegmentBase"))
+                        .and_then(|b| b.attr("indexRange"))
+                        .map(byte_range)
+                        .transpose()?;
                 } else {
                     return Err("Representation with no segments this reader knows");
                 }
@@ -465,7 +495,11 @@ pub fn representations(
                 if named > MAX_SEGMENTS {
                     return Err("MPD names too many segments");
                 }
-                reps.push(Representation { init, media: out });
+                reps.push(Representation {
+                    init,
+                    media: out,
+                    index,
+                });
             }
         }
         if let Some(l) = length {
@@ -546,6 +580,7 @@ mod tests {
         let reps = representations(mpd, b"/live/m.mpd", true).unwrap();
         assert_eq!(reps.len(), 1);
         assert_eq!(reps[0].init, None);
+        assert_eq!(reps[0].index, None);
         assert_eq!(
             text(reps[0].media.clone()),
             [
@@ -554,6 +589,42 @@ mod tests {
                 "/live/v/1260000_102.m4s"
             ]
         );
+    }
+
+    /// ffmpeg's dash muxer with `-single_file 1`: one file per representation, its
+    /// `sidx` at `SegmentBase@indexRange` (inherited from the adaptation set when the
+    /// representation has no `SegmentBase` of its own).
+    #[test]
+    fn segment_base_index_ranges() {
+        let mpd = br#"<MPD mediaPresentationDuration="PT8S"><Period><AdaptationSet>
+            <Representation id="0" bandwidth="1"><BaseURL>v0.mp4</BaseURL>
+              <SegmentBase indexRange="883-954" timescale="12800"><Initialization range="0-882"/></SegmentBase>
+            </Representation></AdaptationSet>
+            <AdaptationSet><SegmentBase indexRange="10-20"/>
+              <Representation id="1" bandwidth="1"><BaseURL>a.mp4</BaseURL></Representation>
+              <Representation id="2" bandwidth="1"><BaseURL>b.mp4</BaseURL><SegmentBase/></Representation>
+            </AdaptationSet></Period></MPD>"#;
+        let reps = representations(mpd, b"/d/m.mpd", false).unwrap();
+        let got: Vec<_> = reps
+            .iter()
+            .map(|r| (text(r.media.clone()), r.index))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (vec!["/d/v0.mp4".to_owned()], Some((883, 954))),
+                (vec!["/d/a.mp4".to_owned()], Some((10, 20))),
+                (vec!["/d/b.mp4".to_owned()], None),
+            ]
+        );
+        for bad in ["9-1", "a-b", "1", "-1", "1-"] {
+            let m = format!(r#"<MPD><Period><AdaptationSet><Representation id="0"><BaseURL>v.mp4</BaseURL><SegmentBase indexRange="{bad}"/></Representation></AdaptationSet></Period></MPD>"#);
+            assert_eq!(
+                representations(m.as_bytes(), b"/m.mpd", false),
+                Err("bad indexRange"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod path;
 pub mod playback;
 pub mod range;
 pub mod request;
+pub mod sidx;
 pub mod response;
 mod syntax;
 pub mod upstream;

@@ -217,6 +217,11 @@ impl SliceCtx {
                         ));
                     }
                 }
+                if self.px.routes[self.route].opts.prefetch_segments > 0 {
+                    // A slice prefetched ahead of a range (`prefetch`) is used when a
+                    // response reads it.
+                    self.px.prefetch.served(&key);
+                }
                 return Ok((h, v));
             }
             if stale.is_none() && expect.is_none() && self.moved() {
