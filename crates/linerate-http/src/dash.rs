@@ -8,7 +8,7 @@
 //! attributes override), with `@duration` (the period's length decides the count) or a
 //! `SegmentTimeline` (`S@t`, `@d`, `@r`, a negative `@r` repeating to the period's end),
 //! `$RepresentationID$`, `$Number$`, `$Bandwidth$`, `$Time$` with `%0Nd` widths and `$$`;
-//! `SegmentList` (`Initialization@sourceURL`, `SegmentURL@media`); a Representation
+//! `SegmentList` (`Initialization@sourceURL`, `SegmentURL@media`, `@mediaRange`); a Representation
 //! with only a `BaseURL` (one file, `SegmentBase`, with its `@indexRange` when it has
 //! one: where the file's `sidx` is, `crate::sidx`). Not handled (an error, so a job
 //! reports it rather than filling part of a presentation): dynamic (live) MPDs,
@@ -20,7 +20,7 @@
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::{Reader, XmlVersion};
 
-use crate::hls;
+use crate::hls::{self, SubRange};
 
 /// Largest MPD read (a long SegmentTimeline is a few hundred KiB).
 pub const MAX_MPD_BYTES: usize = 4 << 20;
@@ -333,12 +333,17 @@ pub struct Representation {
     pub init: Option<Vec<u8>>,
     /// Its media segments (or its one file), in playback order.
     pub media: Vec<Vec<u8>>,
+    /// The byte range of each of `media` (`SegmentURL@mediaRange`: ffmpeg's dash muxer
+    /// with `-single_file 1` lists one file's fragments so), in step with it; `None`:
+    /// the whole object.
+    pub ranges: Vec<Option<SubRange>>,
     /// One file (`SegmentBase`) with a segment index: `SegmentBase@indexRange`, the
     /// bytes `first..=last` of the file holding its `sidx` (see `crate::sidx`).
     pub index: Option<(u64, u64)>,
 }
 
-/// `a-b` (`SegmentBase@indexRange`, `Initialization@range`): inclusive, `a <= b`.
+/// `a-b` (`SegmentBase@indexRange`, `SegmentURL@mediaRange`): inclusive, `a <= b`,
+/// `b < u64::MAX`.
 fn byte_range(v: &str) -> Result<(u64, u64), &'static str> {
     let (a, b) = v.trim().split_once('-').ok_or("bad indexRange")?;
     let num = |n: &str| {
@@ -349,7 +354,7 @@ fn byte_range(v: &str) -> Result<(u64, u64), &'static str> {
         n.parse::<u64>().map_err(|_| "bad indexRange")
     };
     let (a, b) = (num(a)?, num(b)?);
-    if b < a {
+    if b < a || b == u64::MAX {
         return Err("bad indexRange");
     }
     Ok((a, b))
@@ -409,6 +414,7 @@ pub fn representations(
                 let mut init: Option<Vec<u8>> = None;
                 let mut out: Vec<Vec<u8>> = Vec::new();
                 let mut index = None;
+                let mut ranges: Vec<Option<SubRange>> = Vec::new();
                 if let Some(list) = rep.child("SegmentList").or(set_list) {
                     if let Some(src) = list
                         .child("Initialization")
@@ -421,6 +427,11 @@ pub fn representations(
                             Some(m) => out.push(resolve(m)?),
                             None => out.push(base3.clone()),
                         }
+                        let range = s.attr("mediaRange").map(byte_range).transpose()?;
+                        ranges.push(range.map(|(a, b)| SubRange {
+                            offset: a,
+                            len: b - a + 1,
+                        }));
                     }
                 } else if let Some(media) = &t3.media {
                     let timescale = t3.timescale.unwrap_or(1).max(1);
@@ -495,9 +506,11 @@ pub fn representations(
                 if named > MAX_SEGMENTS {
                     return Err("MPD names too many segments");
                 }
+                ranges.resize(out.len(), None);
                 reps.push(Representation {
                     init,
                     media: out,
+                    ranges,
                     index,
                 });
             }
@@ -615,6 +628,31 @@ mod tests {
                 (vec!["/d/v0.mp4".to_owned()], Some((883, 954))),
                 (vec!["/d/a.mp4".to_owned()], Some((10, 20))),
                 (vec!["/d/b.mp4".to_owned()], None),
+            ]
+        );
+        // ffmpeg's dash muxer with -single_file: one file's fragments by mediaRange.
+        let list = br#"<MPD mediaPresentationDuration="PT4S"><Period><AdaptationSet>
+            <Representation id="0" bandwidth="1"><BaseURL>s0.mp4</BaseURL>
+              <SegmentList duration="2"><Initialization range="0-920"/>
+                <SegmentURL mediaRange="921-70703"/><SegmentURL mediaRange="70704-140296"/><SegmentURL media="x.m4s"/>
+              </SegmentList></Representation></AdaptationSet></Period></MPD>"#;
+        let reps = representations(list, b"/d/m.mpd", false).unwrap();
+        assert_eq!(
+            text(reps[0].media.clone()),
+            ["/d/s0.mp4", "/d/s0.mp4", "/d/x.m4s"]
+        );
+        assert_eq!(
+            reps[0].ranges,
+            [
+                Some(SubRange {
+                    offset: 921,
+                    len: 69783
+                }),
+                Some(SubRange {
+                    offset: 70704,
+                    len: 69593
+                }),
+                None
             ]
         );
         for bad in ["9-1", "a-b", "1", "-1", "1-"] {

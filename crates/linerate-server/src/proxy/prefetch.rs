@@ -240,7 +240,7 @@ async fn read_playlist(
                 .into_iter()
                 .map(|rep| Sequence {
                     base: target.clone(),
-                    items: rep.media.into_iter().map(|m| (m, None)).collect(),
+                    items: rep.media.into_iter().zip(rep.ranges).collect(),
                     index: rep.index,
                 })
                 .collect(),
