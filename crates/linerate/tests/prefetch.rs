@@ -1,7 +1,8 @@
-//! HLS segment prefetch end to end (route `prefetch_segments`): the real binary in front
-//! of a counting origin. A client served segment `i` of a media playlist the cache has
-//! read makes the cache fetch segments `i+1..=i+k` as fills, once each, so the client's
-//! next requests hit; a client arriving while one runs joins it.
+//! HLS and DASH segment prefetch end to end (route `prefetch_segments`), byte ranges of
+//! single files included, and slice read-ahead (route `slice_readahead`): the real
+//! binary in front of a counting origin. A client served segment `i` of a media playlist
+//! the cache has read makes the cache fetch segments `i+1..=i+k` as fills, once each, so
+//! the client's next requests hit; a client arriving while one runs joins it.
 #![allow(
     clippy::unwrap_used,
     reason = "tests: a failed step should fail loudly"
@@ -1071,4 +1072,97 @@ fn dash_single_file_media_ranges_are_prefetched() {
     let init = mpd_ranges(&mpd, "range")[0];
     assert_eq!(init.0, 0);
     play_single_file_dash(mpd, file, init.1, &fragments, 0);
+}
+
+/// An origin honouring ranges with `/m/a.mp4` and `/m/b.mp4` (`slices` slices and a
+/// bit each, strong ETags, cacheable) and a cache with a sliced route of
+/// `slice_readahead = 2` (no segment prefetch).
+fn readahead_setup(slices: u64, keys: &str) -> (Origin, support::kit::Cache, std::sync::Arc<Vec<u8>>) {
+    let len = (slices * support::kit::SLICE + 1000) as usize;
+    let file = std::sync::Arc::new(support::content(len, 7));
+    let served = file.clone();
+    let origin = Origin::start_ranges(RangeSupport::Honoured, move |r: &Request| match r.path() {
+        "/m/a.mp4" | "/m/b.mp4" => origin::ok(
+            &served,
+            &[("Content-Type", "video/mp4"), ("Cache-Control", "max-age=3600"), ("ETag", "\"m1\"")],
+        ),
+        _ => origin::status(404, &[]),
+    });
+    let cache = CacheConfig::new(&origin)
+        .route(&format!("slice_bytes = {}\n{keys}", support::kit::SLICE))
+        .start();
+    (origin, cache, file)
+}
+
+/// Issue 23 part 3, guards `[[route]] slice_readahead`: a progressive-MP4 reader on a
+/// sliced route taking a file front to back in ranges (one slice a range, each
+/// continuing the last) has the next two slices fetched ahead of it: every range after
+/// the first is a hit, the origin sees each slice once, and the prefetches are counted
+/// (issued, used) like segment prefetch. A `bytes=0-` read streamed whole moves the
+/// read-ahead on as its body goes (each slice ahead of it prefetched, each once).
+#[test]
+fn slice_readahead_prefetches_the_next_slices_of_a_front_to_back_reader() {
+    let (origin, cache, file) = readahead_setup(6, "slice_readahead = 2");
+    let s = support::kit::SLICE;
+    let slices = (file.len() as u64).div_ceil(s);
+    for n in 0..slices {
+        let last = ((n + 1) * s).min(file.len() as u64) - 1;
+        let r = get_range(&cache, "/m/a.mp4", &range_header(n * s, last));
+        assert_eq!(r.status, 206, "slice {n}");
+        assert!(r.body == file[(n * s) as usize..=last as usize], "slice {n}: wrong bytes");
+        let cs = CacheStatus::of(&r);
+        if n > 0 {
+            assert!(cs.is_hit() || cs.collapsed, "slice {n} not read ahead: {cs:?}");
+        }
+        // The next two are asked for before the reader moves on.
+        wait_asked(&origin, "/m/a.mp4", (n + 3).min(slices) as usize);
+    }
+    settle();
+    assert_eq!(asked(&origin, "/m/a.mp4"), slice_ranges(file.len() as u64), "each slice once");
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), slices - 1);
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), slices - 1);
+    // Streamed whole from `bytes=0-`: the read-ahead follows the body.
+    let r = get_range(&cache, "/m/b.mp4", "bytes=0-");
+    assert_eq!(r.status, 206);
+    assert!(r.body == *file);
+    settle();
+    assert_eq!(asked(&origin, "/m/b.mp4"), slice_ranges(file.len() as u64), "each slice once");
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 2 * (slices - 1));
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 2 * (slices - 1));
+    assert_eq!(origin.total(), 2 * slices as usize);
+    origin.assert_no_panics();
+}
+
+/// Issue 23 part 3: read-ahead only follows a reader going front to back. A `HEAD`, a
+/// probe (`bytes=0-1`), a tail read (`bytes=-1000`, an MP4's `moov` at the end) and a
+/// seek (a range not continuing the client's last) fetch nothing ahead; and with
+/// `slice_readahead` left out (the default, 0) a front-to-back reader gets nothing
+/// ahead either.
+#[test]
+fn slice_readahead_skips_probes_tail_reads_seeks_and_is_off_by_default() {
+    let (origin, cache, file) = readahead_setup(6, "slice_readahead = 2");
+    let s = support::kit::SLICE;
+    let len = file.len() as u64;
+    assert_eq!(cache.request("HEAD", "/m/a.mp4", &[]).status, 200);
+    for range in ["bytes=0-1", "bytes=-1000", &range_header(3 * s, 3 * s + 99)] {
+        assert_eq!(get_range(&cache, "/m/a.mp4", range).status, 206, "{range}");
+    }
+    settle();
+    // Slice 0 (HEAD and probe), the last (tail), slice 3 (seek): what was read only.
+    let last = (len - 1) / s;
+    assert_eq!(
+        asked(&origin, "/m/a.mp4"),
+        [0, 3, last].map(|n| Some((n * s, Some((n + 1) * s - 1)))),
+        "{:?}",
+        origin.requests()
+    );
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 0);
+    drop(cache);
+    let (origin, cache, _) = readahead_setup(6, "");
+    for n in 0..3 {
+        assert_eq!(get_range(&cache, "/m/a.mp4", &range_header(n * s, (n + 1) * s - 1)).status, 206);
+    }
+    settle();
+    assert_eq!(asked(&origin, "/m/a.mp4").len(), 3, "{:?}", origin.requests());
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 0);
 }

@@ -29,6 +29,16 @@
 //! A request's CMCD `nor` hint (`CMCD-Request` header, CTA-5004) names one more object
 //! to prefetch, under the same rules.
 //!
+//! Files played in byte ranges (`#EXT-X-BYTERANGE` playlists, DASH `SegmentURL@mediaRange`
+//! and `SegmentBase`, whose ranges are in the file's `sidx`, read from the store once
+//! the player's index read stored it) are remembered as their ranges in sequence order
+//! (`ahead::Ranged`): a `206` playing range `i` (`playback::classify_part`) prefetches
+//! ranges `i+1..=i+k`, on a sliced route as the slices holding them, each under the key a
+//! client's range miss on it fills (`key::slice`), with the file's length and strong
+//! ETag from the response. Route `slice_readahead` ([`reads_ahead`], [`read_ahead`],
+//! called by `slices`) prefetches the slices after each one a front-to-back reader's
+//! response opens, through the same budget and counters.
+//!
 //! Not prefetched: a segment whose URL has a `Vary` stub or anything stored (even
 //! stale: prefetch never revalidates), a URL remembered as uncacheable, requests with
 //! `no-store`. On a sliced route the first slice is prefetched (the whole segment when
@@ -488,6 +498,67 @@ pub(crate) fn launch(
         }
         drop(slot);
     });
+}
+
+/// Route `slice_readahead`: whether a sliced response of `req` (status `code`, bytes
+/// `from..to` of `total`) reads its object as a player plays a file front to back
+/// (`playback::classify`: the whole of it, a range from byte 0 past a probe, or a range
+/// starting where the last one this client address was sent of the object ended). Its
+/// end is remembered for the client's next range.
+pub(crate) fn reads_ahead(
+    pw: &Rc<ProxyWorker>,
+    req: &CacheRequest<'_>,
+    code: linerate_http::StatusCode,
+    (from, to, total): (u64, u64, u64),
+) -> bool {
+    if req.head_only || to <= from {
+        return false;
+    }
+    let status = code.code();
+    if status != 206 {
+        return true;
+    }
+    let content_range = format!("bytes {from}-{}/{total}", to - 1);
+    // Its own memory entries (the segment memory keys the same clients by `client_key`
+    // after the response: one object is never both).
+    let mut memory_key = b"readahead ".to_vec();
+    memory_key.extend_from_slice(&client_key(req, &req.key));
+    let previous_end = pw.shared.prefetch.swap_range_end(&memory_key, Some(to));
+    let read = playback::classify(false, status, Some(content_range.as_bytes()), previous_end);
+    if !read.plays() {
+        tracing::debug!(key = %String::from_utf8_lossy(&req.key), read = read.as_str(), "no read-ahead");
+    }
+    read.plays()
+}
+
+/// Route `slice_readahead`: prefetch the `n` slices after slice `index` (of
+/// `slice_bytes`) of the object whose slices are under `base` (its primary key, or the
+/// variant a `Vary` selected), as slices a client's response moving on to them would
+/// fetch (`total`, `if_match`: the object's length and strong ETag), each unless stored,
+/// being fetched or over the origin's prefetch budget.
+pub(crate) fn read_ahead(
+    pw: &Rc<ProxyWorker>,
+    route: usize,
+    base: &[u8],
+    fetch: &Rc<Fetch>,
+    (index, n, slice_bytes): (u64, u32, u64),
+    (total, if_match): (u64, Option<Vec<u8>>),
+) {
+    for next in index + 1..=index + u64::from(n) {
+        let start = next * slice_bytes;
+        if start >= total {
+            break;
+        }
+        let slice = SliceJob {
+            index: next,
+            start,
+            len: slice_bytes,
+            if_match: if_match.clone(),
+            total: Some(total),
+        };
+        let key = key::slice(base, next);
+        launch(pw, route, &key, base, &|| Rc::clone(fetch), Some(slice), &key);
+    }
 }
 
 /// A client was answered a GET of a file played in byte ranges: if the response plays
