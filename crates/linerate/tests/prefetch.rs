@@ -1166,3 +1166,100 @@ fn slice_readahead_skips_probes_tail_reads_seeks_and_is_off_by_default() {
     assert_eq!(asked(&origin, "/m/a.mp4").len(), 3, "{:?}", origin.requests());
     assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 0);
 }
+
+/// Issue 23 parts 2 and 6, guards byte-range HLS with a real client: `ffmpeg -re` plays
+/// the 8 s sample as byte ranges of one MPEG-TS file (`sample/hls-byterange/`, what
+/// `-hls_flags single_file` writes: four `#EXT-X-BYTERANGE` segments of `media.ts`)
+/// through a sliced route (64 KiB slices) with `prefetch_segments = 2`, against an
+/// origin that honours ranges. Before, the playlist was not read and every slice was
+/// fetched when ffmpeg reached it. Now each object is fetched from the origin once
+/// (the playlist, each slice of the file), the slices after the first range's are
+/// prefetched, and every range after the second is a prefetched hit (ffmpeg asks for
+/// the second while it still probes the first, before `-re` paces it, so that one may
+/// join its prefetch as it runs).
+///
+/// `#[ignore]`d like `ffmpeg_plays_hls_from_prefetched_segments` (scripts/test.sh runs
+/// it with `--ignored`). About 10 s (real time).
+#[test]
+#[ignore = "needs ffmpeg; scripts/test.sh runs it with --ignored"]
+fn ffmpeg_plays_byte_range_hls_from_prefetched_slices() {
+    let ffmpeg = ffmpeg().expect("ffmpeg is not installed (apt-get install ffmpeg)");
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample/hls-byterange");
+    let media_len = std::fs::metadata(sample.join("media.ts")).unwrap().len();
+    let origin = Origin::start_ranges(RangeSupport::Honoured, move |r: &Request| {
+        let name = r.path().strip_prefix("/v/").unwrap_or("");
+        let content_type = if name.ends_with(".m3u8") { PLAYLIST_TYPE.1 } else { "video/mp2t" };
+        match std::fs::read(sample.join(name)) {
+            Ok(body) if !name.contains('/') && !name.is_empty() => origin::ok(
+                &body,
+                &[
+                    ("Content-Type", content_type),
+                    ("Cache-Control", "max-age=3600"),
+                    ("ETag", "\"sample\""),
+                ],
+            ),
+            _ => origin::status(404, &[]),
+        }
+    });
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("access.log");
+    let cache = CacheConfig::new(&origin)
+        .route(&format!("slice_bytes = {}\nprefetch_segments = 2", support::kit::SLICE))
+        .cache("prefetch_in_flight = 8")
+        .extra(&format!(
+            "[access_log]\npath = {:?}\nflush_ms = 50\n",
+            log.to_str().unwrap()
+        ))
+        .start();
+    let url = format!("http://{}/v/index.m3u8", cache.connect().peer_addr().unwrap());
+    let out = std::process::Command::new(ffmpeg)
+        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-re", "-i"])
+        .arg(&url)
+        .args(["-map", "0", "-c", "copy", "-f", "null", "-"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ffmpeg failed: {}", String::from_utf8_lossy(&out.stderr));
+    settle();
+    assert_eq!(origin.count("/v/index.m3u8"), 1, "{:?}", origin.requests());
+    assert_eq!(
+        asked(&origin, "/v/media.ts"),
+        slice_ranges(media_len),
+        "each slice once: {:?}",
+        origin.requests()
+    );
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_playlists_read_total"), 1);
+    // Every slice but the first (the first range's own) prefetched, and read.
+    let slices = media_len.div_ceil(support::kit::SLICE);
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), slices - 1);
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), slices - 1);
+    // What ffmpeg was answered, range by range: 206s, from the cache after the second.
+    let playlist = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample/hls-byterange/index.m3u8"),
+    )
+    .unwrap();
+    let ranges: Vec<(u64, u64)> = playlist
+        .lines()
+        .filter_map(|l| l.strip_prefix("#EXT-X-BYTERANGE:"))
+        .map(|v| {
+            let (n, o) = v.split_once('@').unwrap();
+            (o.parse().unwrap(), n.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(ranges.len(), 4);
+    let deadline = Instant::now() + WAIT;
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.matches("GET /v/media.ts ").count() >= ranges.len() {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "access log: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("GET /v/media.ts ")).collect();
+    for l in &lines {
+        assert!(l.contains("\" 206 "), "not asked with a range: {l}");
+    }
+    for (i, l) in lines.iter().enumerate().skip(2) {
+        assert!(l.contains(" cache=hit "), "range {i} not a prefetched hit: {l}\n{text}");
+    }
+}
