@@ -1263,3 +1263,52 @@ fn ffmpeg_plays_byte_range_hls_from_prefetched_slices() {
         assert!(l.contains(" cache=hit "), "range {i} not a prefetched hit: {l}\n{text}");
     }
 }
+
+/// Issue 23 part 2, guards DASH `SegmentBase` without ffmpeg (plain `cargo test`): a
+/// file laid out as a single-file packager writes it (`ftyp`, `moov`, a version-0
+/// `sidx` after them listing four fragments, the fragments), with a SegmentBase MPD. As
+/// the ffmpeg-made one: the sidx is read from the slice the init-and-index read stored,
+/// each slice is fetched once, and every fragment after the first is a hit.
+#[test]
+fn dash_segment_base_sidx_is_read_built_file() {
+    let sizes = [70_000u32, 69_000, 64_000, 66_500];
+    let mut file = Vec::new();
+    for (kind, len) in [("ftyp", 24usize), ("moov", 800)] {
+        file.extend_from_slice(&(len as u32).to_be_bytes());
+        file.extend_from_slice(kind.as_bytes());
+        file.extend_from_slice(&support::content(len - 8, len as u64));
+    }
+    let index_first = file.len() as u64;
+    let mut sidx = vec![0u8, 0, 0, 0]; // version 0, flags
+    sidx.extend_from_slice(&1u32.to_be_bytes()); // reference_ID
+    sidx.extend_from_slice(&12800u32.to_be_bytes()); // timescale
+    sidx.extend_from_slice(&0u32.to_be_bytes()); // earliest_presentation_time
+    sidx.extend_from_slice(&0u32.to_be_bytes()); // first_offset
+    sidx.extend_from_slice(&0u16.to_be_bytes()); // reserved
+    sidx.extend_from_slice(&(sizes.len() as u16).to_be_bytes());
+    for size in sizes {
+        sidx.extend_from_slice(&size.to_be_bytes()); // reference_type 0
+        sidx.extend_from_slice(&25600u32.to_be_bytes()); // 2 s
+        sidx.extend_from_slice(&0x9000_0000u32.to_be_bytes());
+    }
+    file.extend_from_slice(&(sidx.len() as u32 + 8).to_be_bytes());
+    file.extend_from_slice(b"sidx");
+    file.extend_from_slice(&sidx);
+    let index_last = file.len() as u64 - 1;
+    let mut fragments = Vec::new();
+    for (i, size) in sizes.into_iter().enumerate() {
+        let at = file.len() as u64;
+        file.extend_from_slice(&support::content(size as usize, i as u64 + 100));
+        fragments.push((at, at + u64::from(size) - 1));
+    }
+    let mpd = format!(
+        r#"<?xml version="1.0"?>
+<MPD xmlns="urn:mpeg:dash:schema:mpd:2011" type="static" mediaPresentationDuration="PT8S">
+  <Period><AdaptationSet mimeType="video/mp4"><SegmentBase indexRange="{index_first}-{index_last}"><Initialization range="0-{}"/></SegmentBase>
+    <Representation id="0" bandwidth="270000"><BaseURL>manifest-stream0.mp4</BaseURL></Representation>
+  </AdaptationSet></Period>
+</MPD>"#,
+        index_first - 1
+    );
+    play_single_file_dash(mpd, file, index_last, &fragments, 1);
+}

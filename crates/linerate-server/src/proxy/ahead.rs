@@ -23,9 +23,9 @@ use linerate_http::hls::SubRange;
 const MAX_SEGMENTS: usize = 8192;
 /// Playlist copies remembered as read, per generation.
 const MAX_PLAYLISTS: usize = 4096;
-/// Files played in byte ranges remembered, per generation (each with its ranges: a
-/// playlist's worth at most).
-const MAX_RANGED: usize = 1024;
+/// Ranges of files played in byte ranges remembered, per generation (a file weighs
+/// its ranges: a long single-file playlist is a few thousand).
+const MAX_RANGED: usize = 1 << 17;
 /// Prefetched objects remembered until used (past it the oldest counts as wasted).
 const MAX_UNUSED: usize = 16384;
 /// Ranges remembered (client and segment → where the last one sent ended), per
@@ -39,26 +39,40 @@ const MAX_RANGES: usize = 8192;
 /// paused or slow player without hiding real waste for long.
 pub(crate) const WASTED_AFTER: Duration = Duration::from_secs(60);
 
-/// A map by key that forgets its older half past `cap` entries per generation.
+/// A map by key that forgets its older half past `cap` per generation: `cap` entries,
+/// or with a weight per value (`weigh`), `cap` of their weight.
 struct TwoGen<V> {
     cap: usize,
+    /// The weight of a value (1 for a map bounded by entries).
+    weigh: fn(&V) -> usize,
+    /// The weight inserted into the current generation.
+    weight: usize,
     current: HashMap<Box<[u8]>, V>,
     old: HashMap<Box<[u8]>, V>,
 }
 
 impl<V: Clone> TwoGen<V> {
     fn new(cap: usize) -> Self {
+        Self::weighed(cap, |_| 1)
+    }
+
+    fn weighed(cap: usize, weigh: fn(&V) -> usize) -> Self {
         TwoGen {
             cap,
+            weigh,
+            weight: 0,
             current: HashMap::new(),
             old: HashMap::new(),
         }
     }
 
     fn insert(&mut self, k: &[u8], v: V) {
-        if self.current.len() >= self.cap && !self.current.contains_key(k) {
+        let w = (self.weigh)(&v);
+        if self.weight.saturating_add(w) > self.cap && !self.current.contains_key(k) {
             self.old = std::mem::take(&mut self.current);
+            self.weight = 0;
         }
+        self.weight = self.weight.saturating_add(w);
         self.current.insert(k.into(), v);
     }
 
@@ -132,6 +146,16 @@ impl Ranged {
         Ranged::Known { items, ranges }
     }
 
+    /// What it weighs in the memory (`MAX_RANGED`): its own ranges (the sequence they
+    /// are in is one allocation shared by the files of a playlist, at most a playlist's
+    /// or an MPD's worth).
+    fn weight(&self) -> usize {
+        match self {
+            Ranged::Known { ranges, .. } => 1 + ranges.len(),
+            Ranged::Index { .. } => 1,
+        }
+    }
+
     /// The index in the sequence of the range holding byte `at`, and that range.
     pub(crate) fn at(&self, at: u64) -> Option<(usize, u64, u64)> {
         let Ranged::Known { ranges, .. } = self else {
@@ -180,7 +204,7 @@ impl Memory {
     pub(crate) fn new(origins: usize) -> Memory {
         Memory {
             next: Mutex::new(TwoGen::new(MAX_SEGMENTS)),
-            ranged: Mutex::new(TwoGen::new(MAX_RANGED)),
+            ranged: Mutex::new(TwoGen::weighed(MAX_RANGED, |r| r.weight())),
             read: Mutex::new(TwoGen::new(MAX_PLAYLISTS)),
             ranges: Mutex::new(TwoGen::new(MAX_RANGES)),
             unused: Mutex::new(Unused::default()),
@@ -429,6 +453,39 @@ mod tests {
         assert!(m.segments() <= 2 * MAX_SEGMENTS);
         assert!(m.next(b"k0").is_none(), "the oldest are forgotten");
         assert!(m.next(b"hot").is_some());
+    }
+
+    #[test]
+    fn ranged_files_are_bounded_by_their_ranges() {
+        let m = Memory::new(1);
+        let file = |n: usize| -> Ranged {
+            let items: Arc<[Option<Arc<Target>>]> = (0..n as u64)
+                .map(|i| {
+                    Some(Arc::new(Target {
+                        target: b"/f".to_vec().into(),
+                        key: b"f".to_vec().into(),
+                        route: 0,
+                        range: Some(SubRange { offset: i, len: 1 }),
+                    }))
+                })
+                .collect();
+            Ranged::known(b"f", items)
+        };
+        m.set_ranged(b"hot", file(10));
+        let big = MAX_RANGED / 8;
+        for i in 0..40 {
+            m.set_ranged(format!("k{i}").as_bytes(), file(big / 2));
+            assert!(m.ranged(b"hot").is_some(), "an entry in use stays");
+        }
+        let held = lock(&m.ranged);
+        let weight: usize = held
+            .current
+            .values()
+            .chain(held.old.values())
+            .map(|r| r.weight())
+            .sum();
+        assert!(weight <= 2 * MAX_RANGED, "{weight}");
+        assert!(!held.current.contains_key(&b"k0"[..]) && !held.old.contains_key(&b"k0"[..]));
     }
 
     #[test]
