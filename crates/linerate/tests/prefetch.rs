@@ -1312,3 +1312,77 @@ fn dash_segment_base_sidx_is_read_built_file() {
     );
     play_single_file_dash(mpd, file, index_last, &fragments, 1);
 }
+
+/// Issue 23 parts 2 and 6, guards single-file DASH with a real client: `ffmpeg -re`
+/// (libavformat's dash demuxer) plays ffmpeg's own single-file DASH (`-single_file 1`:
+/// one fMP4 file, its fragments listed by `SegmentURL@mediaRange`, made now) through a
+/// sliced route with `prefetch_segments = 2`. Each object is fetched from the origin
+/// once (the MPD, each slice of the file), the slices after the first fragment ffmpeg
+/// reads are prefetched and read, and the last two fragments are prefetched hits
+/// (libavformat 5.1 reads the init section, then starts at the second fragment).
+///
+/// `#[ignore]`d like the other ffmpeg tests (scripts/test.sh runs it with `--ignored`).
+/// About 10 s (real time).
+#[test]
+#[ignore = "needs ffmpeg; scripts/test.sh runs it with --ignored"]
+fn ffmpeg_plays_single_file_dash_from_prefetched_slices() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mpd, file) = ffmpeg_single_file_dash(dir.path());
+    let fragments = mpd_ranges(&mpd, "mediaRange");
+    let len = file.len() as u64;
+    let origin = Origin::start_ranges(RangeSupport::Honoured, move |r: &Request| match r.path() {
+        "/d/manifest.mpd" => origin::ok(
+            mpd.as_bytes(),
+            &[("Content-Type", "application/dash+xml"), ("Cache-Control", "max-age=60")],
+        ),
+        "/d/manifest-stream0.mp4" => origin::ok(
+            &file,
+            &[("Content-Type", "video/mp4"), ("Cache-Control", "max-age=3600"), ("ETag", "\"f1\"")],
+        ),
+        _ => origin::status(404, &[]),
+    });
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("access.log");
+    let cache = CacheConfig::new(&origin)
+        .route(&format!("slice_bytes = {}\nprefetch_segments = 2", support::kit::SLICE))
+        .cache("prefetch_in_flight = 8")
+        .extra(&format!("[access_log]\npath = {:?}\nflush_ms = 50\n", log.to_str().unwrap()))
+        .start();
+    let url = format!("http://{}/d/manifest.mpd", cache.connect().peer_addr().unwrap());
+    let out = std::process::Command::new(ffmpeg().unwrap())
+        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-re", "-i"])
+        .arg(&url)
+        .args(["-map", "0", "-c", "copy", "-f", "null", "-"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ffmpeg failed: {}", String::from_utf8_lossy(&out.stderr));
+    settle();
+    let path = "/d/manifest-stream0.mp4";
+    assert_eq!(origin.count("/d/manifest.mpd"), 1, "{:?}", origin.requests());
+    assert_eq!(asked(&origin, path), slice_ranges(len), "each slice once: {:?}", origin.requests());
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_playlists_read_total"), 1);
+    // Prefetched slices, every one read (libavformat 5.1 reads the init section and
+    // then starts at the second fragment, so how many depends on where it starts).
+    let issued = metric(&cache, "linerate_cache_prefetch_issued_total");
+    assert!(issued >= 2, "{issued}");
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), issued);
+    // What ffmpeg was answered: ranges (206); the init section and the first fragment
+    // it read from the origin, the last two fragments from prefetched slices.
+    let deadline = Instant::now() + WAIT;
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.matches(&format!("GET {path} ")).count() >= 4 {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "access log: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(&format!("GET {path} "))).collect();
+    for l in &lines {
+        assert!(l.contains("\" 206 "), "not asked with a range: {l}");
+    }
+    for l in &lines[lines.len() - 2..] {
+        assert!(l.contains(" cache=hit "), "not a prefetched hit: {l}\n{text}");
+    }
+    assert!(fragments.len() == 4, "{fragments:?}");
+}
