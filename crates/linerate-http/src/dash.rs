@@ -656,7 +656,9 @@ mod tests {
             ]
         );
         for bad in ["9-1", "a-b", "1", "-1", "1-"] {
-            let m = format!(r#"<MPD><Period><AdaptationSet><Representation id="0"><BaseURL>v.mp4</BaseURL><SegmentBase indexRange="{bad}"/></Representation></AdaptationSet></Period></MPD>"#);
+            let m = format!(
+                r#"<MPD><Period><AdaptationSet><Representation id="0"><BaseURL>v.mp4</BaseURL><SegmentBase indexRange="{bad}"/></Representation></AdaptationSet></Period></MPD>"#
+            );
             assert_eq!(
                 representations(m.as_bytes(), b"/m.mpd", false),
                 Err("bad indexRange"),

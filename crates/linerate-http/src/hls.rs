@@ -356,7 +356,10 @@ mod tests {
             "#EXT-X-MAP:BYTERANGE=\"1@0\"\n",
             "#EXT-X-MAP:URI=\"i.mp4\",BYTERANGE=\"x\"\n",
         ] {
-            assert!(parse_media(format!("#EXTM3U\n{bad}").as_bytes()).is_none(), "{bad}");
+            assert!(
+                parse_media(format!("#EXTM3U\n{bad}").as_bytes()).is_none(),
+                "{bad}"
+            );
         }
         // No #EXTM3U first, or something else.
         assert!(parse_media(b"\n#EXTM3U\n#EXTINF:4,\na.ts\n").is_none());

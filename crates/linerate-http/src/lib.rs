@@ -27,8 +27,8 @@ pub mod path;
 pub mod playback;
 pub mod range;
 pub mod request;
-pub mod sidx;
 pub mod response;
+pub mod sidx;
 mod syntax;
 pub mod upstream;
 

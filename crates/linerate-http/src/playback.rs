@@ -273,7 +273,10 @@ mod tests {
             classify_part(true, 206, Some(b"bytes 94376-189503/371300"), part, None),
             Read::Probe
         );
-        assert_eq!(classify_part(false, 206, None, part, Some(0)), Read::Elsewhere);
+        assert_eq!(
+            classify_part(false, 206, None, part, Some(0)),
+            Read::Elsewhere
+        );
     }
 
     #[test]

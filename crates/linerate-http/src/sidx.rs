@@ -45,7 +45,8 @@ fn box_size(b: &[u8]) -> Option<(usize, usize)> {
 /// The body of a `sidx` (after its box header); `anchor`: the file offset of the first
 /// byte after the box.
 fn read(b: &[u8], anchor: u64) -> Option<Vec<SubRange>> {
-    let u32_at = |i: usize| -> Option<u32> { Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
+    let u32_at =
+        |i: usize| -> Option<u32> { Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
     let version = *b.first()?;
     // version(1) flags(3) reference_ID(4) timescale(4), then earliest_presentation_time
     // and first_offset: 32 bits each in version 0, 64 in version 1.
@@ -102,7 +103,10 @@ mod tests {
             body.extend_from_slice(&180000u32.to_be_bytes()); // subsegment_duration
             body.extend_from_slice(&0x9000_0000u32.to_be_bytes()); // starts with SAP 1
         }
-        let mut b = u32::try_from(body.len() + 8).unwrap().to_be_bytes().to_vec();
+        let mut b = u32::try_from(body.len() + 8)
+            .unwrap()
+            .to_be_bytes()
+            .to_vec();
         b.extend_from_slice(b"sidx");
         b.extend_from_slice(&body);
         b
@@ -133,14 +137,39 @@ mod tests {
         let s = sidx(1, 1 << 33, &[(0, 7), (0, 9)]);
         b.extend_from_slice(&s);
         let first = 100 + b.len() as u64 + (1 << 33);
-        assert_eq!(subsegments(&b, 100), Some(vec![r(first, 7), r(first + 7, 9)]));
+        assert_eq!(
+            subsegments(&b, 100),
+            Some(vec![r(first, 7), r(first + 7, 9)])
+        );
         // A 64-bit largesize header.
         let mut large = vec![0, 0, 0, 1];
         large.extend_from_slice(b"sidx");
         large.extend_from_slice(&(s.len() as u64 + 8).to_be_bytes());
         large.extend_from_slice(&s[8..]);
         let first = large.len() as u64 + (1 << 33);
-        assert_eq!(subsegments(&large, 0), Some(vec![r(first, 7), r(first + 7, 9)]));
+        assert_eq!(
+            subsegments(&large, 0),
+            Some(vec![r(first, 7), r(first + 7, 9)])
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the bytes (an origin's), no panic, and the ranges found are
+        /// contiguous after the box, non-empty and in order.
+        #[test]
+        fn never_panics(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256), offset in 0u64..1 << 40) {
+            let mut b = sidx(0, 0, &[(0, 10)]);
+            b.truncate(12);
+            b.extend_from_slice(&body);
+            for input in [&body, &b] {
+                if let Some(ranges) = subsegments(input, offset) {
+                    for w in ranges.windows(2) {
+                        proptest::prop_assert_eq!(w[0].end(), w[1].offset);
+                    }
+                    proptest::prop_assert!(ranges.iter().all(|r| r.len > 0 && r.offset > offset));
+                }
+            }
+        }
     }
 
     #[test]

@@ -836,7 +836,10 @@ fn byterange_playlist() -> Vec<u8> {
 }
 
 fn byterange_file(name: &str) -> Vec<u8> {
-    support::content(5 * RANGE_LEN as usize, name.len() as u64 + name.as_bytes()[0] as u64)
+    support::content(
+        5 * RANGE_LEN as usize,
+        name.len() as u64 + name.as_bytes()[0] as u64,
+    )
 }
 
 matrix! {
@@ -928,16 +931,37 @@ fn ffmpeg_single_file_dash(dir: &std::path::Path) -> (String, Vec<u8>) {
         .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i"])
         .arg(&sample)
         .args([
-            "-map", "0:v", "-c", "copy", "-f", "dash", "-single_file", "1", "-global_sidx", "1",
-            "-seg_duration", "2", "-use_template", "0", "-use_timeline", "0",
+            "-map",
+            "0:v",
+            "-c",
+            "copy",
+            "-f",
+            "dash",
+            "-single_file",
+            "1",
+            "-global_sidx",
+            "1",
+            "-seg_duration",
+            "2",
+            "-use_template",
+            "0",
+            "-use_timeline",
+            "0",
         ])
         .arg(dir.join("manifest.mpd"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "ffmpeg: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ffmpeg: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mpd = std::fs::read_to_string(dir.join("manifest.mpd")).unwrap();
     let file = std::fs::read(dir.join("manifest-stream0.mp4")).unwrap();
-    assert!(mpd.contains("<BaseURL>manifest-stream0.mp4</BaseURL>"), "{mpd}");
+    assert!(
+        mpd.contains("<BaseURL>manifest-stream0.mp4</BaseURL>"),
+        "{mpd}"
+    );
     (mpd, file)
 }
 
@@ -948,7 +972,11 @@ fn mp4_boxes(file: &[u8]) -> Vec<(u64, u64, String)> {
     while at + 8 <= file.len() {
         let size = u32::from_be_bytes(file[at..at + 4].try_into().unwrap()) as usize;
         assert!(size >= 8, "box at {at}");
-        out.push((at as u64, size as u64, String::from_utf8_lossy(&file[at + 4..at + 8]).into_owned()));
+        out.push((
+            at as u64,
+            size as u64,
+            String::from_utf8_lossy(&file[at + 4..at + 8]).into_owned(),
+        ));
         at += size;
     }
     out
@@ -972,22 +1000,38 @@ fn mpd_ranges(mpd: &str, attr: &str) -> Vec<(u64, u64)> {
 /// then each fragment's range in order. `indexes`: index reads expected (a
 /// `SegmentBase`'s `sidx`) besides the MPD. Asserts every slice of the file asked of
 /// the origin once, every fragment after the first served from prefetched slices.
-fn play_single_file_dash(mpd: String, file: Vec<u8>, init_end: u64, fragments: &[(u64, u64)], indexes: u64) {
+fn play_single_file_dash(
+    mpd: String,
+    file: Vec<u8>,
+    init_end: u64,
+    fragments: &[(u64, u64)],
+    indexes: u64,
+) {
     let file = std::sync::Arc::new(file);
     let served = file.clone();
     let origin = Origin::start_ranges(RangeSupport::Honoured, move |r: &Request| match r.path() {
         "/d/manifest.mpd" => origin::ok(
             mpd.as_bytes(),
-            &[("Content-Type", "application/dash+xml"), ("Cache-Control", "max-age=60")],
+            &[
+                ("Content-Type", "application/dash+xml"),
+                ("Cache-Control", "max-age=60"),
+            ],
         ),
         "/d/manifest-stream0.mp4" => origin::ok(
             &served,
-            &[("Content-Type", "video/mp4"), ("Cache-Control", "max-age=3600"), ("ETag", "\"f1\"")],
+            &[
+                ("Content-Type", "video/mp4"),
+                ("Cache-Control", "max-age=3600"),
+                ("ETag", "\"f1\""),
+            ],
         ),
         _ => origin::status(404, &[]),
     });
     let cache = CacheConfig::new(&origin)
-        .route(&format!("slice_bytes = {}\nprefetch_segments = 2", support::kit::SLICE))
+        .route(&format!(
+            "slice_bytes = {}\nprefetch_segments = 2",
+            support::kit::SLICE
+        ))
         .start();
     let path = "/d/manifest-stream0.mp4";
     assert_eq!(get_range(&cache, "/d/manifest.mpd", "bytes=0-").status, 206);
@@ -996,15 +1040,25 @@ fn play_single_file_dash(mpd: String, file: Vec<u8>, init_end: u64, fragments: &
     assert_eq!(r.status, 206);
     assert!(r.body == file[..=init_end as usize]);
     // The index read from the stored slice (a SegmentBase's sidx), counted as read.
-    wait_metric(&cache, "linerate_cache_prefetch_playlists_read_total", 1 + indexes);
+    wait_metric(
+        &cache,
+        "linerate_cache_prefetch_playlists_read_total",
+        1 + indexes,
+    );
     let s = support::kit::SLICE;
     for (i, &(first, last)) in fragments.iter().enumerate() {
         let r = get_range(&cache, path, &range_header(first, last));
         assert_eq!(r.status, 206, "fragment {i}");
-        assert!(r.body == file[first as usize..=last as usize], "fragment {i}: wrong bytes");
+        assert!(
+            r.body == file[first as usize..=last as usize],
+            "fragment {i}: wrong bytes"
+        );
         let cs = CacheStatus::of(&r);
         if i > 0 {
-            assert!(cs.is_hit() || cs.collapsed, "fragment {i} not prefetched: {cs:?}");
+            assert!(
+                cs.is_hit() || cs.collapsed,
+                "fragment {i} not prefetched: {cs:?}"
+            );
         }
         // The slices holding the next two fragments are asked for before the player
         // asks for the next one.
@@ -1014,11 +1068,22 @@ fn play_single_file_dash(mpd: String, file: Vec<u8>, init_end: u64, fragments: &
     settle();
     let len = file.len() as u64;
     assert_eq!(asked(&origin, path), slice_ranges(len), "each slice once");
-    assert_eq!(origin.total(), 1 + len.div_ceil(s) as usize, "{:?}", origin.requests());
+    assert_eq!(
+        origin.total(),
+        1 + len.div_ceil(s) as usize,
+        "{:?}",
+        origin.requests()
+    );
     // Every slice but the first (the init and index read's own) prefetched, and read.
     let slices = len.div_ceil(s);
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), slices - 1);
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), slices - 1);
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_issued_total"),
+        slices - 1
+    );
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_used_total"),
+        slices - 1
+    );
     origin.assert_no_panics();
 }
 
@@ -1077,14 +1142,21 @@ fn dash_single_file_media_ranges_are_prefetched() {
 /// An origin honouring ranges with `/m/a.mp4` and `/m/b.mp4` (`slices` slices and a
 /// bit each, strong ETags, cacheable) and a cache with a sliced route of
 /// `slice_readahead = 2` (no segment prefetch).
-fn readahead_setup(slices: u64, keys: &str) -> (Origin, support::kit::Cache, std::sync::Arc<Vec<u8>>) {
+fn readahead_setup(
+    slices: u64,
+    keys: &str,
+) -> (Origin, support::kit::Cache, std::sync::Arc<Vec<u8>>) {
     let len = (slices * support::kit::SLICE + 1000) as usize;
     let file = std::sync::Arc::new(support::content(len, 7));
     let served = file.clone();
     let origin = Origin::start_ranges(RangeSupport::Honoured, move |r: &Request| match r.path() {
         "/m/a.mp4" | "/m/b.mp4" => origin::ok(
             &served,
-            &[("Content-Type", "video/mp4"), ("Cache-Control", "max-age=3600"), ("ETag", "\"m1\"")],
+            &[
+                ("Content-Type", "video/mp4"),
+                ("Cache-Control", "max-age=3600"),
+                ("ETag", "\"m1\""),
+            ],
         ),
         _ => origin::status(404, &[]),
     });
@@ -1109,26 +1181,52 @@ fn slice_readahead_prefetches_the_next_slices_of_a_front_to_back_reader() {
         let last = ((n + 1) * s).min(file.len() as u64) - 1;
         let r = get_range(&cache, "/m/a.mp4", &range_header(n * s, last));
         assert_eq!(r.status, 206, "slice {n}");
-        assert!(r.body == file[(n * s) as usize..=last as usize], "slice {n}: wrong bytes");
+        assert!(
+            r.body == file[(n * s) as usize..=last as usize],
+            "slice {n}: wrong bytes"
+        );
         let cs = CacheStatus::of(&r);
         if n > 0 {
-            assert!(cs.is_hit() || cs.collapsed, "slice {n} not read ahead: {cs:?}");
+            assert!(
+                cs.is_hit() || cs.collapsed,
+                "slice {n} not read ahead: {cs:?}"
+            );
         }
         // The next two are asked for before the reader moves on.
         wait_asked(&origin, "/m/a.mp4", (n + 3).min(slices) as usize);
     }
     settle();
-    assert_eq!(asked(&origin, "/m/a.mp4"), slice_ranges(file.len() as u64), "each slice once");
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), slices - 1);
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), slices - 1);
+    assert_eq!(
+        asked(&origin, "/m/a.mp4"),
+        slice_ranges(file.len() as u64),
+        "each slice once"
+    );
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_issued_total"),
+        slices - 1
+    );
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_used_total"),
+        slices - 1
+    );
     // Streamed whole from `bytes=0-`: the read-ahead follows the body.
     let r = get_range(&cache, "/m/b.mp4", "bytes=0-");
     assert_eq!(r.status, 206);
     assert!(r.body == *file);
     settle();
-    assert_eq!(asked(&origin, "/m/b.mp4"), slice_ranges(file.len() as u64), "each slice once");
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 2 * (slices - 1));
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 2 * (slices - 1));
+    assert_eq!(
+        asked(&origin, "/m/b.mp4"),
+        slice_ranges(file.len() as u64),
+        "each slice once"
+    );
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_issued_total"),
+        2 * (slices - 1)
+    );
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_used_total"),
+        2 * (slices - 1)
+    );
     assert_eq!(origin.total(), 2 * slices as usize);
     origin.assert_no_panics();
 }
@@ -1160,10 +1258,18 @@ fn slice_readahead_skips_probes_tail_reads_seeks_and_is_off_by_default() {
     drop(cache);
     let (origin, cache, _) = readahead_setup(6, "");
     for n in 0..3 {
-        assert_eq!(get_range(&cache, "/m/a.mp4", &range_header(n * s, (n + 1) * s - 1)).status, 206);
+        assert_eq!(
+            get_range(&cache, "/m/a.mp4", &range_header(n * s, (n + 1) * s - 1)).status,
+            206
+        );
     }
     settle();
-    assert_eq!(asked(&origin, "/m/a.mp4").len(), 3, "{:?}", origin.requests());
+    assert_eq!(
+        asked(&origin, "/m/a.mp4").len(),
+        3,
+        "{:?}",
+        origin.requests()
+    );
     assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 0);
 }
 
@@ -1184,11 +1290,16 @@ fn slice_readahead_skips_probes_tail_reads_seeks_and_is_off_by_default() {
 #[ignore = "needs ffmpeg; scripts/test.sh runs it with --ignored"]
 fn ffmpeg_plays_byte_range_hls_from_prefetched_slices() {
     let ffmpeg = ffmpeg().expect("ffmpeg is not installed (apt-get install ffmpeg)");
-    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample/hls-byterange");
+    let sample =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample/hls-byterange");
     let media_len = std::fs::metadata(sample.join("media.ts")).unwrap().len();
     let origin = Origin::start_ranges(RangeSupport::Honoured, move |r: &Request| {
         let name = r.path().strip_prefix("/v/").unwrap_or("");
-        let content_type = if name.ends_with(".m3u8") { PLAYLIST_TYPE.1 } else { "video/mp2t" };
+        let content_type = if name.ends_with(".m3u8") {
+            PLAYLIST_TYPE.1
+        } else {
+            "video/mp2t"
+        };
         match std::fs::read(sample.join(name)) {
             Ok(body) if !name.contains('/') && !name.is_empty() => origin::ok(
                 &body,
@@ -1204,21 +1315,38 @@ fn ffmpeg_plays_byte_range_hls_from_prefetched_slices() {
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("access.log");
     let cache = CacheConfig::new(&origin)
-        .route(&format!("slice_bytes = {}\nprefetch_segments = 2", support::kit::SLICE))
+        .route(&format!(
+            "slice_bytes = {}\nprefetch_segments = 2",
+            support::kit::SLICE
+        ))
         .cache("prefetch_in_flight = 8")
         .extra(&format!(
             "[access_log]\npath = {:?}\nflush_ms = 50\n",
             log.to_str().unwrap()
         ))
         .start();
-    let url = format!("http://{}/v/index.m3u8", cache.connect().peer_addr().unwrap());
+    let url = format!(
+        "http://{}/v/index.m3u8",
+        cache.connect().peer_addr().unwrap()
+    );
     let out = std::process::Command::new(ffmpeg)
-        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-re", "-i"])
+        .args([
+            "-nostdin",
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-re",
+            "-i",
+        ])
         .arg(&url)
         .args(["-map", "0", "-c", "copy", "-f", "null", "-"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "ffmpeg failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ffmpeg failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     settle();
     assert_eq!(origin.count("/v/index.m3u8"), 1, "{:?}", origin.requests());
     assert_eq!(
@@ -1227,14 +1355,24 @@ fn ffmpeg_plays_byte_range_hls_from_prefetched_slices() {
         "each slice once: {:?}",
         origin.requests()
     );
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_playlists_read_total"), 1);
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_playlists_read_total"),
+        1
+    );
     // Every slice but the first (the first range's own) prefetched, and read.
     let slices = media_len.div_ceil(support::kit::SLICE);
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), slices - 1);
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), slices - 1);
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_issued_total"),
+        slices - 1
+    );
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_used_total"),
+        slices - 1
+    );
     // What ffmpeg was answered, range by range: 206s, from the cache after the second.
     let playlist = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sample/hls-byterange/index.m3u8"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../sample/hls-byterange/index.m3u8"),
     )
     .unwrap();
     let ranges: Vec<(u64, u64)> = playlist
@@ -1255,12 +1393,18 @@ fn ffmpeg_plays_byte_range_hls_from_prefetched_slices() {
         assert!(Instant::now() < deadline, "access log: {text}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let lines: Vec<&str> = text.lines().filter(|l| l.contains("GET /v/media.ts ")).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("GET /v/media.ts "))
+        .collect();
     for l in &lines {
         assert!(l.contains("\" 206 "), "not asked with a range: {l}");
     }
     for (i, l) in lines.iter().enumerate().skip(2) {
-        assert!(l.contains(" cache=hit "), "range {i} not a prefetched hit: {l}\n{text}");
+        assert!(
+            l.contains(" cache=hit "),
+            "range {i} not a prefetched hit: {l}\n{text}"
+        );
     }
 }
 
@@ -1333,34 +1477,74 @@ fn ffmpeg_plays_single_file_dash_from_prefetched_slices() {
     let origin = Origin::start_ranges(RangeSupport::Honoured, move |r: &Request| match r.path() {
         "/d/manifest.mpd" => origin::ok(
             mpd.as_bytes(),
-            &[("Content-Type", "application/dash+xml"), ("Cache-Control", "max-age=60")],
+            &[
+                ("Content-Type", "application/dash+xml"),
+                ("Cache-Control", "max-age=60"),
+            ],
         ),
         "/d/manifest-stream0.mp4" => origin::ok(
             &file,
-            &[("Content-Type", "video/mp4"), ("Cache-Control", "max-age=3600"), ("ETag", "\"f1\"")],
+            &[
+                ("Content-Type", "video/mp4"),
+                ("Cache-Control", "max-age=3600"),
+                ("ETag", "\"f1\""),
+            ],
         ),
         _ => origin::status(404, &[]),
     });
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("access.log");
     let cache = CacheConfig::new(&origin)
-        .route(&format!("slice_bytes = {}\nprefetch_segments = 2", support::kit::SLICE))
+        .route(&format!(
+            "slice_bytes = {}\nprefetch_segments = 2",
+            support::kit::SLICE
+        ))
         .cache("prefetch_in_flight = 8")
-        .extra(&format!("[access_log]\npath = {:?}\nflush_ms = 50\n", log.to_str().unwrap()))
+        .extra(&format!(
+            "[access_log]\npath = {:?}\nflush_ms = 50\n",
+            log.to_str().unwrap()
+        ))
         .start();
-    let url = format!("http://{}/d/manifest.mpd", cache.connect().peer_addr().unwrap());
+    let url = format!(
+        "http://{}/d/manifest.mpd",
+        cache.connect().peer_addr().unwrap()
+    );
     let out = std::process::Command::new(ffmpeg().unwrap())
-        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-re", "-i"])
+        .args([
+            "-nostdin",
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-re",
+            "-i",
+        ])
         .arg(&url)
         .args(["-map", "0", "-c", "copy", "-f", "null", "-"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "ffmpeg failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ffmpeg failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     settle();
     let path = "/d/manifest-stream0.mp4";
-    assert_eq!(origin.count("/d/manifest.mpd"), 1, "{:?}", origin.requests());
-    assert_eq!(asked(&origin, path), slice_ranges(len), "each slice once: {:?}", origin.requests());
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_playlists_read_total"), 1);
+    assert_eq!(
+        origin.count("/d/manifest.mpd"),
+        1,
+        "{:?}",
+        origin.requests()
+    );
+    assert_eq!(
+        asked(&origin, path),
+        slice_ranges(len),
+        "each slice once: {:?}",
+        origin.requests()
+    );
+    assert_eq!(
+        metric(&cache, "linerate_cache_prefetch_playlists_read_total"),
+        1
+    );
     // Prefetched slices, every one read (libavformat 5.1 reads the init section and
     // then starts at the second fragment, so how many depends on where it starts).
     let issued = metric(&cache, "linerate_cache_prefetch_issued_total");
@@ -1377,12 +1561,18 @@ fn ffmpeg_plays_single_file_dash_from_prefetched_slices() {
         assert!(Instant::now() < deadline, "access log: {text}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let lines: Vec<&str> = text.lines().filter(|l| l.contains(&format!("GET {path} "))).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(&format!("GET {path} ")))
+        .collect();
     for l in &lines {
         assert!(l.contains("\" 206 "), "not asked with a range: {l}");
     }
     for l in &lines[lines.len() - 2..] {
-        assert!(l.contains(" cache=hit "), "not a prefetched hit: {l}\n{text}");
+        assert!(
+            l.contains(" cache=hit "),
+            "not a prefetched hit: {l}\n{text}"
+        );
     }
     assert!(fragments.len() == 4, "{fragments:?}");
 }

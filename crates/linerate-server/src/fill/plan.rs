@@ -232,7 +232,10 @@ mod tests {
         assert_eq!(uris, vec![b"s0.ts".to_vec(), b"s1.ts".to_vec()]);
         // A byte-range playlist: its one file, once (it was refused before).
         let ranged = include_bytes!("../../../../sample/hls-byterange/index.m3u8");
-        assert_eq!(playlist_uris(ranged), Some((false, vec![b"media.ts".to_vec()])));
+        assert_eq!(
+            playlist_uris(ranged),
+            Some((false, vec![b"media.ts".to_vec()]))
+        );
         assert!(playlist_uris(b"<html>").is_none());
     }
 }

@@ -427,8 +427,14 @@ mod tests {
             }))
         };
         // Out of order, another object between, a hole at 30..40.
-        let items: Arc<[Option<Arc<Target>>]> =
-            vec![file(10, 10), Some(target(1)), None, file(40, 5), file(20, 10)].into();
+        let items: Arc<[Option<Arc<Target>>]> = vec![
+            file(10, 10),
+            Some(target(1)),
+            None,
+            file(40, 5),
+            file(20, 10),
+        ]
+        .into();
         let r = Ranged::known(b"f", items);
         assert_eq!(r.at(0), None);
         assert_eq!(r.at(10), Some((0, 10, 20)));

@@ -348,12 +348,7 @@ fn segment(
 /// What a prefetch of `t` sends: `req`'s fields (as that client's own request for `t`
 /// would), with no directives of its own.
 fn fetch_for(req: &CacheRequest<'_>, t: &Target) -> Rc<Fetch> {
-    Rc::new(req.fetch_of(
-        t.route,
-        &t.key,
-        &t.target,
-        RequestCacheControl::default(),
-    ))
+    Rc::new(req.fetch_of(t.route, &t.key, &t.target, RequestCacheControl::default()))
 }
 
 /// The version of a file a client is being served in ranges: its complete length and
@@ -449,7 +444,7 @@ fn start(
 /// Start one prefetch fill claiming `claim_key` (the object `base`, or one of its
 /// slices) unless it is stored, being fetched or over the budget of `route`'s origin.
 /// `used_key`: the key its use is counted by (`Memory::served`).
-pub(crate) fn launch(
+fn launch(
     pw: &Rc<ProxyWorker>,
     route: usize,
     claim_key: &[u8],
@@ -557,7 +552,15 @@ pub(crate) fn read_ahead(
             total: Some(total),
         };
         let key = key::slice(base, next);
-        launch(pw, route, &key, base, &|| Rc::clone(fetch), Some(slice), &key);
+        launch(
+            pw,
+            route,
+            &key,
+            base,
+            &|| Rc::clone(fetch),
+            Some(slice),
+            &key,
+        );
     }
 }
 
@@ -764,7 +767,9 @@ async fn stored_bytes(
         for (h, at, len) in parts {
             let start = out.len();
             out.resize(start + usize::try_from(len).ok()?, 0);
-            h.file.read_exact_at(&mut out[start..], h.body_offset + at).ok()?;
+            h.file
+                .read_exact_at(&mut out[start..], h.body_offset + at)
+                .ok()?;
         }
         (out.len() as u64 == last - first + 1).then_some(out)
     })

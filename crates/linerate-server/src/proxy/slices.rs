@@ -714,16 +714,16 @@ pub(crate) async fn serve(
         // the slices after each one its response reads prefetched.
         let readahead = span
             .filter(|_| route.opts.slice_readahead > 0 && !req.cc.no_store)
-        .filter(|&(from, to)| super::prefetch::reads_ahead(pw, req, code, (from, to, total)))
-        .map(|_| ReadAhead {
-            n: route.opts.slice_readahead,
-            fetch: Rc::new(req.fetch_of(
-                req.route,
-                &req.key,
-                &req.target,
-                RequestCacheControl::default(),
-            )),
-        });
+            .filter(|&(from, to)| super::prefetch::reads_ahead(pw, req, code, (from, to, total)))
+            .map(|_| ReadAhead {
+                n: route.opts.slice_readahead,
+                fetch: Rc::new(req.fetch_of(
+                    req.route,
+                    &req.key,
+                    &req.target,
+                    RequestCacheControl::default(),
+                )),
+            });
         if let Some(ra) = &readahead {
             ctx.read_ahead(ra, probe, &version);
         }
