@@ -539,11 +539,10 @@ pub(crate) fn read_ahead(
     (index, n, slice_bytes): (u64, u32, u64),
     (total, if_match): (u64, Option<Vec<u8>>),
 ) {
-    for next in index + 1..=index + u64::from(n) {
-        let start = next * slice_bytes;
-        if start >= total {
+    for next in index.saturating_add(1)..=index.saturating_add(u64::from(n)) {
+        let Some(start) = next.checked_mul(slice_bytes).filter(|&s| s < total) else {
             break;
-        }
+        };
         let slice = SliceJob {
             index: next,
             start,
