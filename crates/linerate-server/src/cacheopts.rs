@@ -28,6 +28,9 @@ pub const DEFAULT_PREFETCH_IN_FLIGHT: u32 = 4;
 /// Most segments a route may prefetch ahead: more is a playlist's worth of bandwidth
 /// spent on a guess.
 pub const MAX_PREFETCH_SEGMENTS: u32 = 16;
+
+/// Most slices `slice_readahead` may fetch ahead of a client.
+pub const MAX_SLICE_READAHEAD: u32 = 8;
 /// Default slice size for large objects (nginx's slice module is usually run at 1 MiB;
 /// 4 MiB keeps a typical 2-6 s HLS/DASH segment in one slice and one origin request).
 pub const DEFAULT_SLICE_BYTES: u64 = 4 * 1024 * 1024;
@@ -266,6 +269,10 @@ pub struct RouteOptions {
     /// cache mode has read, fetch the next this many segments in the background; 0
     /// (the default) turns it off, and playlists on the route are not read either.
     pub prefetch_segments: u32,
+    /// Progressive read-ahead on a sliced route: a client reading an object front to
+    /// back (the same rule as a segment being played) makes the cache fetch the next
+    /// this many slices after each one its response reads; 0 (the default) turns it off.
+    pub slice_readahead: u32,
 }
 
 impl RouteOptions {
@@ -283,6 +290,7 @@ impl RouteOptions {
             stale_while_revalidate: Duration::ZERO,
             stale_if_error: Duration::ZERO,
             prefetch_segments: 0,
+            slice_readahead: 0,
         }
     }
 }

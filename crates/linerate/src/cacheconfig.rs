@@ -269,6 +269,10 @@ pub struct RouteSection {
     /// HLS segments fetched ahead of a client, 0 = off. Default 0.
     #[serde(default, deserialize_with = "prefetch_segments")]
     pub prefetch_segments: u32,
+    /// Slices fetched ahead of a client reading an object front to back, 0 = off.
+    /// Default 0.
+    #[serde(default, deserialize_with = "slice_readahead")]
+    pub slice_readahead: u32,
     /// `[route.ttl_s]`: extension → freshness, s, for responses that carry none. When
     /// given it replaces the profile's table entirely. Default: the profile's table
     /// (none for `standard`).
@@ -398,6 +402,7 @@ impl RouteSection {
             stale_while_revalidate_s: 0,
             stale_if_error_s: 0,
             prefetch_segments: 0,
+            slice_readahead: 0,
             ttl_s: None,
         }
     }
@@ -432,6 +437,7 @@ impl RouteSection {
         r.stale_while_revalidate = Duration::from_secs(self.stale_while_revalidate_s);
         r.stale_if_error = Duration::from_secs(self.stale_if_error_s);
         r.prefetch_segments = self.prefetch_segments;
+        r.slice_readahead = self.slice_readahead;
         r
     }
 }
@@ -732,6 +738,17 @@ fn prefetch_segments<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     Ok(n)
 }
 
+fn slice_readahead<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n > cacheopts::MAX_SLICE_READAHEAD {
+        return Err(serde::de::Error::custom(format!(
+            "must be at most {}",
+            cacheopts::MAX_SLICE_READAHEAD
+        )));
+    }
+    Ok(n)
+}
+
 fn positive_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let n = size(d)?;
     if n == 0 {
@@ -1021,6 +1038,7 @@ slice_bytes = "1M"
 stale_while_revalidate_s = 10
 stale_if_error_s = 600
 prefetch_segments = 3
+slice_readahead = 2
 
 [route.ttl_s]
 M3U8 = 2
@@ -1094,6 +1112,8 @@ profile = "video"
         assert_eq!(r.default_ttl, Some(Duration::from_secs(300)));
         assert_eq!(r.prefetch_segments, 3);
         assert_eq!(o.routes[1].prefetch_segments, 0);
+        assert_eq!(r.slice_readahead, 2);
+        assert_eq!(o.routes[1].slice_readahead, 0);
         assert_eq!(r.profile, Profile::Standard);
         assert_eq!(r.query, QueryKey::Ignore);
         assert_eq!(r.slice_bytes, 1 << 20);
@@ -1252,6 +1272,8 @@ profile = "video"
             ("[[route]]\norigin = \"o\"\nquery = \"some\"\n", "line 3", "include"),
             ("[[route]]\norigin = \"o\"\nslice_bytes = 100\n", "line 3", "at least"),
             ("[[route]]\norigin = \"o\"\nprefetch_segments = 17\n", "line 3", "at most 16"),
+            ("[[route]]\norigin = \"o\"\nslice_readahead = 9\n", "line 3", "at most 8"),
+            ("[[route]]\norigin = \"o\"\nslice_readahead = -1\n", "line 3", ""),
             ("[[route]]\norigin = \"o\"\n[route.ttl_s]\n\"m.ts\" = 1\n", "line 4", "no dot"),
             ("[[route]]\norigin = \"o\"\n[route.ttl_s]\nts = -1\n", "line 4", ""),
             ("[cache]\nheuristic_fraction = 2.0\n", "line 2", "between 0.0"),

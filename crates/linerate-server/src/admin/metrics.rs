@@ -656,17 +656,17 @@ fn prefetch_families(out: &mut String, p: &PrefetchCounts) {
     let families: [(&str, &str, u64); 5] = [
         (
             "linerate_cache_prefetch_issued_total",
-            "HLS segment prefetch fills started (route prefetch_segments).",
+            "Prefetch fills started: segments, and slices of byte ranges and read-ahead (routes prefetch_segments, slice_readahead).",
             p.issued,
         ),
         (
             "linerate_cache_prefetch_used_total",
-            "Prefetched segments a client then asked for (served from the store, or joined while the prefetch ran).",
+            "Prefetched segments and slices a client then read (served from the store, or joined while the prefetch ran).",
             p.used,
         ),
         (
             "linerate_cache_prefetch_wasted_total",
-            "Prefetched segments no client asked for within 60 s of the prefetch.",
+            "Prefetched segments and slices no client read within 60 s of the prefetch.",
             p.wasted,
         ),
         (
@@ -676,7 +676,7 @@ fn prefetch_families(out: &mut String, p: &PrefetchCounts) {
         ),
         (
             "linerate_cache_prefetch_playlists_read_total",
-            "Stored media playlist copies read to learn their segments.",
+            "Stored playlist and MPD copies and DASH SegmentBase indexes read to learn their segments.",
             p.playlists,
         ),
     ];

@@ -4,7 +4,8 @@
 //! variant the request selects) and its own one-fill-per-key claim. A range request on a
 //! miss fetches only the slices it covers and gets its head as soon as the first of them
 //! starts to arrive; a response crossing slices moves from one to the next as it is
-//! sent.
+//! sent. With route `slice_readahead = N`, a response reading its object front to back
+//! has the N slices after each one it opens prefetched (`prefetch::read_ahead`).
 //!
 //! The first slice decides what the object is: if the origin answers it with the whole
 //! object (it ignores `Range`, or the object fits one slice), or with a `Vary`, the fill
@@ -217,6 +218,12 @@ impl SliceCtx {
                         ));
                     }
                 }
+                let opts = &self.px.routes[self.route].opts;
+                if opts.prefetch_segments > 0 || opts.slice_readahead > 0 {
+                    // A slice prefetched ahead of a range (`prefetch`) is used when a
+                    // response reads it.
+                    self.px.prefetch.served(&key);
+                }
                 return Ok((h, v));
             }
             if stale.is_none() && expect.is_none() && self.moved() {
@@ -375,9 +382,32 @@ impl SliceCtx {
     }
 }
 
+/// Read-ahead for a response of a client reading the object front to back (route
+/// `slice_readahead`): each slice the body opens prefetches the `n` after it.
+struct ReadAhead {
+    n: u32,
+    /// What the prefetches send (the client's fields, no directives of its own).
+    fetch: Rc<Fetch>,
+}
+
+impl SliceCtx {
+    /// Prefetch the `ra.n` slices after slice `index` of an object of `version`.
+    fn read_ahead(&self, ra: &ReadAhead, index: u64, version: &Version) {
+        super::prefetch::read_ahead(
+            &self.pw,
+            self.route,
+            &self.base,
+            &ra.fetch,
+            (index, ra.n, self.slice_bytes),
+            (version.total, version.if_match()),
+        );
+    }
+}
+
 /// A sliced response body.
 pub(crate) struct SlicedBody {
     ctx: SliceCtx,
+    readahead: Option<ReadAhead>,
     version: Version,
     segments: VecDeque<Segment>,
     open: Option<Open>,
@@ -447,6 +477,9 @@ impl SlicedBody {
                             Err(_) => return Err(TransferError::Upstream("slice_unavailable")),
                         };
                         self.open = Some(open(index, h, s, self.version.total));
+                        if let Some(ra) = &self.readahead {
+                            self.ctx.read_ahead(ra, index, &self.version);
+                        }
                     }
                     let Some(o) = self.open.as_mut() else {
                         return Ok(None);
@@ -603,6 +636,12 @@ pub(crate) async fn serve(
         }
         _ => RangeOutcome::Full,
     };
+    // What the response sends of the object, when it is one span (for read-ahead).
+    let span = match &outcome {
+        RangeOutcome::Full => Some((0, total)),
+        RangeOutcome::Single(r) => Some((r.start, r.start + r.len)),
+        _ => None,
+    };
     let mut segments = VecDeque::new();
     let mut headw = Vec::with_capacity(512);
     let (code, extra): (StatusCode, Vec<(&str, Vec<u8>)>) = match outcome {
@@ -670,9 +709,28 @@ pub(crate) async fn serve(
     let body = if req.head_only || code == StatusCode::RangeNotSatisfiable || total == 0 {
         Body::Empty
     } else {
+        // Route `slice_readahead`: a client reading the object front to back (the whole
+        // of it, or a single range read as a player reads: `prefetch::reads_ahead`) has
+        // the slices after each one its response reads prefetched.
+        let readahead = span
+            .filter(|_| route.opts.slice_readahead > 0 && !req.cc.no_store)
+            .filter(|&(from, to)| super::prefetch::reads_ahead(pw, req, code, (from, to, total)))
+            .map(|_| ReadAhead {
+                n: route.opts.slice_readahead,
+                fetch: Rc::new(req.fetch_of(
+                    req.route,
+                    &req.key,
+                    &req.target,
+                    RequestCacheControl::default(),
+                )),
+            });
+        if let Some(ra) = &readahead {
+            ctx.read_ahead(ra, probe, &version);
+        }
         let first = open(probe, h, s, total);
         Body::Pieces(Box::new(SlicedBody {
             ctx,
+            readahead,
             version,
             segments,
             open: Some(first),
