@@ -541,13 +541,17 @@ def miss_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dic
     store and a send. Counts the origin requests of this run's URLs (its own seed):
     one per 1 MiB slice of each miss, or the cache was not missing."""
     prefix, count, conns, _, _ = MISS_TESTS[test]
-    seed = 1000 + 10 * rnd + (1 if server.name == "linerate" else 2)
-    mark = f"u={seed}."
+    # A seed of its own per test, round and server, so the count is this run's alone.
+    seed = 1000 * (1 + list(MISS_TESTS).index(test)) + 10 * rnd + (1 if server.name == "linerate" else 2)
+    mark = f"?u={seed}."
+    # No warm-up: a miss has nothing to warm, and the origin count then covers exactly
+    # the measured requests (plus those in flight at the end, one per connection).
     args = B.files_args(cfg, prefix, count, conns) + ["--unique", "--seed", str(seed)]
+    args[args.index("--warmup") + 1] = "0s"
     run = B.run_generator(cfg, server, args)
     wait_origin_idle(origin, 10)
     row = B.summarize(server, test, rnd, run)
-    row["origin_requests"] = sum(1 for l in read_origin_log(origin) if mark in l.uri)
+    row["origin_requests"] = sum(1 for l in read_origin_log(origin) if l.uri.startswith(prefix) and mark in l.uri)
     row["origin_requests_per_request"] = (
         row["origin_requests"] / run.result["requests"] if run.result.get("requests") else None
     )

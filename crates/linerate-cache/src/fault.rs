@@ -144,6 +144,10 @@ impl StoreIo for FaultyIo {
         self.check(IoOp::Sync, path)?;
         RealIo.sync_data(file, path)
     }
+    fn start_writeback(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.check(IoOp::Sync, path)?;
+        RealIo.start_writeback(file, path)
+    }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.check(IoOp::Sync, path)?;
         RealIo.sync_dir(path)

@@ -86,6 +86,10 @@ pub struct CacheSection {
     /// Most stored objects whose file stays open between hits, all disks together.
     /// Default 4096; 0 opens the file on every hit.
     pub open_files: usize,
+    /// Body bytes of complete objects waiting for their disk's flush and rename past
+    /// which that disk stores nothing new until it catches up. Default 256 MiB.
+    #[serde(deserialize_with = "size")]
+    pub max_publish_backlog: u64,
     /// `[[cache.disk]]`: the cache directories.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub disk: Vec<DiskSection>,
@@ -108,6 +112,7 @@ impl Default for CacheSection {
             low_watermark_percent: store.low_watermark_percent,
             max_object_bytes: store.max_object_bytes,
             open_files: store.open_handles,
+            max_publish_backlog: store.max_publish_backlog,
             disk: Vec::new(),
         }
     }
@@ -581,6 +586,7 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
         store.low_watermark_percent = cache.low_watermark_percent;
         store.max_object_bytes = cache.max_object_bytes;
         store.open_handles = cache.open_files;
+        store.max_publish_backlog = cache.max_publish_backlog;
         store
             .validate()
             .map_err(|e| CrossKeyError::whole(format!("cache mode: {e}")))?;

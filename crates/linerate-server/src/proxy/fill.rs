@@ -17,6 +17,7 @@
 //! lied cannot be trusted enough to keep.
 
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use linerate_cache::{Lookup, ObjectMeta, WriteFailure};
@@ -427,17 +428,27 @@ async fn store(
         Answer::WholeAsPart { total } => Some(total),
         _ => resp.content_length(),
     };
-    let writer = {
+    let begun = if pw.disk_writes.inline() {
+        // Create the temporary file here (see `DiskWrites`).
+        let t = std::time::Instant::now();
+        let r = px.store.begin_write(store_key, meta, expected);
+        pw.disk_writes.took(t.elapsed(), &px.write_counts);
+        Some(r)
+    } else {
+        px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
         let p = Arc::clone(px);
         let k = store_key.to_vec();
-        match tokio::task::spawn_blocking(move || p.store.begin_write(&k, meta, expected)).await {
-            Ok(Ok(w)) => w,
-            Ok(Err(refused)) => {
-                tracing::debug!(reason = refused.as_str(), "store refused the object");
-                return hand_off(job, resp, answer);
-            }
-            Err(_) => return hand_off(job, resp, answer),
+        tokio::task::spawn_blocking(move || p.store.begin_write(&k, meta, expected))
+            .await
+            .ok()
+    };
+    let writer = match begun {
+        Some(Ok(w)) => w,
+        Some(Err(refused)) => {
+            tracing::debug!(reason = refused.as_str(), "store refused the object");
+            return hand_off(job, resp, answer);
         }
+        None => return hand_off(job, resp, answer),
     };
     // A whole object only: a slice alone answers no request as it stands.
     let whole = !matches!(answer, Answer::Part { .. });
@@ -486,15 +497,23 @@ async fn store(
                 if let Some(p) = source.peer() {
                     p.count_bytes(n as u64);
                 }
-                // A `pwrite` can block on the disk: on the fill threads, not this
-                // worker's event loop (the writer and buffer travel there and back).
-                let appended = px
-                    .writes
-                    .run(move || {
-                        let r = writer.append(&buf);
-                        (writer, buf, r)
-                    })
-                    .await;
+                // A page-cache `pwrite`, here while they are quick; on the fill
+                // threads (the writer and buffer travel there and back) after a slow
+                // one (`DiskWrites`).
+                let appended = if pw.disk_writes.inline() {
+                    let t = std::time::Instant::now();
+                    let r = writer.append(&buf);
+                    pw.disk_writes.took(t.elapsed(), &px.write_counts);
+                    Some((writer, buf, r))
+                } else {
+                    px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
+                    px.writes
+                        .run(move || {
+                            let r = writer.append(&buf);
+                            (writer, buf, r)
+                        })
+                        .await
+                };
                 match appended {
                     Some((w, b, Ok(()))) => {
                         writer = w;
@@ -571,8 +590,15 @@ async fn store(
         }
     }
     drop(resp);
-    match tokio::task::spawn_blocking(move || writer.finish()).await {
-        Ok(Ok(_)) => Phase::Stored,
+    // The body is complete: its readers (the clients) are told so now and finish; the
+    // disk's publisher flushes it with the others that completed meanwhile (group
+    // commit), then renames and indexes it. The fill, and so its claim, ends then.
+    let (tx, rx) = oneshot::channel();
+    writer.finish_later(Box::new(move |r| {
+        let _ = tx.send(r.is_ok());
+    }));
+    match rx.await {
+        Ok(true) => Phase::Stored,
         _ => Phase::Failed(bad_gateway("store_failed", false)),
     }
 }
