@@ -91,6 +91,11 @@ pub(crate) enum Handoff {
     /// stored copy does not keep (`cache::freshen`): the origin set them for the
     /// leader's client, whose request (and `Cookie`) it answered.
     Cookies(Vec<Vec<u8>>),
+    /// The slice asked for, exactly as asked (its version checked by `classify`), that
+    /// the store would not keep (full, behind, failing disk), its body unread: a
+    /// response already sending the object's earlier slices splices it in, where
+    /// without it the client's connection would close short.
+    Part(Box<OriginResponse>),
 }
 
 /// Start a background revalidation of `key` unless one is running (stale-while-
@@ -640,13 +645,20 @@ fn is_exact_rest(
 /// client's request as it stands: a complete response (an origin that ignored the
 /// slice's `Range` sent the whole object), a 206 that covers the whole object (sent as
 /// the 200 it is), or a 416 for the first slice the client's range needs (its range
-/// starts past the end too). A slice of a larger object does not: the leader then asks
-/// the origin for its own request.
+/// starts past the end too). A slice of a larger object goes as [`Handoff::Part`]:
+/// a response already sending that object splices it in; for a first slice the leader
+/// asks the origin for its own request instead.
 fn hand_off(job: &mut Job, response: OriginResponse, answer: Answer) -> Phase {
     let shape = match answer {
         Answer::Whole | Answer::Unsatisfiable { .. } => Some(Shape::AsIs),
         Answer::WholeAsPart { .. } => Some(Shape::Whole),
-        Answer::Part { .. } | Answer::Mismatch => None,
+        Answer::Part { .. } => {
+            if let Some(tx) = job.handoff.take() {
+                let _ = tx.send(Handoff::Part(Box::new(response)));
+            }
+            return Phase::Uncacheable;
+        }
+        Answer::Mismatch => None,
     };
     if let (Some(tx), Some(shape)) = (job.handoff.take(), shape) {
         let _ = tx.send(Handoff::Relay {

@@ -248,7 +248,9 @@ impl SliceCtx {
                     let (interim_tx, mut interim_rx) = tokio::sync::mpsc::unbounded_channel();
                     let leader = interim.as_deref().is_some_and(Interim::enabled);
                     let mut job = self.job(guard, index, expect, stale_meta);
-                    job.handoff = interim.is_some().then_some(handoff_tx);
+                    // The first slice's leader may be answered by what is not stored;
+                    // a later slice's reader by the slice itself (`Handoff::Part`).
+                    job.handoff = Some(handoff_tx);
                     job.interim = leader.then_some(interim_tx);
                     tokio::task::spawn_local(fill::run(self.pw.clone(), job));
                     let phase = match interim.as_deref_mut() {
@@ -411,6 +413,8 @@ pub(crate) struct SlicedBody {
     version: Version,
     segments: VecDeque<Segment>,
     open: Option<Open>,
+    /// A slice the store would not keep, read from its origin response as it is sent.
+    relay: Option<RelayedSlice>,
     literal: Vec<u8>,
     st: Trace,
 }
@@ -428,6 +432,18 @@ fn open(index: u64, h: ObjectHandle, slice_bytes: u64, total: u64) -> Open {
         len,
     }
 }
+
+/// A later slice that is not stored (the store refused it: full, behind, failing
+/// disk), spliced into the response from the origin's answer for it.
+struct RelayedSlice {
+    index: u64,
+    response: Box<crate::origin::OriginResponse>,
+    /// Slice bytes read from the response so far.
+    at: u64,
+}
+
+/// Bytes of a relayed slice read per piece.
+const RELAY_SLICE_CHUNK: usize = 256 * 1024;
 
 impl Pieces for SlicedBody {
     fn next(&mut self) -> NextPiece<'_> {
@@ -463,8 +479,39 @@ impl SlicedBody {
                 Segment::Range { start, len } => {
                     let s = self.ctx.slice_bytes;
                     let index = start / s;
+                    if let Some(r) = self.relay.as_mut().filter(|r| r.index == index) {
+                        // Segments only move forward: skip to `local`, then send what
+                        // the origin has of this range now.
+                        let local = start - index * s;
+                        let short = TransferError::Upstream("slice_short");
+                        while r.at < local {
+                            self.literal.clear();
+                            let skip = usize::try_from(local - r.at).unwrap_or(usize::MAX);
+                            let skip = skip.min(RELAY_SLICE_CHUNK);
+                            match r.response.read(&mut self.literal, skip).await {
+                                Ok(0) | Err(_) => return Err(short),
+                                Ok(n) => r.at += n as u64,
+                            }
+                        }
+                        self.literal.clear();
+                        let want = usize::try_from(len).unwrap_or(usize::MAX);
+                        let want = want.min(RELAY_SLICE_CHUNK);
+                        let n = match r.response.read(&mut self.literal, want).await {
+                            Ok(0) | Err(_) => return Err(short),
+                            Ok(n) => n as u64,
+                        };
+                        r.at += n;
+                        if let Some(Segment::Range { start: st, len: l }) =
+                            self.segments.front_mut()
+                        {
+                            *st += n;
+                            *l -= n;
+                        }
+                        return Ok(Some(Piece::Bytes(&self.literal)));
+                    }
                     if self.open.as_ref().is_none_or(|o| o.index != index) {
                         self.open = None;
+                        self.relay = None;
                         let (h, _) = match self
                             .ctx
                             .slice(index, Some(&self.version), &mut self.st, None)
@@ -474,6 +521,18 @@ impl SlicedBody {
                             Err(SliceError::Failed(_, d)) => {
                                 return Err(TransferError::Upstream(d))
                             }
+                            Err(SliceError::Uncacheable(Some(h))) => match *h {
+                                Handoff::Part(response) => {
+                                    self.st.detail = Some("slice_not_stored");
+                                    self.relay = Some(RelayedSlice {
+                                        index,
+                                        response,
+                                        at: 0,
+                                    });
+                                    continue;
+                                }
+                                _ => return Err(TransferError::Upstream("slice_unavailable")),
+                            },
                             Err(_) => return Err(TransferError::Upstream("slice_unavailable")),
                         };
                         self.open = Some(open(index, h, s, self.version.total));
@@ -484,6 +543,7 @@ impl SlicedBody {
                     let Some(o) = self.open.as_mut() else {
                         return Ok(None);
                     };
+                    let written = o.progress.is_some();
                     let local = start - index * s;
                     let end_local = (local + len).min(o.len);
                     let upto =
@@ -496,13 +556,15 @@ impl SlicedBody {
                     let Some(o) = self.open.as_ref() else {
                         return Ok(None);
                     };
-                    return Ok(Some(Piece::File(
-                        &o.file,
-                        ByteRange {
-                            start: o.body_offset + local,
-                            len: n,
-                        },
-                    )));
+                    let range = ByteRange {
+                        start: o.body_offset + local,
+                        len: n,
+                    };
+                    return Ok(Some(if written {
+                        Piece::Written(&o.file, range)
+                    } else {
+                        Piece::File(&o.file, range)
+                    }));
                 }
             }
         }
@@ -580,8 +642,9 @@ pub(crate) async fn serve(
                     let fresh = px.freshness(req.route, &req.target, &h.meta);
                     head::serve(worker, req, h, &fresh, st, CacheStatus::Pass)
                 }
-                // Cookies come with a 304 (a revalidation), never with this.
-                Some(Handoff::Cookies(_)) | None => {
+                // Cookies come with a 304 (a revalidation), never with this; a slice
+                // alone is not an answer to this request: it goes to the origin itself.
+                Some(Handoff::Cookies(_) | Handoff::Part(_)) | None => {
                     super::relay::relay(worker, pw, req, interim, st).await
                 }
             });
@@ -734,6 +797,7 @@ pub(crate) async fn serve(
             version,
             segments,
             open: Some(first),
+            relay: None,
             literal: Vec::new(),
             st: st.clone(),
         }))
