@@ -11,6 +11,11 @@ BIN=$1; LABEL=$2; N=${3:-400}; EXTRA=${4:-}
 ROOT=${ROOT:-/var/tmp/linerate-bench/root}
 OUT=${OUTDIR:-/var/tmp/linerate-bench}/miss-strace-$LABEL
 rm -rf "$OUT"; mkdir -p "$OUT/cache" "$OUT/origin"
+# A cache that has been running has its 4,096 fan-out directories (objects/000..fff);
+# a fresh one makes each on first use, once (one mkdir per miss for the first few
+# thousand misses). Counted here: the steady state.
+mkdir -p "$OUT/cache/objects"
+(cd "$OUT/cache/objects" && printf '%03x\n' $(seq 0 4095) | xargs mkdir)
 OPORT=$((20000 + RANDOM % 10000)); PORT=$((OPORT + 1)); APORT=$((OPORT + 2))
 cat > "$OUT/origin/nginx.conf" <<CONF
 worker_processes 1; daemon off; pid $OUT/origin/nginx.pid; error_log $OUT/origin/error.log warn;

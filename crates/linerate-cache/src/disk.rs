@@ -32,7 +32,7 @@ pub const DISK_STATES_FILE: &str = "disk-states";
 
 /// Number of fan-out directories under `objects/` (three hex digits, see
 /// [`KeyHash::relative_path`]).
-pub(crate) const FANOUT_DIRS: usize = 4096;
+const FANOUT_DIRS: usize = 4096;
 
 /// Word and bit of the fan-out directory of `hash`: the top 12 bits of the hash are
 /// its first three hex digits.
@@ -148,10 +148,13 @@ impl Disk {
         self.fanout_made[w].fetch_or(b, Ordering::Relaxed);
     }
 
-    /// Remember that every fan-out directory exists (made when the disk was prepared).
-    pub(crate) fn fanout_all_created(&self) {
-        for w in self.fanout_made.iter() {
-            w.store(u64::MAX, Ordering::Relaxed);
+    /// Remember the fan-out directory named `name` (three lower-case hex digits) as
+    /// existing; other names are ignored.
+    pub(crate) fn fanout_found(&self, name: &str) {
+        let is_fanout =
+            name.len() == 3 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if let (true, Ok(d)) = (is_fanout, usize::from_str_radix(name, 16)) {
+            self.fanout_made[d / 64].fetch_or(1u64 << (d % 64), Ordering::Relaxed);
         }
     }
 

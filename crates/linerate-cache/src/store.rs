@@ -330,6 +330,7 @@ impl Store {
             tx,
             cancelled: AtomicBool::new(false),
             followable: !update,
+            pin_on_publish: AtomicBool::new(false),
         });
         let writer = ObjectWriter {
             inner: Arc::clone(inner),
@@ -428,11 +429,30 @@ impl Store {
 
     /// Pin (`pinned`) or unpin the stored object `key`: a pinned object is never
     /// evicted (purges still remove it); the change is journaled, so it survives a
-    /// restart. Returns whether the object is stored (and so was changed).
+    /// restart. Returns whether the object is stored (and so was changed). Pinning an
+    /// object still being written returns `false` and marks the write, so it is indexed
+    /// pinned when it is published (a fill job pinning what it just fetched is never
+    /// beaten by eviction in between).
     pub fn pin(&self, key: &[u8], pinned: bool) -> bool {
         let inner = &self.inner;
         let hash = KeyHash::of(key);
-        let Some(entry) = inner.index.get(hash).filter(|e| *e.key == *key) else {
+        let indexed = {
+            let shard = inner.index.shard(hash);
+            let entry = shard
+                .objects
+                .get(&hash.0)
+                .filter(|e| *e.key == *key)
+                .cloned();
+            if entry.is_none() && pinned {
+                // Being written (its body may be complete, waiting for the publisher):
+                // pinned as it is indexed, so eviction never sees it unpinned.
+                if let Some(w) = shard.inflight.get(&hash.0).filter(|w| *w.key == *key) {
+                    w.pin_on_publish.store(true, Ordering::Release);
+                }
+            }
+            entry
+        };
+        let Some(entry) = indexed else {
             return false;
         };
         let disk = &inner.disks[usize::from(entry.disk)];
@@ -538,12 +558,17 @@ fn prepare_disk(io: &dyn StoreIo, disk: &Disk) -> Result<(), (IoOp, std::io::Err
         mk(a)?;
     }
     mk(&disk.objects_dir)?;
-    // Every fan-out directory up front (as Squid's `-z` does): a publish never pays
-    // the `mkdir` of a directory's first use (EEXIST on later starts costs microseconds).
-    for d in 0..crate::disk::FANOUT_DIRS {
-        mk(&disk.objects_dir.join(format!("{d:03x}")))?;
+    // The fan-out directories already there (one listing of `objects/`): a publish
+    // into one of them skips the `mkdir` of its first use in this process. A fresh
+    // disk makes each on first use, once (4,096 in all).
+    let listed = io
+        .read_dir(&disk.objects_dir)
+        .map_err(|e| (IoOp::ReadDir, e))?;
+    for p in listed {
+        if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
+            disk.fanout_found(name);
+        }
     }
-    disk.fanout_all_created();
     mk(&disk.tmp_dir)?;
     let leftovers = io.read_dir(&disk.tmp_dir).map_err(|e| (IoOp::ReadDir, e))?;
     if !leftovers.is_empty() {
@@ -624,9 +649,27 @@ impl Inner {
         &self,
         entry: Arc<Entry>,
         inherit: bool,
+        pin: &AtomicBool,
         allow: impl FnOnce(Option<&Arc<Entry>>) -> bool,
     ) -> bool {
-        match self.index.insert_if(Arc::clone(&entry), allow) {
+        // `pin` is read under the shard lock `insert_if` holds while it asks `allow`:
+        // a `Store::pin` of the key takes that lock too, so it either finds the entry
+        // indexed (and pins it itself) or set the flag before this reads it.
+        let mut pinned = false;
+        let inserted = self.index.insert_if(Arc::clone(&entry), |cur| {
+            pinned = pin.load(Ordering::Acquire);
+            allow(cur)
+        });
+        match inserted {
+            Some(Inserted::New) if pinned => {
+                let disk = &self.disks[usize::from(entry.disk)];
+                let hash = entry.hash;
+                disk.track(entry, Some(QueueId::Pinned));
+                if let Err(err) = disk.journal(&*self.io, &Record::Pin { hash, pinned: true }) {
+                    self.disk_error(disk.id, IoOp::Append, disk.dir(), &err);
+                }
+                true
+            }
             Some(inserted) => {
                 self.account_inserted(entry, inserted, inherit);
                 true

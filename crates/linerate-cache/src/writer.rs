@@ -49,6 +49,9 @@ pub struct Inflight {
     /// Whether lookups may follow this write (`Lookup::Filling`). False for a metadata
     /// update, which copies a body that is already stored.
     pub(crate) followable: bool,
+    /// Set by [`crate::Store::pin`] while the object is being written: it is indexed
+    /// pinned (read under the shard lock at publish).
+    pub(crate) pin_on_publish: AtomicBool,
 }
 
 impl Inflight {
@@ -349,9 +352,11 @@ impl ObjectWriter {
             open: Default::default(),
         });
         let inflight = &self.inflight;
-        let published = inner.index_published_if(Arc::clone(&entry), replaces.is_some(), |cur| {
-            !inflight.is_cancelled() && replaces.as_ref().is_none_or(|r| r.matches(cur))
-        });
+        let pin = &self.inflight.pin_on_publish;
+        let published =
+            inner.index_published_if(Arc::clone(&entry), replaces.is_some(), pin, |cur| {
+                !inflight.is_cancelled() && replaces.as_ref().is_none_or(|r| r.matches(cur))
+            });
         if !published {
             // Purged, superseded or (an update) changed after the rename: take the file
             // back out so nothing unindexed is left under the object's name.

@@ -87,6 +87,10 @@ struct Open {
 enum SliceError {
     /// The URL is stored whole or as a variant now (first slice only).
     Restart,
+    /// This request's own fill of the first slice got the whole object and is writing
+    /// it under the URL: the handle it wrote (the request is answered from it, not by
+    /// a lookup that could race its publish and eviction).
+    Whole(Box<ObjectHandle>),
     /// The response may not be stored; the leader's client may have it.
     Uncacheable(Option<Box<Handoff>>),
     /// The origin failed, or the object changed.
@@ -287,6 +291,9 @@ impl SliceCtx {
                 }
                 Phase::Elsewhere if expect.is_none() => {
                     trace.stored = true;
+                    if let Some(Handoff::Writing(h)) = handoff {
+                        return Err(SliceError::Whole(Box::new(h)));
+                    }
                     return Err(SliceError::Restart);
                 }
                 Phase::Elsewhere => {
@@ -626,6 +633,11 @@ pub(crate) async fn serve(
     let (h, version) = match ctx.slice(probe, None, &mut st, Some(interim)).await {
         Ok(x) => x,
         Err(SliceError::Restart) => return Err(st),
+        Err(SliceError::Whole(h)) => {
+            let fresh = px.freshness(req.route, &req.target, &h.meta);
+            st.fwd_status.get_or_insert(h.meta.status);
+            return Ok(head::serve(worker, req, *h, &fresh, st, CacheStatus::Miss));
+        }
         Err(SliceError::Uncacheable(handoff)) => {
             st.forward(Fwd::Bypass);
             st.detail = Some("uncacheable");
