@@ -288,26 +288,21 @@ impl RouteOptions {
 }
 
 /// The video profile's TTLs for responses without freshness information: live manifests
-/// change every target duration, segments never change once published.
+/// change every target duration, segments never change once published. The extensions
+/// are [`crate::media::MEDIA_EXTENSIONS`], the table appliance mode's `Cache-Control`
+/// defaults come from too.
 pub fn video_ttl_by_extension() -> Vec<(String, Duration)> {
-    let manifest = Duration::from_secs(2);
-    let segment = Duration::from_secs(86_400);
-    [
-        ("m3u8", manifest),
-        ("mpd", manifest),
-        ("ts", segment),
-        ("m4s", segment),
-        ("mp4", segment),
-        ("m4a", segment),
-        ("m4v", segment),
-        ("aac", segment),
-        ("cmfv", segment),
-        ("cmfa", segment),
-        ("vtt", segment),
-    ]
-    .into_iter()
-    .map(|(e, d)| (e.to_owned(), d))
-    .collect()
+    use crate::media::{MediaKind, MEDIA_EXTENSIONS};
+    MEDIA_EXTENSIONS
+        .iter()
+        .map(|(e, kind)| {
+            let ttl = match kind {
+                MediaKind::Manifest => Duration::from_secs(2),
+                MediaKind::Segment => Duration::from_secs(86_400),
+            };
+            ((*e).to_owned(), ttl)
+        })
+        .collect()
 }
 
 impl CacheOptions {

@@ -25,6 +25,7 @@ pub mod fillopts;
 mod handler;
 mod listeners;
 mod logbudget;
+pub mod media;
 pub mod notify;
 mod openfiles;
 pub mod operate;

@@ -218,25 +218,17 @@ impl Default for Timeouts {
 /// Default `Cache-Control` by extension: manifests change every segment duration
 /// (short), segments and files never change once published (long, immutable).
 pub fn default_cache_control() -> Vec<(String, String)> {
-    let manifest = "public, max-age=2";
-    let segment = "public, max-age=86400";
-    [
-        ("m3u8", manifest),
-        ("mpd", manifest),
-        ("ts", segment),
-        ("m4s", segment),
-        ("mp4", segment),
-        ("m4a", segment),
-        ("m4v", segment),
-        ("aac", segment),
-        ("cmfv", segment),
-        ("cmfa", segment),
-        ("vtt", segment),
-        ("webm", segment),
-    ]
-    .into_iter()
-    .map(|(e, v)| (e.to_owned(), v.to_owned()))
-    .collect()
+    use crate::media::{MediaKind, MEDIA_EXTENSIONS};
+    MEDIA_EXTENSIONS
+        .iter()
+        .map(|(e, kind)| {
+            let value = match kind {
+                MediaKind::Manifest => "public, max-age=2",
+                MediaKind::Segment => "public, max-age=86400",
+            };
+            ((*e).to_owned(), value.to_owned())
+        })
+        .collect()
 }
 
 impl ServerOptions {
@@ -284,6 +276,25 @@ pub fn default_workers() -> usize {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 22 part 5: appliance mode's `Cache-Control` table and the video profile's
+    /// TTL table name the same extensions (they drifted: `webm` was in one only), and
+    /// agree on which are manifests (short) and which segments (long).
+    #[test]
+    fn one_extension_table_for_cache_control_and_video_ttls() {
+        let cc = crate::options::default_cache_control();
+        let ttl = crate::cacheopts::video_ttl_by_extension();
+        let names = |v: Vec<&String>| v.into_iter().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            names(cc.iter().map(|(e, _)| e).collect()),
+            names(ttl.iter().map(|(e, _)| e).collect())
+        );
+        assert!(ttl.iter().any(|(e, _)| e == "webm"));
+        for ((e, value), (_, t)) in cc.iter().zip(&ttl) {
+            let short = *t == std::time::Duration::from_secs(2);
+            assert_eq!(value.ends_with("max-age=2"), short, "{e}");
+        }
+    }
+
     #[test]
     fn defaults_are_valid() {
         let o = super::ServerOptions::new("/srv".into());
