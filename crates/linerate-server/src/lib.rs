@@ -30,6 +30,7 @@ pub mod notify;
 mod openfiles;
 pub mod operate;
 pub mod options;
+pub mod optserde;
 mod origin;
 mod park;
 mod proxy;

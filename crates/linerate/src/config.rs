@@ -42,16 +42,16 @@ pub struct Config {
     /// `[tls]`
     pub tls: crate::tlsconfig::TlsSection,
     /// `[fill]` (fill jobs, cache mode).
-    pub fill: crate::fillconfig::FillSection,
+    pub fill: linerate_server::fillopts::FillOptions,
     /// `[cache]` (cache mode; see [`crate::cacheconfig`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::cacheconfig::CacheSection>,
     /// `[[origin]]` (cache mode).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub origin: Vec<crate::cacheconfig::OriginSection>,
+    pub origin: Vec<linerate_server::cacheopts::OriginOptions>,
     /// `[[route]]` (cache mode).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub route: Vec<crate::cacheconfig::RouteSection>,
+    pub route: Vec<linerate_server::cacheopts::RouteOptions>,
     /// `[cluster]` (cache mode; see [`crate::clusterconfig`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<crate::clusterconfig::ClusterSection>,
@@ -239,9 +239,13 @@ impl Config {
         }
         let cache = config.cache_sections();
         if cache.is_on() {
-            let options = CacheOptions::try_from(cache).map_err(|e| match e.span {
-                Some(span) => error_at(text, span, &e.message),
-                None => <toml::de::Error as serde::de::Error>::custom(e.message),
+            let options = CacheOptions::try_from(cache).map_err(|e| {
+                // The quick start's origins and routes are not the file's.
+                let place = e.place.filter(|_| quick.is_none());
+                match e.span.or_else(|| place.and_then(|p| p.span_in(text))) {
+                    Some(span) => error_at(text, span, &e.message),
+                    None => <toml::de::Error as serde::de::Error>::custom(e.message),
+                }
             })?;
             config.cache_options = Some(options);
         }
@@ -349,7 +353,7 @@ impl Config {
         o.tls = self.tls.to_options();
         o.cache = self.cache_options.clone();
         o.cluster = self.cluster_options.clone();
-        o.fill = self.fill.to_options();
+        o.fill = self.fill.clone();
         o
     }
 }

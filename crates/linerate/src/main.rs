@@ -6,6 +6,7 @@ mod adminctl;
 mod cacheconfig;
 mod clusterconfig;
 mod config;
+#[cfg(test)]
 mod fillconfig;
 mod fillctl;
 mod opsconfig;
@@ -85,7 +86,7 @@ struct ServeArgs {
 }
 
 fn origin_url(s: &str) -> Result<String, String> {
-    cacheconfig::ServerUrl::parse(s).map(|_| s.to_owned())
+    linerate_server::OriginServer::parse(s).map(|_| s.to_owned())
 }
 
 fn cache_size(s: &str) -> Result<u64, String> {
@@ -230,7 +231,7 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
                 anyhow::anyhow!(
                     "{}: origin {:?}: ca_file {}: {e}",
                     file.display(),
-                    origin.name.get_ref(),
+                    &origin.name,
                     ca.display()
                 )
             })?;
