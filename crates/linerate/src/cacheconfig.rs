@@ -28,8 +28,12 @@ pub use linerate_server::optserde::parse_size;
 #[cfg(test)]
 use linerate_server::cacheopts::{self, Profile, QueryKey};
 
-/// Share of the filesystem's size that `--cache-dir` uses when `--cache-size` is not
-/// given: the rest is headroom for the filesystem and for the store's temporary files.
+/// Share of the filesystem's free space that `--cache-dir` uses when `--cache-size` is
+/// not given: the rest is headroom for the filesystem, the store's temporary files and
+/// whatever else writes there. Free space, not the filesystem's size: on a disk shared
+/// with other data (the quick start's usual home) 90 % of the size overcommits it (a
+/// new user saw 243 GB chosen where 84 GB were free), and the store would meet ENOSPC
+/// long before eviction starts.
 const QUICK_START_SHARE_PERCENT: u64 = 90;
 
 /// Name of the origin the quick start defines.
@@ -344,8 +348,8 @@ pub struct QuickStart {
 }
 
 impl QuickStart {
-    /// Create `dir` if missing and size it: `size`, or 90 % of the size of the
-    /// filesystem holding it.
+    /// Create `dir` if missing and size it: `size`, or 90 % of the free space of the
+    /// filesystem holding it (said in the log).
     pub fn resolve(
         servers: &[String],
         dir: &Path,
@@ -368,11 +372,19 @@ impl QuickStart {
         let max_bytes = match size {
             Some(n) => n,
             None => {
-                let n = space.total_bytes / 100 * QUICK_START_SHARE_PERCENT;
+                let n = space.available_bytes / 100 * QUICK_START_SHARE_PERCENT;
+                if n == 0 {
+                    anyhow::bail!(
+                        "--cache-dir {}: the filesystem has no free space (give --cache-size)",
+                        dir.display()
+                    );
+                }
                 tracing::info!(
                     dir = %dir.display(),
                     max_bytes = n,
-                    "cache size: {QUICK_START_SHARE_PERCENT}% of the filesystem (--cache-size to set)"
+                    free_bytes = space.available_bytes,
+                    filesystem_bytes = space.total_bytes,
+                    "cache size: {QUICK_START_SHARE_PERCENT}% of the filesystem's free space (--cache-size to set)"
                 );
                 n
             }

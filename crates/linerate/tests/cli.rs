@@ -330,3 +330,50 @@ fn stop_then_check(mut child: std::process::Child, checks: std::thread::Result<(
     }
     assert!(status.unwrap().success());
 }
+
+/// Issue 22 part 4: without `--cache-size`, the quick start sizes its disk from the
+/// filesystem's free space (it took 90 % of the filesystem's whole size, 243 GB where
+/// 84 GB were free, so the store would hit ENOSPC long before evicting), and says so in
+/// the start-up log.
+#[test]
+fn quick_start_cache_size_is_a_share_of_free_space_and_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = tempfile::NamedTempFile::new().unwrap();
+    writeln!(config, "[admin]\nlisten = \"127.0.0.1:0\"").unwrap();
+    let (child, addr, log) = serve(
+        Command::new(binary())
+            .args(["serve", "--config"])
+            .arg(config.path())
+            .args(["--listen", "127.0.0.1:0", "--origin", "http://127.0.0.1:9"])
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache")),
+    );
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert!(addr.is_some(), "log: {:?}", log.lock().unwrap());
+        let line = || {
+            log.lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains("cache size:"))
+                .cloned()
+        };
+        support::eventually("the cache size line", || line().is_some());
+        let line = line().unwrap();
+        assert!(line.contains("free space"), "{line}");
+        let logged: u64 = line
+            .split("max_bytes=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        let space = linerate_sys::fs::fs_space(dir.path()).unwrap();
+        // 90 % of what was free at start: still below what is free now (the store has
+        // written a few small files since).
+        assert!(
+            logged > 0 && logged <= space.available_bytes,
+            "{logged} of {} free: {line}",
+            space.available_bytes
+        );
+    }));
+    stop_then_check(child, result);
+}
