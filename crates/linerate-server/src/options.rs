@@ -121,7 +121,7 @@ pub struct ServerOptions {
     pub cache: Option<crate::cacheopts::CacheOptions>,
     /// Cache mode as one node of a cluster (`[cluster]`): peers and placement. Reloads
     /// apply. Default: none (a lone node).
-    pub cluster: Option<crate::clusteropts::ClusterOptions>,
+    pub cluster: Option<crate::clusteropts::CheckedCluster>,
     /// `[fill]`: pre-positioning jobs (cache mode).
     pub fill: crate::fillopts::FillOptions,
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cacheconfig::{CacheSections, QuickStart};
+use crate::clusterconfig::LoadCluster;
 use linerate_server::cacheopts::CacheOptions;
 use linerate_server::options::{self as defaults, Pinning, ServerOptions, Timeouts};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -54,14 +55,14 @@ pub struct Config {
     pub route: Vec<linerate_server::cacheopts::RouteOptions>,
     /// `[cluster]` (cache mode; see [`crate::clusterconfig`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<crate::clusterconfig::ClusterSection>,
+    pub cluster: Option<toml::Spanned<linerate_server::ClusterOptions>>,
     /// Cache mode's options, converted (and so checked) once when the file was parsed;
     /// `None` when cache mode is off.
     #[serde(skip)]
     cache_options: Option<CacheOptions>,
-    /// `[cluster]` converted (its peers file read) when the file was parsed.
+    /// `[cluster]` with the files it names read, and checked, when the file was parsed.
     #[serde(skip)]
-    cluster_options: Option<linerate_server::ClusterOptions>,
+    cluster_options: Option<linerate_server::clusteropts::CheckedCluster>,
 }
 
 /// `[server]`: listeners and workers.
@@ -255,7 +256,12 @@ impl Config {
                     "[cluster] needs cache mode ([cache], [[origin]] and [[route]])",
                 ));
             }
-            config.cluster_options = Some(c.to_options().map_err(serde::de::Error::custom)?);
+            if c.get_ref().self_name.is_empty() {
+                // Required, though every other key has a default: said as the TOML
+                // parser says a missing key, at the section's line.
+                return Err(error_at(text, c.span(), "missing field `self`"));
+            }
+            config.cluster_options = Some(c.get_ref().load().map_err(serde::de::Error::custom)?);
         }
         Ok(config)
     }
