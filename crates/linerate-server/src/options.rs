@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 /// Default listen address: loopback only, so a first run exposes nothing.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
@@ -131,35 +133,127 @@ pub struct ServerOptions {
 /// lossy mobile link, and matches the request-head timeout.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// HTTPS: where to listen, which certificates, and what to do with names we lack.
-#[derive(Debug, Clone)]
+/// Longest handshake timeout accepted: past a minute the slowloris defence is gone.
+pub const MAX_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// HTTPS (`[tls]`): where to listen, which certificates, and what to do with names we
+/// lack. Reads and prints itself in the file's shape (serde); [`TlsOptions::check`]
+/// makes the checks that span keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct TlsOptions {
     /// Addresses to listen on for TLS; each worker has its own `SO_REUSEPORT` socket.
+    /// Default none (no TLS).
     pub listen: Vec<SocketAddr>,
-    /// Certificates; the one marked default (or else the first) answers clients that
-    /// send no SNI name.
-    pub certificates: Vec<CertificateOptions>,
-    /// What a client gets when its SNI name matches no certificate. Default:
-    /// [`UnknownSni::Default`].
+    /// What a client gets when its SNI name matches no certificate (`"default"` or
+    /// `"refuse"`). Default: [`UnknownSni::Default`].
     pub unknown_sni: UnknownSni,
-    /// Whole-handshake deadline from accept. Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    /// Whole-handshake deadline from accept (`handshake_timeout_ms`, 1 to 60000).
+    /// Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    #[serde(
+        rename = "handshake_timeout_ms",
+        deserialize_with = "handshake_timeout",
+        serialize_with = "crate::optserde::ms::serialize"
+    )]
     pub handshake_timeout: Duration,
-    /// Whether to hand records to kernel TLS when the kernel supports the cipher.
-    /// Default [`KtlsMode::Auto`].
+    /// Whether to hand records to kernel TLS when the kernel supports the cipher
+    /// (`ktls = true` or `false`). Default [`KtlsMode::Auto`].
     pub ktls: KtlsMode,
+    /// Certificates (`[[tls.certificates]]`); the one marked default (or else the
+    /// first) answers clients that send no SNI name.
+    pub certificates: Vec<CertificateOptions>,
 }
 
-/// One certificate chain and its key, and the names it answers for.
-#[derive(Debug, Clone)]
+impl Default for TlsOptions {
+    fn default() -> Self {
+        TlsOptions {
+            listen: Vec::new(),
+            unknown_sni: UnknownSni::Default,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            ktls: KtlsMode::Auto,
+            certificates: Vec::new(),
+        }
+    }
+}
+
+impl TlsOptions {
+    /// Checks the per-key ones cannot make: certificates for the listeners, at most one
+    /// default, no name listed for two certificates.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.listen.is_empty() && self.certificates.is_empty() {
+            return Err("tls.listen is set but there is no [[tls.certificates]] entry".into());
+        }
+        if self.certificates.iter().filter(|c| c.default).count() > 1 {
+            return Err("only one [[tls.certificates]] entry may have default = true".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for name in self.certificates.iter().flat_map(|c| &c.names) {
+            if !seen.insert(name) {
+                return Err(format!(
+                    "tls server name {name} is listed for two certificates"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn handshake_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let max = MAX_HANDSHAKE_TIMEOUT.as_millis();
+    let n = u64::deserialize(d)?;
+    if n == 0 || u128::from(n) > max {
+        return Err(serde::de::Error::custom(format!(
+            "must be between 1 and {max}"
+        )));
+    }
+    Ok(Duration::from_millis(n))
+}
+
+/// One certificate chain and its key (`[[tls.certificates]]`), and the names it
+/// answers for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CertificateOptions {
     /// PEM file: the leaf certificate first, then intermediates.
     pub chain: PathBuf,
     /// PEM file: the private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
-    /// SNI names (lower-case DNS names; `*.example.com` matches one label).
+    /// SNI names (lower-case DNS names; `*.example.com` matches one label). Default
+    /// none.
+    #[serde(default, deserialize_with = "server_names")]
     pub names: Vec<String>,
     /// Whether this is the certificate for clients without SNI (and unknown names).
+    /// Default false (the first one is).
+    #[serde(default)]
     pub default: bool,
+}
+
+/// DNS names as SNI carries them (RFC 6066 §3: no IP literals, no trailing dot), lower
+/// case; a leading `*.` label is a one-label wildcard.
+fn server_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    names
+        .into_iter()
+        .map(|n| {
+            let lower = n.to_ascii_lowercase();
+            let bare = lower.strip_prefix("*.").unwrap_or(&lower);
+            let ok = !bare.is_empty()
+                && bare.len() <= 253
+                && bare.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.len() <= 63
+                        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                })
+                && bare.parse::<std::net::IpAddr>().is_err();
+            if ok {
+                Ok(lower)
+            } else {
+                Err(serde::de::Error::custom(format!(
+                    "server name `{n}`: a DNS name (letters, digits, hyphens, dots; optional leading `*.`)"
+                )))
+            }
+        })
+        .collect()
 }
 
 /// The answer to an SNI name that no certificate lists (RFC 6066 §3).
@@ -172,7 +266,35 @@ pub enum UnknownSni {
     Refuse,
 }
 
-/// Whether kernel TLS is used.
+impl UnknownSni {
+    /// The name in the configuration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnknownSni::Default => "default",
+            UnknownSni::Refuse => "refuse",
+        }
+    }
+}
+
+impl Serialize for UnknownSni {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for UnknownSni {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "default" => Ok(UnknownSni::Default),
+            "refuse" => Ok(UnknownSni::Refuse),
+            _ => Err(serde::de::Error::custom(
+                "must be \"default\" (serve the default certificate) or \"refuse\"",
+            )),
+        }
+    }
+}
+
+/// Whether kernel TLS is used; in the file, `ktls = true` (auto) or `false` (off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KtlsMode {
     /// Use kTLS for every connection whose version and cipher the start-up probe found
@@ -180,6 +302,22 @@ pub enum KtlsMode {
     Auto,
     /// Never: every connection encrypts in user space (for comparison and debugging).
     Off,
+}
+
+impl Serialize for KtlsMode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(*self == KtlsMode::Auto)
+    }
+}
+
+impl<'de> Deserialize<'de> for KtlsMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(if bool::deserialize(d)? {
+            KtlsMode::Auto
+        } else {
+            KtlsMode::Off
+        })
+    }
 }
 
 /// Whether workers are pinned to CPUs.

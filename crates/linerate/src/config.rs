@@ -37,11 +37,11 @@ pub struct Config {
     /// `[admin]`
     pub admin: crate::opsconfig::AdminSection,
     /// `[access_log]`
-    pub access_log: crate::opsconfig::AccessLogSection,
+    pub access_log: linerate_server::operate::AccessLogOptions,
     /// `[tcp]`
     pub tcp: crate::opsconfig::TcpSection,
     /// `[tls]`
-    pub tls: crate::tlsconfig::TlsSection,
+    pub tls: linerate_server::TlsOptions,
     /// `[fill]` (fill jobs, cache mode).
     pub fill: linerate_server::fillopts::FillOptions,
     /// `[cache]` (cache mode; see [`crate::cacheconfig`]).
@@ -221,7 +221,7 @@ impl Config {
             .map_err(<toml::de::Error as serde::de::Error>::custom)?;
         config
             .tls
-            .validate()
+            .check()
             .map_err(<toml::de::Error as serde::de::Error>::custom)?;
         if let Some(key) = config.tcp.unknown_listener(&config.listen_addresses()) {
             return Err(error_at(
@@ -354,9 +354,9 @@ impl Config {
         o.default_cache_control =
             Some(self.cache_control.default.clone()).filter(|v| !v.is_empty());
         o.admin = self.admin.to_options();
-        o.access_log = self.access_log.to_options();
+        o.access_log = self.access_log.clone();
         o.tcp = self.tcp.to_options();
-        o.tls = self.tls.to_options();
+        o.tls = Some(self.tls.clone()).filter(|t| !t.listen.is_empty());
         o.cache = self.cache_options.clone();
         o.cluster = self.cluster_options.clone();
         o.fill = self.fill.clone();

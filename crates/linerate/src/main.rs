@@ -10,6 +10,7 @@ mod config;
 mod fillconfig;
 mod fillctl;
 mod opsconfig;
+#[cfg(test)]
 mod tlsconfig;
 
 use std::net::SocketAddr;
