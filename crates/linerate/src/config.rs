@@ -18,9 +18,40 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// a typo like `workers = 40000`.
 const MAX_WORKERS: u64 = 1024;
 
-/// The bundled sample library, served when no root is configured. It is found next to
-/// the sources this binary was built from (`cargo run` from a checkout).
+/// The bundled sample library of the checkout this binary was built from: served when
+/// no root is configured, while the binary is still in that checkout (`cargo run`,
+/// `target/release/linerate`); see [`sample_root`].
 pub const SAMPLE_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../sample");
+
+/// The bundled sample library, served when no root is configured. Looked for where it
+/// ships relative to the running binary (a binary moved elsewhere no longer finds, or
+/// names, the build tree): `sample/` beside it (an unpacked release), the install
+/// prefix's `share/linerate/sample` (`bin/linerate`), and, while the binary still lies
+/// in the checkout it was built from, that checkout's `sample/`. `Err`: the places
+/// looked, for the error that asks for `--root`.
+pub fn sample_root() -> Result<PathBuf, Vec<PathBuf>> {
+    let exe = std::env::current_exe()
+        .and_then(|e| e.canonicalize())
+        .unwrap_or_default();
+    let mut places = Vec::new();
+    if let Some(dir) = exe.parent() {
+        places.push(dir.join("sample"));
+        if let Some(prefix) = dir.parent() {
+            places.push(prefix.join("share/linerate/sample"));
+        }
+    }
+    let checkout = Path::new(SAMPLE_ROOT)
+        .parent()
+        .and_then(|p| p.canonicalize().ok());
+    if checkout.is_some_and(|c| exe.starts_with(c)) {
+        places.push(PathBuf::from(SAMPLE_ROOT));
+    }
+    places.iter().find(|p| p.is_dir()).cloned().ok_or(places)
+}
+
+/// What the default root is when no sample library is found: a path that says so (the
+/// server is then refused before it starts, see [`Config::check_root`]).
+const NO_SAMPLE: &str = "<no bundled sample library found: give --root DIR or appliance.root>";
 
 /// The whole file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -161,7 +192,7 @@ pub struct ApplianceSection {
 impl Default for ApplianceSection {
     fn default() -> Self {
         ApplianceSection {
-            root: PathBuf::from(SAMPLE_ROOT),
+            root: sample_root().unwrap_or_else(|_| PathBuf::from(NO_SAMPLE)),
             open_file_cache: defaults::DEFAULT_OPEN_FILE_CACHE as u64,
             open_file_cache_valid_ms: defaults::DEFAULT_OPEN_FILE_CACHE_VALID.as_millis() as u64,
             open_file_cache_watch: true,
@@ -309,6 +340,32 @@ impl Config {
             Some(key) => Err(self.unknown_listener_message(*key.get_ref())),
             None => Ok(()),
         }
+    }
+
+    /// In appliance mode, that there is a library to serve: `appliance.root` is a
+    /// directory. The error says how to give one (`--root DIR` or `appliance.root`), and
+    /// where the bundled sample was looked for when the root was left at its default.
+    pub fn check_root(&self) -> Result<(), String> {
+        let root = &self.appliance.root;
+        if self.cache_mode() || root.is_dir() {
+            return Ok(());
+        }
+        if root.as_os_str() == NO_SAMPLE {
+            let looked: Vec<String> = sample_root()
+                .err()
+                .unwrap_or_default()
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            return Err(format!(
+                "no library to serve: the bundled sample library is not where this binary looks for it ({}); give --root DIR (or appliance.root in a --config file), or cache mode with --origin URL --cache-dir DIR",
+                looked.join(", ")
+            ));
+        }
+        Err(format!(
+            "appliance.root {} is not a directory (give the library to serve with --root DIR or appliance.root)",
+            root.display()
+        ))
     }
 
     /// The effective configuration as TOML (what `check-config` prints).

@@ -81,7 +81,7 @@ struct ServeArgs {
     #[arg(long, value_name = "DIR", requires = "origin")]
     cache_dir: Option<PathBuf>,
     /// Capacity of `--cache-dir`, bytes (or with a K, M, G or T suffix: powers of 1024).
-    /// Default: 90% of the size of the filesystem holding it.
+    /// Default: 90% of the free space of the filesystem holding it.
     #[arg(long, value_name = "BYTES", value_parser = cache_size, requires = "cache_dir")]
     cache_size: Option<u64>,
 }
@@ -193,6 +193,7 @@ fn serve_with(
             .check_listener_overrides()
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
+    config.check_root().map_err(|e| anyhow::anyhow!("{e}"))?;
     let options = config.to_options();
     linerate_server::run_upgradable(options, reloader, successor, systemd, |started| {
         if let Some(admin) = started.admin_addr {
@@ -210,15 +211,10 @@ fn serve_with(
 
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let config = Config::load(file)?;
-    let root = &config.appliance.root;
     // Cache mode serves from the store, so the appliance root is not needed.
-    if !config.cache_mode() && !root.is_dir() {
-        anyhow::bail!(
-            "{}: appliance.root {} is not a directory",
-            file.display(),
-            root.display()
-        );
-    }
+    config
+        .check_root()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     if let Some(tls) = config.to_options().tls {
         // Load every certificate and key now, so a bad file fails the check, not a start.
         linerate_server::tls::config::TlsConfigBuilder::new(tls)

@@ -377,3 +377,80 @@ fn quick_start_cache_size_is_a_share_of_free_space_and_logged() {
     }));
     stop_then_check(child, result);
 }
+
+/// The binary at `dir/linerate` (a hard link, or a copy across filesystems): a release
+/// moved out of the build tree.
+fn moved_binary(dir: &std::path::Path) -> std::path::PathBuf {
+    let moved = dir.join("linerate");
+    if std::fs::hard_link(binary(), &moved).is_err() {
+        std::fs::copy(binary(), &moved).unwrap();
+    }
+    moved
+}
+
+/// A configuration file with the admin API on an ephemeral port (tests run side by side).
+fn admin_on_any_port(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("linerate.toml");
+    std::fs::write(&path, "[admin]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    path
+}
+
+/// Issue 22 part 4: a binary moved out of the build tree finds the sample library
+/// beside it (`sample/`, as a release unpacks), not the build tree's path compiled in.
+#[test]
+fn a_moved_binary_serves_the_sample_library_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sample")).unwrap();
+    std::fs::write(dir.path().join("sample/beside.txt"), b"next to the binary").unwrap();
+    let (child, addr, log) = serve(
+        Command::new(moved_binary(dir.path()))
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(admin_on_any_port(dir.path())),
+    );
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let addr = addr.unwrap_or_else(|| panic!("log: {:?}", log.lock().unwrap()));
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(s, "GET /beside.txt HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, &b"next to the binary"[..])
+        );
+    }));
+    stop_then_check(child, result);
+}
+
+/// Issue 22 part 4: a moved binary with no sample library anywhere it looks fails at
+/// once with an error that names `--root` and the places looked (it failed with the
+/// build tree's path and no hint), and `check-config` says the same.
+#[test]
+fn a_moved_binary_without_a_sample_library_asks_for_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let moved = moved_binary(dir.path());
+    let mut child = Command::new(&moved)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(admin_on_any_port(dir.path()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_timeout(&mut child, std::time::Duration::from_secs(10));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{err}");
+    let beside = dir.path().join("sample");
+    assert!(
+        err.contains("--root") && err.contains(&beside.display().to_string()),
+        "{err}"
+    );
+    assert!(!err.contains("crates/linerate"), "{err}");
+    let out = Command::new(&moved)
+        .arg("check-config")
+        .arg(admin_on_any_port(dir.path()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--root"), "{err}");
+}
