@@ -50,6 +50,15 @@ pub enum ServerError {
         /// What bind/listen said.
         source: std::io::Error,
     },
+    /// The admin API's address could not be bound (said as such: a clash on it reads
+    /// like one on a data port otherwise).
+    #[error("admin API listen {addr} (admin.listen, or serve --admin ADDR; \"off\" turns the admin API off)")]
+    AdminBind {
+        /// The address.
+        addr: SocketAddr,
+        /// What bind/listen said.
+        source: std::io::Error,
+    },
     /// `tcp.congestion` or `tcp.max_pacing_rate` (or a `tcp.listeners` override) could
     /// not be set (an algorithm the kernel lacks gives "No such file or directory").
     #[error("tcp tuning on {addr} (congestion control / pacing): {source}")]
@@ -645,7 +654,7 @@ fn bind_admin(
     inherited: &mut Inherited,
     handover: &mut Handover,
 ) -> Result<std::net::TcpListener, ServerError> {
-    let bind_err = |source| ServerError::Bind { addr, source };
+    let bind_err = |source| ServerError::AdminBind { addr, source };
     let mut taken = inherited.take(ListenerKind::Admin, addr);
     let l = match taken.pop() {
         Some(l) => l,

@@ -239,6 +239,14 @@ impl AdminSection {
         Ok(())
     }
 
+    /// Take the token from `path` instead of `token` or `token_file` (`serve
+    /// --token-file`), read now.
+    pub fn use_token_file(&mut self, path: PathBuf) -> Result<(), String> {
+        self.token = Token::default();
+        self.token_file = Some(path);
+        self.load_token_file()
+    }
+
     /// The token in effect: `token`, or what `token_file` held.
     pub fn effective_token(&self) -> &Token {
         if self.token_file.is_some() {
@@ -335,10 +343,16 @@ fn congestion_override<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>
 
 fn admin_listen<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
+    check_admin_listen(&s).map_err(serde::de::Error::custom)?;
+    Ok(s)
+}
+
+/// `admin.listen` (and `serve --admin`): `"ip:port"` or `"off"`.
+pub fn check_admin_listen(s: &str) -> Result<(), String> {
     if s == "off" || s.parse::<SocketAddr>().is_ok() {
-        Ok(s)
+        Ok(())
     } else {
-        Err(serde::de::Error::custom("must be \"ip:port\" or \"off\""))
+        Err("must be \"ip:port\" or \"off\"".to_owned())
     }
 }
 

@@ -454,3 +454,86 @@ fn a_moved_binary_without_a_sample_library_asks_for_root() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--root"), "{err}");
 }
+
+/// Issue 22 part 4: `serve --admin ADDR --token-file FILE` turns the admin API's
+/// commands on without a configuration file (the quick start could not purge or
+/// drain).
+#[test]
+fn serve_takes_the_admin_address_and_token_file_on_the_command_line() {
+    let lib = support::library(&[("a.ts", b"A")]);
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "a-token-from-a-file-0123\n").unwrap();
+    let (child, addr, log) = serve(
+        Command::new(binary())
+            .args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .arg("--token-file")
+            .arg(&token)
+            .arg("--root")
+            .arg(lib.path()),
+    );
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert!(addr.is_some(), "log: {:?}", log.lock().unwrap());
+        let admin_line = || {
+            log.lock()
+                .unwrap()
+                .iter()
+                .find_map(|l| l.split("admin api at http://").nth(1).map(str::to_owned))
+        };
+        support::eventually("the admin address in the log", || admin_line().is_some());
+        let admin = admin_line().unwrap();
+        let admin = admin.split_whitespace().next().unwrap().to_owned();
+        // A wrong token is refused, the file's is taken.
+        let wrong = Command::new(binary())
+            .args([
+                "drain",
+                "--admin",
+                &admin,
+                "--token",
+                "not-the-token-0123456",
+            ])
+            .output()
+            .unwrap();
+        assert_ne!(wrong.status.code(), Some(0));
+        let out = Command::new(binary())
+            .args(["drain", "--admin", &admin, "--token"])
+            .arg("a-token-from-a-file-0123")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }));
+    stop_then_check(child, result);
+}
+
+/// Issue 22 part 4: when the admin API's port is taken, the error says it is the admin
+/// API's (`admin.listen`), not just "listen ADDR: Address already in use", which reads
+/// like a clash on the data port.
+#[test]
+fn a_clash_on_the_admin_port_says_it_is_the_admin_port() {
+    let lib = support::library(&[("a.ts", b"A")]);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap();
+    let mut config = tempfile::NamedTempFile::new().unwrap();
+    writeln!(config, "[admin]\nlisten = \"{port}\"").unwrap();
+    let out = Command::new(binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(config.path())
+        .arg("--root")
+        .arg(lib.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("admin API")
+            && err.contains("admin.listen")
+            && err.contains(&port.to_string())
+            && err.contains("Address already in use"),
+        "{err}"
+    );
+}
