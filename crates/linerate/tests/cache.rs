@@ -1233,3 +1233,31 @@ fn a_range_past_the_end_of_an_unstored_object_costs_one_origin_request() {
     );
     server.stop();
 }
+
+/// Issue 22 part 4: `linerate stats` on an idle cache-mode server does not call it an
+/// appliance (its hit ratio is null until the first lookup, which the view read as
+/// appliance mode); it says no lookups happened yet and lists the cache's disk.
+#[test]
+fn stats_of_an_idle_cache_says_cache_mode_not_appliance() {
+    let origin = Origin::start(|_| origin::ok(b"x", &[]));
+    let cache = CacheConfig::new(&origin).start();
+    let out = std::process::Command::new(support::binary())
+        .args([
+            "stats",
+            "--once",
+            "--admin",
+            &cache.server.admin_addr().to_string(),
+        ])
+        .output()
+        .unwrap();
+    let view = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!view.contains("appliance"), "{view}");
+    assert!(view.contains("no lookups yet"), "{view}");
+    assert_eq!(origin.total(), 0);
+    assert!(cache.stop().success());
+}
