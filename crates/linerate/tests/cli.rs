@@ -537,3 +537,53 @@ fn a_clash_on_the_admin_port_says_it_is_the_admin_port() {
         "{err}"
     );
 }
+
+/// Issue 22 part 4: a new process of an upgrade whose old process calls the upgrade
+/// off says so once: "upgrade: the old process said ...", not "upgrade: upgrade: ..."
+/// (both in its own error and in the reason it sends the old process). The test plays
+/// the old process over a socket given as the new one's upgrade channel.
+#[test]
+fn a_called_off_upgrade_is_reported_with_one_upgrade_prefix() {
+    use std::io::Read;
+    let lib = support::library(&[("a.ts", b"A")]);
+    let (mut old, new_end) = std::os::unix::net::UnixStream::pair().unwrap();
+    old.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut child = Command::new(binary())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "off",
+            "--root",
+        ])
+        .arg(lib.path())
+        .env("LINERATE_UPGRADE_FD", "0")
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(new_end)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // No listeners to hand over; then the new process asks for the store's lease.
+    old.write_all(b"LINERATE-UPGRADE 1\n").unwrap();
+    let mut buf = [0u8; 256];
+    let n = old.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"LEASE");
+    old.write_all(b"ABORT upgrade abandoned").unwrap();
+    let n = old.read(&mut buf).unwrap();
+    let reason = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let status = wait_timeout(&mut child, std::time::Duration::from_secs(10));
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{err}");
+    for said in [&reason, &err] {
+        assert!(said.contains("the old process said"), "{said}");
+        assert_eq!(said.matches("upgrade:").count(), 1, "{said}");
+    }
+}
