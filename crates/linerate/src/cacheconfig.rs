@@ -69,9 +69,9 @@ pub struct CacheSection {
     /// `sync_before_publish` or `no_sync`. Default `sync_before_publish`.
     pub durability: DurabilityName,
     /// Start evicting above this percentage of a disk's capacity. Default 95.
-    pub high_watermark_percent: u8,
+    pub high_watermark_percent: Spanned<u8>,
     /// Evict down to this percentage. Default 90.
-    pub low_watermark_percent: u8,
+    pub low_watermark_percent: Spanned<u8>,
     /// Largest object (or slice) stored, bytes. Default 4 GiB.
     #[serde(deserialize_with = "optserde::positive_size")]
     pub max_object_bytes: u64,
@@ -96,8 +96,9 @@ impl Default for CacheSection {
             cache_name: o.cache_name,
             targeted_cache_control: o.targeted_fields,
             durability: DurabilityName::from(store.durability),
-            high_watermark_percent: store.high_watermark_percent,
-            low_watermark_percent: store.low_watermark_percent,
+            // Defaults have no position in the file.
+            high_watermark_percent: Spanned::new(0..0, store.high_watermark_percent),
+            low_watermark_percent: Spanned::new(0..0, store.low_watermark_percent),
             max_object_bytes: store.max_object_bytes,
             open_files: store.open_handles,
             disk: Vec::new(),
@@ -315,13 +316,24 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
             DurabilityName::SyncBeforePublish => Durability::SyncBeforePublish,
             DurabilityName::NoSync => Durability::NoSync,
         };
-        store.high_watermark_percent = cache.high_watermark_percent;
-        store.low_watermark_percent = cache.low_watermark_percent;
+        store.high_watermark_percent = *cache.high_watermark_percent.get_ref();
+        store.low_watermark_percent = *cache.low_watermark_percent.get_ref();
         store.max_object_bytes = cache.max_object_bytes;
         store.open_handles = cache.open_files;
-        store
-            .validate()
-            .map_err(|e| CrossKeyError::whole(format!("cache mode: {e}")))?;
+        store.validate().map_err(|e| {
+            let message = format!("cache mode: {e}");
+            match e {
+                // At the watermark written in the file (the high one first), if any.
+                linerate_cache::ConfigError::Watermarks => {
+                    let high = CrossKeyError::at(&cache.high_watermark_percent, message.clone());
+                    match high.span {
+                        Some(_) => high,
+                        None => CrossKeyError::at(&cache.low_watermark_percent, message),
+                    }
+                }
+                _ => CrossKeyError::whole(message),
+            }
+        })?;
         let mut o = CacheOptions::new(store, sections.origins.to_vec(), sections.routes.to_vec());
         o.honour_request_cache_control = cache.honour_request_cache_control;
         o.heuristic_fraction = cache.heuristic_fraction;

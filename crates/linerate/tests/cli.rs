@@ -587,3 +587,41 @@ fn a_called_off_upgrade_is_reported_with_one_upgrade_prefix() {
         assert_eq!(said.matches("upgrade:").count(), 1, "{said}");
     }
 }
+
+/// A cache-mode configuration file whose one disk is at `disk_path`, with `cache_keys`
+/// in `[cache]`.
+fn cache_config_file(disk_path: &str, cache_keys: &str) -> tempfile::NamedTempFile {
+    let mut config = tempfile::NamedTempFile::new().unwrap();
+    write!(
+        config,
+        "[admin]\nlisten = \"off\"\n[server]\nlisten = [\"127.0.0.1:0\"]\n[cache]\n{cache_keys}\n\
+         [[cache.disk]]\nname = \"d0\"\npath = {disk_path:?}\nmax_bytes = 1000000\n\
+         [[origin]]\nname = \"o\"\nservers = [\"http://127.0.0.1:9\"]\n[[route]]\norigin = \"o\"\n"
+    )
+    .unwrap();
+    config
+}
+
+/// Issue 22 part 4: watermarks the store refuses are reported at their line (the error
+/// named no position).
+#[test]
+fn a_watermark_error_carries_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = cache_config_file(
+        dir.path().join("cache").to_str().unwrap(),
+        "durability = \"no_sync\"\nhigh_watermark_percent = 50",
+    );
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(config.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("line 7")
+            && err.contains("high_watermark_percent = 50")
+            && err.contains("watermarks"),
+        "{err}"
+    );
+}
