@@ -346,6 +346,53 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
     }
 }
 
+/// What [`check_disk_dirs`] leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirCheck {
+    /// Directories it created stay (`serve`: the store uses them next).
+    Keep,
+    /// Directories it created are removed again (`check-config` changes nothing).
+    Undo,
+}
+
+/// That the store can work in every `[[cache.disk]]` directory: it is a directory, or
+/// can be created as one, and this process can create files in it (checked by
+/// creating and removing one). Run by `serve` before the store opens and by
+/// `check-config`, so a bad path is reported with its disk and key rather than as the
+/// store's lock-file error. Not run on every parse: `linerate drain --config` reads the
+/// same file.
+pub fn check_disk_dirs(cache: &CacheOptions, leave: DirCheck) -> Result<(), String> {
+    for d in &cache.store.disks {
+        let at =
+            |what: String| format!("cache.disk {:?}: path {}: {what}", d.name, d.path.display());
+        // The ancestors that do not exist yet, deepest first, to undo their creation.
+        let missing: Vec<&Path> = d.path.ancestors().take_while(|a| !a.exists()).collect();
+        std::fs::create_dir_all(&d.path)
+            .map_err(|e| at(format!("cannot create the directory: {e}")))?;
+        if !d.path.is_dir() {
+            return Err(at("not a directory".to_owned()));
+        }
+        let probe = d
+            .path
+            .join(format!(".linerate-write-check-{}", std::process::id()));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .map(|_| std::fs::remove_file(&probe));
+        if leave == DirCheck::Undo {
+            for dir in &missing {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        match written {
+            Ok(_) => {}
+            Err(e) => return Err(at(format!("cannot create files in it: {e}"))),
+        }
+    }
+    Ok(())
+}
+
 /// `serve --origin URL... --cache-dir DIR [--cache-size BYTES]`, resolved: it replaces
 /// the file's `[[origin]]`, `[[route]]` and `[[cache.disk]]` with one origin named
 /// `origin` (these servers), one catch-all route to it and one disk named `disk0`.

@@ -193,6 +193,14 @@ fn serve_with(
     }
     config.check_root().map_err(|e| anyhow::anyhow!("{e}"))?;
     let options = config.to_options();
+    if let Some(cache) = &options.cache {
+        cacheconfig::check_disk_dirs(cache, cacheconfig::DirCheck::Keep).map_err(
+            |e| match &args.config {
+                Some(path) => anyhow::anyhow!("{}: {e}", path.display()),
+                None => anyhow::anyhow!("{e}"),
+            },
+        )?;
+    }
     linerate_server::run_upgradable(options, reloader, successor, systemd, |started| {
         if let Some(admin) = started.admin_addr {
             tracing::info!("admin api at http://{admin}");
@@ -257,6 +265,10 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     config
         .check_root()
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    if let Some(cache) = &config.to_options().cache {
+        cacheconfig::check_disk_dirs(cache, cacheconfig::DirCheck::Undo)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    }
     if let Some(tls) = config.to_options().tls {
         // Load every certificate and key now, so a bad file fails the check, not a start.
         linerate_server::tls::config::TlsConfigBuilder::new(tls)

@@ -602,6 +602,52 @@ fn cache_config_file(disk_path: &str, cache_keys: &str) -> tempfile::NamedTempFi
     config
 }
 
+/// Issue 22 part 4: a cache directory the store cannot create (here under `/proc`,
+/// which refuses new entries even to root) is reported by `check-config` (it passed)
+/// and by `serve` with the configuration file, the disk and its key, not as the
+/// store's "lock file: No such file or directory".
+#[test]
+fn an_unusable_cache_directory_names_the_file_and_key_in_check_config_and_serve() {
+    let config = cache_config_file("/proc/linerate-cannot-be-here", "");
+    let file = config.path().display().to_string();
+    let check = Command::new(binary())
+        .arg("check-config")
+        .arg(config.path())
+        .output()
+        .unwrap();
+    let serve = Command::new(binary())
+        .args(["serve", "--config"])
+        .arg(config.path())
+        .output()
+        .unwrap();
+    for out in [check, serve] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&file)
+                && err.contains("cache.disk \"d0\"")
+                && err.contains("/proc/linerate-cannot-be-here")
+                && err.contains("cannot create"),
+            "{err}"
+        );
+    }
+    // check-config leaves nothing behind where it could create the directory.
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("a/b/cache");
+    let config = cache_config_file(fresh.to_str().unwrap(), "");
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(config.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dir.path().join("a").exists());
+}
+
 /// Issue 22 part 4: watermarks the store refuses are reported at their line (the error
 /// named no position).
 #[test]
