@@ -264,7 +264,7 @@ impl Successor {
     /// When this process was started by an upgrade (`LINERATE_UPGRADE_FD` set): take
     /// the channel and receive the listening sockets. `Ok(None)` otherwise. Removes the
     /// variable, so a later upgrade's child never sees a stale one. Errors here and
-    /// from [`Successor::lease`] carry no `upgrade:` prefix: the caller adds it.
+    /// from `Successor::lease` carry no `upgrade:` prefix: the caller adds it.
     pub fn from_env() -> Result<Option<Successor>, String> {
         let Some(v) = std::env::var_os(UPGRADE_FD_ENV) else {
             return Ok(None);
