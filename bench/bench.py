@@ -136,6 +136,18 @@ def system_busy_ticks() -> int:
     return user + nice + system + irq + softirq + steal
 
 
+def per_cpu_busy_ticks() -> dict[int, int]:
+    """Each CPU's non-idle time in ticks (the cpuN lines of /proc/stat)."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines()[1:]:
+        if not line.startswith("cpu"):
+            break
+        name, *f = line.split()
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in f[:8])
+        out[int(name[3:])] = user + nice + system + irq + softirq + steal
+    return out
+
+
 QUIET_FOR_S = 3  # consecutive quiet seconds wanted before a run: builds come in bursts
 
 
@@ -386,6 +398,9 @@ class GenRun:
     busy_ticks: int = 0
     self_ticks: int = 0  # this script's own CPU (evictor included) in the window
     window_s: float = 0.0
+    # Each CPU's busy fraction over the window (1.0 = saturated): shows a saturated
+    # load-generator core, which would make the server's figure the generator's.
+    cpu_util: dict = field(default_factory=dict)
     rss_before_kb: int = 0
     rss_after_kb: int = 0
 
@@ -423,6 +438,7 @@ def run_generator(cfg, server: Server, args: list[str], rss_pid: int | None = No
                 client=proc_ticks([p.pid]),
                 busy=system_busy_ticks(),
                 own=proc_ticks([os.getpid()]),
+                cpus=per_cpu_busy_ticks(),
             )
         elif kind == "measure_end" and start:
             run.window_s = time.monotonic() - start["t"]
@@ -430,6 +446,11 @@ def run_generator(cfg, server: Server, args: list[str], rss_pid: int | None = No
             run.client_ticks = proc_ticks([p.pid]) - start["client"]
             run.busy_ticks = system_busy_ticks() - start["busy"]
             run.self_ticks = proc_ticks([os.getpid()]) - start["own"]
+            cpus = per_cpu_busy_ticks()
+            if run.window_s:
+                run.cpu_util = {
+                    c: (t - start["cpus"].get(c, t)) / CLK_TCK / run.window_s for c, t in cpus.items()
+                }
         elif kind == "result":
             last = ev
     err = p.stderr.read() if p.stderr else ""

@@ -8,13 +8,18 @@ bench.py's generated content; in front of it, one at a time or side by side, run
   nginx     proxy_cache + proxy_cache_lock on + slice 1m (the usual nginx video edge)
   linerate  cache mode, one worker, 1 MiB slices (a generated config file)
 
-each pinned to the server CPU, with fresh (empty) caches at the start. Four tests:
+each pinned to the server CPU, with fresh (empty) caches at the start. Six tests:
 
   warm     warm-hit throughput and server CPU per GB on the 2 MiB objects, both caches
            warmed first; the load generator (`linerate bench`, bench.py's measurement
            code) on the client CPU. The origin must see no request in the window.
   warm-small  the same on bench.py's 2,000 x 64 KiB objects (/small/, 64 connections
            as bench.py's "small"): per-request cost, not sendfile, dominates a hit.
+  miss-small  every request a URL never asked before (`?u=SEED.N` on bench.py's
+           64 KiB objects, 50 connections): each is an origin fetch, a store and a send.
+           Reports req/s, CPU per GB, p99, each CPU's busy fraction (a saturated
+           generator/origin core shows) and origin requests per request (want 1).
+  miss-large  the same on the 2 MiB objects, 16 connections (2 origin requests each).
   herd     200 clients at once on one uncached 2 MiB object that the origin sends at
            ~20 MiB/s (~100 ms): origin requests (its access log), time for the whole
            herd, and each client's time to first byte relative to the origin's start.
@@ -55,11 +60,18 @@ CLK_TCK = B.CLK_TCK
 HERD_CLIENTS = 200
 WARM_CONNECTIONS = B.CONNECTIONS["large"]  # 16
 WARM_SMALL_CONNECTIONS = B.CONNECTIONS["small"]  # 64
-ALL_TESTS = ["warm", "warm-small", "herd", "range"]
+ALL_TESTS = ["warm", "warm-small", "miss-small", "miss-large", "herd", "range"]
 # Warm-hit tests: test name -> (path prefix, object count, connections, size label).
 WARM_TESTS = {
     "warm": ("/large/", B.LARGE_COUNT, WARM_CONNECTIONS, "2 MiB"),
     "warm-small": ("/small/", B.SMALL_COUNT, WARM_SMALL_CONNECTIONS, "64 KiB"),
+}
+# Miss tests: every request a URL never asked before (`linerate bench --unique` appends
+# `?u=SEED.N`; the origin serves the file by path), so each is fetch, store, serve.
+# test name -> (path prefix, object count, connections, size label, origin requests per miss)
+MISS_TESTS = {
+    "miss-small": ("/small/", B.SMALL_COUNT, 50, "64 KiB", 1),
+    "miss-large": ("/large/", B.LARGE_COUNT, 16, "2 MiB", 2),
 }
 # nginx's open-file cache for its cache files, as large as linerate's `cache.open_files`
 # default (4,096 kept object files; nginx revalidates after 1 s, as linerate's check of a
@@ -524,6 +536,30 @@ def warm_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dic
     return row
 
 
+def miss_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dict:
+    """Miss throughput: every request a new URL, so every one is an origin fetch, a
+    store and a send. Counts the origin requests of this run's URLs (its own seed):
+    one per 1 MiB slice of each miss, or the cache was not missing."""
+    prefix, count, conns, _, _ = MISS_TESTS[test]
+    # A seed of its own per test, round and server, so the count is this run's alone.
+    seed = 1000 * (1 + list(MISS_TESTS).index(test)) + 10 * rnd + (1 if server.name == "linerate" else 2)
+    mark = f"?u={seed}."
+    # No warm-up: a miss has nothing to warm, and the origin count then covers exactly
+    # the measured requests (plus those in flight at the end, one per connection).
+    args = B.files_args(cfg, prefix, count, conns) + ["--unique", "--seed", str(seed)]
+    args[args.index("--warmup") + 1] = "0s"
+    run = B.run_generator(cfg, server, args)
+    wait_origin_idle(origin, 10)
+    row = B.summarize(server, test, rnd, run)
+    row["origin_requests"] = sum(1 for l in read_origin_log(origin) if l.uri.startswith(prefix) and mark in l.uri)
+    row["origin_requests_per_request"] = (
+        row["origin_requests"] / run.result["requests"] if run.result.get("requests") else None
+    )
+    for c, u in sorted(run.cpu_util.items()):
+        row[f"cpu{c}_util"] = u
+    return row
+
+
 def herd_test(cfg, server: B.Server, origin: Origin, rnd: int) -> dict:
     path = f"/herd/{server.name}{rnd}-{rnd % B.LARGE_COUNT}.bin"
     fetches = fetch_many(server.port, path, cfg.herd_clients, timeout=cfg.herd_timeout)
@@ -617,6 +653,24 @@ def report(rows: list[dict], servers: list[str], failed: dict[str, str]) -> str:
             (test, "fill_second_pass_origin_requests",
              f"{w}: origin requests on the second fill pass (want 0)", ".0f", False),
             (test, "other_load", f"{w}: other load (cores)", ".2f", False),
+        ]
+    for test, (_, _, conns, size, per) in MISS_TESTS.items():
+        m = f"miss {size} ({conns} conns)"
+        spec += [
+            (test, "requests_per_s", f"{m}: req/s", ".0f", True),
+            (test, "gb_per_s", f"{m}: GB/s", ".3f", True),
+            (test, "cpu_s_per_gb", f"{m}: server CPU-s/GB (lower is better)", ".3f", True),
+            (test, "server_cpu_util", f"{m}: server CPU (1.00 = saturated)", ".2f", False),
+            (test, "client_cpu_util", f"{m}: generator CPU", ".2f", False),
+        ] + [
+            (test, f"cpu{c}_util", f"{m}: CPU {c} busy (all processes)", ".2f", False)
+            for c in range(os.cpu_count() or 1)
+        ] + [
+            (test, "p50_us", f"{m}: p50 µs", ".0f", True),
+            (test, "p99_us", f"{m}: p99 µs", ".0f", True),
+            (test, "errors", f"{m}: errors", ".0f", False),
+            (test, "origin_requests_per_request",
+             f"{m}: origin requests per request (want {per}: one per 1 MiB slice)", ".2f", False),
         ]
     spec += [
         ("herd", "origin_requests", "herd: origin requests", ".0f", True),
@@ -745,7 +799,7 @@ def main() -> int:
 
     B.make_content(cfg.root)
     B.warm(B.large_paths(cfg.root) + [cfg.root / "huge.bin"]
-           + (B.small_paths(cfg.root) if "warm-small" in tests else []))
+           + (B.small_paths(cfg.root) if {"warm-small", "miss-small"} & set(tests) else []))
     origin = start_origin(cfg)
     log(f"origin: nginx on {HOST}:{origin.port} (CPU {cfg.origin_cpu}), log {origin.log_path}"
         + ("" if origin.has_status else "; no stub_status: fixed 3 s settle"))
@@ -806,6 +860,20 @@ def main() -> int:
                         f"{B.fmt(row['cpu_s_per_gb'], '.3f')} CPU-s/GB, server CPU "
                         f"{B.fmt(row['server_cpu_util'], '.2f')}, errors {row['errors']}, origin requests "
                         f"{row['origin_requests']}, other load {B.fmt(row['other_load'], '.2f')}")
+        for test in [t for t in MISS_TESTS if t in tests]:
+            for rnd in range(cfg.rounds):
+                for s in live if rnd % 2 == 0 else list(reversed(live)):
+                    if cfg.wait_quiet > 0:
+                        B.wait_quiet(cfg.max_other_load, cfg.wait_quiet)
+                    row = miss_test(cfg, proxies[s], origin, rnd, test)
+                    row.update(test=test)
+                    rows.append(row)
+                    cpus = ", ".join(f"{k} {row[k]:.2f}" for k in sorted(row)
+                                     if k.startswith("cpu") and k.endswith("_util"))
+                    log(f"{test} r{rnd} {s:>8}: {row['requests_per_s']:.0f} req/s, {row['gb_per_s']:.3f} GB/s, "
+                        f"{B.fmt(row['cpu_s_per_gb'], '.3f')} CPU-s/GB, p99 {B.fmt(row['p99_us'], '.0f')} µs, "
+                        f"errors {row['errors']}, origin req/request "
+                        f"{B.fmt(row['origin_requests_per_request'], '.2f')}; {cpus}")
     finally:
         for p in list(proxies.values()):
             B.stop(p.proc)
@@ -818,6 +886,7 @@ def main() -> int:
             "herd_clients": cfg.herd_clients, "slice": SLICE, "linerate_args": cfg.linerate_args,
             "nginx_open_file_cache": cfg.nginx_open_file_cache,
             "warm_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in WARM_TESTS.items()},
+            "miss_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in MISS_TESTS.items()},
             "failed": failed,
         }
         out_path.write_text(json.dumps({"meta": meta, "runs": rows}, indent=1))

@@ -8,6 +8,8 @@
 # measuring; see docs/benchmarks.md, "Proxy mode". Tests (--tests, all by default):
 #   warm        warm-hit throughput and CPU per GB on the 200 x 2 MiB objects, 16 conns
 #   warm-small  the same on the 2,000 x 64 KiB objects, 64 conns (per-request cost)
+#   miss-small  every request a new URL (64 KiB objects, 50 conns): fetch, store, send
+#   miss-large  the same on the 2 MiB objects, 16 conns
 #   herd        200 clients at once on one uncached 2 MiB object
 #   range       a 1 KiB range deep in an uncached 1 GiB object
 # Warm-hit tests fill both caches first (two passes; the second must not reach the

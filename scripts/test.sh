@@ -48,9 +48,11 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get 
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null; }
 fi
 cargo test -p linerate --test dashboard -- --ignored
-echo "== ffmpeg plays HLS through cache-mode segment prefetch"
+echo "== ffmpeg plays HLS and byte-range HLS through cache-mode segment prefetch; ffmpeg-made single-file DASH"
 # A real player (libavformat asks for everything with Range: bytes=0-) playing the 8 s
-# sample in real time, about 10 s. #[ignore]d in plain `cargo test` (reported as
+# sample in real time, as segments and as byte ranges of one file (about 10 s each),
+# and single-file DASH fixtures ffmpeg's dash muxer makes at test time (SegmentBase sidx
+# and SegmentList mediaRange, played by range requests). #[ignore]d in plain `cargo test` (reported as
 # ignored, never as passed); here it runs for real. Install Debian's ffmpeg when it is
 # missing and we can.
 if ! command -v ffmpeg >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -90,6 +90,11 @@ pub struct BenchArgs {
     #[arg(long, default_value = "")]
     pub suffix: String,
 
+    /// files: make every request a URL never asked before (`?u=SEED.N` appended), so a
+    /// cache misses on each one: the miss-path benchmark.
+    #[arg(long)]
+    pub unique: bool,
+
     /// ranges: the path of the file to read ranges from.
     #[arg(long)]
     pub path: Option<String>,
@@ -160,6 +165,8 @@ pub struct Plan {
     pub duration: Duration,
     /// PRNG seed.
     pub seed: u64,
+    /// Every `Files` request a new URL (`--unique`).
+    pub unique: bool,
     /// Print event lines.
     pub events: bool,
 }
@@ -204,6 +211,9 @@ impl BenchArgs {
                 }
             }
             WorkloadKind::Ranges => {
+                if self.unique {
+                    bail!("--unique belongs to --workload files or idle");
+                }
                 if self.paths_file.is_some() || self.prefix.is_some() {
                     bail!("--paths-file and --prefix belong to --workload files or idle");
                 }
@@ -229,6 +239,7 @@ impl BenchArgs {
             warmup: self.warmup,
             duration: self.duration,
             seed: self.seed,
+            unique: self.unique,
             events: self.events,
         })
     }

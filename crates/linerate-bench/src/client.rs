@@ -81,6 +81,11 @@ pub fn run_plan(plan: &Plan, emit: &mut dyn FnMut(&str)) -> Result<Report> {
         plan.expect_status,
         plan.seed,
     )?;
+    let gen = if plan.unique {
+        gen.unique_queries()
+    } else {
+        gen
+    };
     let mut engine = Engine {
         plan,
         poll: Poll::new().context("creating the epoll instance")?,

@@ -82,6 +82,10 @@ pub struct RequestGen {
     expect_status: Option<u16>,
     /// For `Files`: each path's complete request, built once.
     prebuilt: Vec<Box<[u8]>>,
+    /// For `Files` with [`RequestGen::unique_queries`]: the paths, and the number of
+    /// the next request, which its query carries.
+    unique: Option<(Vec<String>, u64)>,
+    seed: u64,
     rng: Rng,
 }
 
@@ -126,8 +130,21 @@ impl RequestGen {
             host: host.to_owned(),
             expect_status,
             prebuilt,
+            unique: None,
+            seed,
             rng: Rng::new(seed),
         })
+    }
+
+    /// Make every `Files` request a URL never asked before: the chosen path with
+    /// `?u=SEED.N` (`&u=` after a query), N counting up. A cache then misses on every
+    /// request while an origin serving files by path answers them all. Paths that
+    /// already hold a `u` argument are the caller's business.
+    pub fn unique_queries(mut self) -> Self {
+        if let RequestKind::Files { paths } = &self.kind {
+            self.unique = Some((paths.clone(), 0));
+        }
+        self
     }
 
     /// A path to use for one-off requests (the idle connections' first request): the
@@ -157,7 +174,16 @@ impl RequestGen {
         match &self.kind {
             RequestKind::Files { .. } => {
                 let i = self.rng.below(self.prebuilt.len() as u64) as usize;
-                if let Some(req) = self.prebuilt.get(i) {
+                if let Some((paths, n)) = &mut self.unique {
+                    let p = &paths[i];
+                    let sep = if p.contains('?') { '&' } else { '?' };
+                    let _ = write!(
+                        out,
+                        "GET {p}{sep}u={}.{n} HTTP/1.1\r\nHost: {}\r\n\r\n",
+                        self.seed, self.host
+                    );
+                    *n += 1;
+                } else if let Some(req) = self.prebuilt.get(i) {
                     out.extend_from_slice(req);
                 }
                 self.expect(None)
@@ -275,6 +301,27 @@ mod tests {
             seen[i] += 1;
         }
         assert!(seen.iter().all(|&n| (800..1200).contains(&n)), "{seen:?}");
+    }
+
+    #[test]
+    fn unique_queries_never_repeat_a_url() {
+        let paths = vec!["/a.bin".to_owned(), "/b?x=1".to_owned()];
+        let mut g = RequestGen::new(RequestKind::Files { paths }, "h", None, 9)
+            .unwrap()
+            .unique_queries();
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for _ in 0..200 {
+            g.next_request(&mut out);
+            let line = String::from_utf8(out.clone()).unwrap();
+            let target = line.split(' ').nth(1).unwrap().to_owned();
+            assert!(
+                target.starts_with("/a.bin?u=9.") || target.starts_with("/b?x=1&u=9."),
+                "{target}"
+            );
+            assert!(line.ends_with(" HTTP/1.1\r\nHost: h\r\n\r\n"), "{line}");
+            assert!(seen.insert(target), "a URL repeated");
+        }
     }
 
     #[test]

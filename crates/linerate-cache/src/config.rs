@@ -71,6 +71,10 @@ pub struct StoreConfig {
     pub low_watermark_percent: u8,
     /// Largest object (or slice) accepted, bytes. Default 4 GiB.
     pub max_object_bytes: u64,
+    /// Body bytes of complete objects waiting for their disk's publisher (flush,
+    /// rename) past which that disk refuses new writes (relayed, not stored) until it
+    /// catches up. Default 256 MiB.
+    pub max_publish_backlog: u64,
     /// Errors on one disk within [`StoreConfig::error_window`] that take it out of
     /// service. Default 16: a few transient errors are tolerated, a failing disk is
     /// cut off within seconds at any real request rate.
@@ -112,6 +116,7 @@ impl StoreConfig {
             high_watermark_percent: 95,
             low_watermark_percent: 90,
             max_object_bytes: 4 << 30,
+            max_publish_backlog: 256 << 20,
             error_threshold: 16,
             error_window: Duration::from_secs(60),
             probe_interval: Duration::from_secs(30),

@@ -32,7 +32,7 @@ pub const DISK_STATES_FILE: &str = "disk-states";
 
 /// Number of fan-out directories under `objects/` (three hex digits, see
 /// [`KeyHash::relative_path`]).
-const FANOUT_DIRS: usize = 4096;
+pub(crate) const FANOUT_DIRS: usize = 4096;
 
 /// Word and bit of the fan-out directory of `hash`: the top 12 bits of the hash are
 /// its first three hex digits.
@@ -87,6 +87,10 @@ pub(crate) struct Disk {
     /// Held by the maintenance task for each step of work, so lending the store
     /// (`Store::lend`) can wait for a step in progress to end.
     pub(crate) step: Mutex<()>,
+    /// Objects whose body is complete, waiting for the publisher (`publish.rs`).
+    pub(crate) publish: crate::publish::PublishQueue,
+    /// This process's id, in temporary file names (read once: no `getpid` per write).
+    pid: u32,
     /// One bit per fan-out directory known to exist, so a publish skips the `mkdir`
     /// (one syscall of about nine per small object).
     fanout_made: Box<[AtomicU64]>,
@@ -112,6 +116,8 @@ impl Disk {
             tmp_seq: AtomicU64::new(0),
             wake: (Mutex::new(false), Condvar::new()),
             step: Mutex::new(()),
+            publish: Default::default(),
+            pid: std::process::id(),
             fanout_made: (0..FANOUT_DIRS / 64).map(|_| AtomicU64::new(0)).collect(),
             cfg,
         }
@@ -142,6 +148,13 @@ impl Disk {
         self.fanout_made[w].fetch_or(b, Ordering::Relaxed);
     }
 
+    /// Remember that every fan-out directory exists (made when the disk was prepared).
+    pub(crate) fn fanout_all_created(&self) {
+        for w in self.fanout_made.iter() {
+            w.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+
     /// Forget every fan-out directory (the objects directory was replaced).
     pub(crate) fn fanout_reset(&self) {
         for w in self.fanout_made.iter() {
@@ -154,7 +167,7 @@ impl Disk {
     pub(crate) fn tmp_path(&self, hash: KeyHash) -> PathBuf {
         let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
         self.tmp_dir
-            .join(format!("{:032x}.{}.{seq}", hash.0, std::process::id()))
+            .join(format!("{:032x}.{}.{seq}", hash.0, self.pid))
     }
 
     /// Reserve `bytes` for a write; refused when used + reserved would pass capacity.

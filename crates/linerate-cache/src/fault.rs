@@ -2,8 +2,9 @@
 //! on chosen paths with chosen errnos, a chosen number of times.
 //!
 //! Public (not `cfg(test)`) so integration tests and the server's tests can use it; it
-//! costs nothing unless constructed. It does not simulate slow disks or torn writes
-//! (kill -9 tests cover torn state with real processes).
+//! costs nothing unless constructed. It can make flushes slow ([`FaultyIo::set_sync_delay`],
+//! a disk behind its writes); it does not simulate torn writes (kill -9 tests cover
+//! torn state with real processes).
 
 use std::fs::File;
 use std::io;
@@ -46,6 +47,8 @@ pub struct FaultyIo {
     rules: Mutex<Vec<FaultRule>>,
     /// What `space` reports instead of the real filesystem's, when set.
     space: Mutex<Option<FsSpace>>,
+    /// How long every `fdatasync` takes at least (a slow disk), when set.
+    sync_delay: Mutex<Option<std::time::Duration>>,
 }
 
 impl FaultyIo {
@@ -63,6 +66,12 @@ impl FaultyIo {
     /// store's own watermarks does not depend on how full the host's disk is.
     pub fn set_space(&self, space: Option<FsSpace>) {
         *self.space.lock().unwrap_or_else(|p| p.into_inner()) = space;
+    }
+
+    /// Make every `fdatasync` take at least `delay` (`None`: as long as the real one):
+    /// a disk slower than the fills, whatever the test machine's disk is.
+    pub fn set_sync_delay(&self, delay: Option<std::time::Duration>) {
+        *self.sync_delay.lock().unwrap_or_else(|p| p.into_inner()) = delay;
     }
 
     /// Remove every rule: the disk is healthy again.
@@ -142,7 +151,15 @@ impl StoreIo for FaultyIo {
     }
     fn sync_data(&self, file: &File, path: &Path) -> io::Result<()> {
         self.check(IoOp::Sync, path)?;
+        let delay = *self.sync_delay.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = delay {
+            std::thread::sleep(d);
+        }
         RealIo.sync_data(file, path)
+    }
+    fn start_writeback(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.check(IoOp::Sync, path)?;
+        RealIo.start_writeback(file, path)
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.check(IoOp::Sync, path)?;

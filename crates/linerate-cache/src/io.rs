@@ -51,7 +51,7 @@ pub enum IoOp {
     Append,
     /// Read a whole small file (journal, snapshot, state).
     ReadFile,
-    /// `fdatasync` of a file or `fsync` of a directory.
+    /// `fdatasync` or `sync_file_range` of a file, or `fsync` of a directory.
     Sync,
     /// Atomic rename (publish).
     Rename,
@@ -160,6 +160,12 @@ pub trait StoreIo: Send + Sync + 'static {
     /// `fdatasync` the file.
     fn sync_data(&self, file: &File, _path: &Path) -> io::Result<()> {
         file.sync_data()
+    }
+
+    /// Start writing `file`'s dirty pages back without waiting (`sync_file_range`),
+    /// before the `fdatasync` of each file of a publish batch (group commit).
+    fn start_writeback(&self, file: &File, _path: &Path) -> io::Result<()> {
+        linerate_sys::fs::start_writeback(file.as_fd())
     }
 
     /// `fsync` a directory, making renames and unlinks inside it durable.

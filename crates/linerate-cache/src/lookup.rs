@@ -167,12 +167,8 @@ impl Store {
         inflight: Option<Arc<crate::writer::Inflight>>,
     ) -> Lookup {
         if let Some(w) = inflight.filter(|w| w.followable && *w.key == *key) {
-            let file = match w.file.try_clone() {
-                Ok(f) => Arc::new(f),
-                Err(_) => return Lookup::Miss(MissReason::DiskError),
-            };
             return Lookup::Filling(ObjectHandle {
-                file,
+                file: Arc::clone(&w.file),
                 body_offset: w.body_offset,
                 body: Body::Streaming(w.progress()),
                 meta: Arc::clone(&w.meta),

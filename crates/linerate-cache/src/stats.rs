@@ -28,6 +28,13 @@ pub struct DiskStats {
     pub evictions: u64,
     /// Writes refused because the disk was at capacity.
     pub admissions_refused: u64,
+    /// Writes refused because the disk was behind: more than 256 MiB of complete
+    /// bodies waiting to be published (flushed and renamed).
+    pub behind_refused: u64,
+    /// Group commits since start: each one flush for the objects it published.
+    pub publish_batches: u64,
+    /// Objects published through those group commits.
+    pub published: u64,
     /// I/O and integrity errors counted since start.
     pub io_errors: u64,
     /// Of which: files that failed their header check.
@@ -46,6 +53,9 @@ impl DiskStats {
             objects: d.objects.load(Ordering::Relaxed),
             evictions: d.evictions.load(Ordering::Relaxed),
             admissions_refused: d.admissions_refused.load(Ordering::Relaxed),
+            behind_refused: d.publish.behind_refused.load(Ordering::Relaxed),
+            publish_batches: d.publish.batches.load(Ordering::Relaxed),
+            published: d.publish.published.load(Ordering::Relaxed),
             io_errors: d.health.total_errors(),
             corrupt_objects: d.health.corrupt(),
         }

@@ -69,6 +69,10 @@ pub enum WriteRefused {
     /// one no longer writes.
     #[error("store lent to the next process")]
     Lent,
+    /// The disk is behind: more complete objects are waiting to be flushed and
+    /// published than it should hold (`publish.rs`). The object is relayed, not stored.
+    #[error("disk behind the fills")]
+    Behind,
 }
 
 impl WriteRefused {
@@ -80,6 +84,7 @@ impl WriteRefused {
             WriteRefused::TooLarge => "too_large",
             WriteRefused::Disk => "disk",
             WriteRefused::Lent => "lent",
+            WriteRefused::Behind => "behind",
         }
     }
 }
@@ -91,6 +96,10 @@ pub(crate) enum Begin {
     /// An update found a write of the key in flight.
     Busy,
 }
+
+/// Bodies longer than this are preallocated (`fallocate`) when their length is known:
+/// 8 MiB, above the largest usual slice (4 MiB by default).
+const PREALLOCATE_ABOVE: u64 = 8 << 20;
 
 /// Shared state of the store (behind an `Arc`, shared with writers and threads).
 pub(crate) struct Inner {
@@ -194,6 +203,12 @@ impl Store {
                 .spawn(move || crate::maintenance::run(&inner2, i))
                 .map_err(OpenError::Thread)?;
             threads.push(t);
+            let inner2 = Arc::clone(&inner);
+            let t = std::thread::Builder::new()
+                .name(format!("publish-{}", inner.disks[i].name()))
+                .spawn(move || crate::publish::run(&inner2, i))
+                .map_err(OpenError::Thread)?;
+            threads.push(t);
         }
         Ok(Store {
             inner,
@@ -249,6 +264,13 @@ impl Store {
             .place(hash)
             .ok_or(Begin::Refused(WriteRefused::NoDisk))?;
         let disk = &inner.disks[disk_id];
+        if !update
+            && !disk
+                .publish
+                .admit(disk.name(), inner.cfg.max_publish_backlog)
+        {
+            return Err(Begin::Refused(WriteRefused::Behind));
+        }
         let mut header = ObjectHeader {
             key: key.to_vec(),
             meta,
@@ -260,7 +282,7 @@ impl Store {
         let too_large = |_| Begin::Refused(WriteRefused::TooLarge);
         let header_len = header.encode().map_err(too_large)?.len();
         header.body_offset = body_offset_for(header_len, expected_len);
-        let bytes = header.encode().map_err(too_large)?;
+        header.encode().map_err(too_large)?;
         let reserve = charge_for(header.body_offset + expected_len.unwrap_or(0));
         if disk.reserve(reserve) == Reservation::Refused {
             return Err(Begin::Refused(WriteRefused::NoSpace));
@@ -275,17 +297,17 @@ impl Store {
                 return Err(Begin::Refused(WriteRefused::Disk));
             }
         };
+        // The header is written once, at publish (readers follow the body through
+        // the in-flight entry, and a crash leaves only `tmp/`, emptied at start-up).
+        // Bodies up to a slice are written in one go, which delayed allocation lays
+        // out contiguously: only larger ones are preallocated.
         let prep = match expected_len {
-            // Small bodies fit in the blocks the header write allocates anyway.
-            Some(n) if n > crate::format::SMALL_BODY_MAX => io
+            Some(n) if n > PREALLOCATE_ABOVE => io
                 .preallocate(&file, &tmp, 0, header.body_offset + n)
                 .map_err(|e| (IoOp::Preallocate, e)),
             _ => Ok(()),
         };
-        if let Err((op, e)) = prep.and_then(|()| {
-            io.write_at(&file, &tmp, &bytes, 0)
-                .map_err(|e| (IoOp::Write, e))
-        }) {
+        if let Err((op, e)) = prep {
             disk.release(reserve);
             let _ = io.remove_file(&tmp);
             inner.disk_error(disk_id as u16, op, &tmp, &e);
@@ -299,7 +321,7 @@ impl Store {
         }
         let (tx, _) = watch::channel(Progress::Writing { written: 0 });
         let inflight = Arc::new(Inflight {
-            file,
+            file: Arc::new(file),
             body_offset: header.body_offset,
             meta: Arc::new(header.meta.clone()),
             key: key.into(),
@@ -476,6 +498,7 @@ impl Store {
         }
         for d in &inner.disks {
             d.wake();
+            d.publish.wake();
         }
         for t in lock(&self.threads).drain(..) {
             if t.join().is_err() {
@@ -515,6 +538,12 @@ fn prepare_disk(io: &dyn StoreIo, disk: &Disk) -> Result<(), (IoOp, std::io::Err
         mk(a)?;
     }
     mk(&disk.objects_dir)?;
+    // Every fan-out directory up front (as Squid's `-z` does): a publish never pays
+    // the `mkdir` of a directory's first use (EEXIST on later starts costs microseconds).
+    for d in 0..crate::disk::FANOUT_DIRS {
+        mk(&disk.objects_dir.join(format!("{d:03x}")))?;
+    }
+    disk.fanout_all_created();
     mk(&disk.tmp_dir)?;
     let leftovers = io.read_dir(&disk.tmp_dir).map_err(|e| (IoOp::ReadDir, e))?;
     if !leftovers.is_empty() {

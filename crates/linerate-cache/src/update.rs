@@ -127,7 +127,11 @@ impl Store {
                 return Err(match r {
                     WriteRefused::NoSpace => UpdateError::NoSpace,
                     WriteRefused::TooLarge => UpdateError::TooLarge,
-                    WriteRefused::NoDisk | WriteRefused::Disk => UpdateError::Disk,
+                    // Updates are never refused for a backlog (`Behind`): listed here
+                    // only so the match is exhaustive.
+                    WriteRefused::NoDisk | WriteRefused::Disk | WriteRefused::Behind => {
+                        UpdateError::Disk
+                    }
                     // Lent since the check above: the update is dropped, as when the
                     // object changes under it.
                     WriteRefused::Lent => UpdateError::Changed,

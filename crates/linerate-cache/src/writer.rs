@@ -34,7 +34,8 @@ const RESERVE_STEP: u64 = 4 << 20;
 /// An object being written, as readers see it (kept in the index's in-flight map).
 #[derive(Debug)]
 pub struct Inflight {
-    pub(crate) file: File,
+    /// The temporary file, shared with readers following the write (no `dup` each).
+    pub(crate) file: Arc<File>,
     pub(crate) body_offset: u64,
     pub(crate) meta: Arc<ObjectMeta>,
     pub(crate) key: Box<[u8]>,
@@ -212,9 +213,28 @@ impl ObjectWriter {
         self.hasher.digest()
     }
 
-    /// [`ObjectWriter::finish`]; with `replaces`, publish only if the index still holds
-    /// that object for the key (a metadata update), and keep its eviction state.
-    pub(crate) fn publish(mut self, replaces: Option<Replaces>) -> Result<Published, WriteError> {
+    /// Publish in the background, with group commit (`publish.rs`): the body is
+    /// checked complete here and its readers told so at once, so a client following the
+    /// write gets its last byte now, not after the flush; the disk's publisher then
+    /// writes the header, flushes (with `sync_before_publish`), renames, indexes and
+    /// journals, and calls `done` with the outcome (on its thread: keep `done` short).
+    /// Until then lookups find the object in flight, complete. Cost here: no system
+    /// call; a wake-up of the publisher when it sleeps.
+    pub fn finish_later(mut self, done: crate::publish::PublishDone) {
+        if let Err(e) = self.check_complete() {
+            done(Err(e));
+            return;
+        }
+        self.inflight
+            .tx
+            .send_replace(Progress::Complete { len: self.written });
+        let inner = Arc::clone(&self.inner);
+        inner.disks[usize::from(self.disk)].publish.push(self, done);
+    }
+
+    /// The body is whole (its declared length), the write not purged or displaced, the
+    /// disk in service: else the write fails with the reason.
+    fn check_complete(&mut self) -> Result<(), WriteError> {
         if self.done {
             return Err(WriteError {
                 failure: WriteFailure::Aborted,
@@ -226,45 +246,90 @@ impl ObjectWriter {
         if self.inflight.is_cancelled() {
             return Err(self.fail(WriteFailure::Aborted));
         }
-        let inner = Arc::clone(&self.inner);
-        let disk = &inner.disks[usize::from(self.disk)];
-        if !disk.health.in_service() {
+        if !self.inner.disks[usize::from(self.disk)].health.in_service() {
             return Err(self.fail(WriteFailure::Disk));
         }
+        Ok(())
+    }
+
+    /// [`ObjectWriter::finish`]; with `replaces`, publish only if the index still holds
+    /// that object for the key (a metadata update), and keep its eviction state.
+    pub(crate) fn publish(mut self, replaces: Option<Replaces>) -> Result<Published, WriteError> {
+        self.write_final_header()?;
+        if self.inner.cfg.durability == crate::Durability::SyncBeforePublish {
+            self.sync_own_data()?;
+        }
+        self.commit(replaces)
+    }
+
+    /// Check the body complete, tell its readers, and write the final header (length
+    /// and checksum) over the first bytes of the file.
+    pub(crate) fn write_final_header(&mut self) -> Result<(), WriteError> {
+        self.check_complete()?;
+        self.inflight
+            .tx
+            .send_replace(Progress::Complete { len: self.written });
         self.header.body_len = self.written;
         self.header.body_checksum = self.hasher.digest();
         let bytes = match self.header.encode() {
             Ok(b) => b,
             Err(_) => return Err(self.fail(WriteFailure::LengthMismatch)),
         };
+        let inner = Arc::clone(&self.inner);
+        if let Err(e) = inner
+            .io
+            .write_at(&self.inflight.file, &self.tmp_path, &bytes, 0)
+        {
+            inner.disk_error(self.disk, IoOp::Write, &self.tmp_path, &e);
+            return Err(self.fail(failure_of(&e)));
+        }
+        Ok(())
+    }
+
+    /// `fdatasync` of this object's file.
+    pub(crate) fn sync_own_data(&mut self) -> Result<(), WriteError> {
+        let inner = Arc::clone(&self.inner);
+        let r = inner.io.sync_data(&self.inflight.file, &self.tmp_path);
+        self.synced(r)
+    }
+
+    /// Start this object's writeback without waiting (the first step of a batch's
+    /// group commit; `sync_own_data` follows).
+    pub(crate) fn start_writeback(&mut self) -> Result<(), WriteError> {
+        let inner = Arc::clone(&self.inner);
+        let r = inner
+            .io
+            .start_writeback(&self.inflight.file, &self.tmp_path);
+        self.synced(r)
+    }
+
+    fn synced(&mut self, r: std::io::Result<()>) -> Result<(), WriteError> {
+        r.map_err(|e| {
+            self.inner
+                .disk_error(self.disk, IoOp::Sync, &self.tmp_path, &e);
+            self.fail(failure_of(&e))
+        })
+    }
+
+    /// After the header (and the flush): rename into place, index, journal.
+    pub(crate) fn commit(mut self, replaces: Option<Replaces>) -> Result<Published, WriteError> {
+        let inner = Arc::clone(&self.inner);
+        let disk = &inner.disks[usize::from(self.disk)];
         let io = &*inner.io;
-        let file = &self.inflight.file;
-        let step = io
-            .write_at(file, &self.tmp_path, &bytes, 0)
-            .map_err(|e| (IoOp::Write, e));
-        let step = step.and_then(|()| match inner.cfg.durability {
-            crate::Durability::SyncBeforePublish => io
-                .sync_data(file, &self.tmp_path)
-                .map_err(|e| (IoOp::Sync, e)),
-            crate::Durability::NoSync => Ok(()),
-        });
         let final_path = disk.object_path(self.hash);
-        let step = step.and_then(|()| {
-            // Fan-out directories are made on first use. `objects/` itself is never
+        let step = (|| {
+            // Fan-out directories are made when the disk is prepared, and again on
+            // first use after `objects/` was replaced. `objects/` itself is never
             // re-created here: if it vanished, the disk is failing, and mkdir of the
             // fan-out (or the rename) fails with ENOENT, which counts as such.
-            if disk.fanout_known(self.hash) {
-                return Ok(());
+            if !disk.fanout_known(self.hash) {
+                let parent = final_path.parent().unwrap_or(&disk.objects_dir);
+                io.create_dir(parent).map_err(|e| (IoOp::CreateDir, e))?;
+                disk.fanout_created(self.hash);
             }
-            let parent = final_path.parent().unwrap_or(&disk.objects_dir);
-            io.create_dir(parent).map_err(|e| (IoOp::CreateDir, e))?;
-            disk.fanout_created(self.hash);
-            Ok(())
-        });
-        let step = step.and_then(|()| {
             io.rename(&self.tmp_path, &final_path)
                 .map_err(|e| (IoOp::Rename, e))
-        });
+        })();
         if let Err((op, e)) = step {
             inner.disk_error(self.disk, op, &self.tmp_path, &e);
             return Err(self.fail(failure_of(&e)));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use linerate_cache::fault::{FaultRule, FaultyIo};
 use linerate_cache::io::IoOp;
-use linerate_cache::{DiskState, Lookup, MissReason, Store, WriteRefused};
+use linerate_cache::{DiskState, Lookup, MissReason, Store, WriteFailure, WriteRefused};
 
 const MIB: u64 = 1 << 20;
 
@@ -133,21 +133,33 @@ fn injected_enospc_and_write_errors_fail_writes_cleanly() {
     let io = Arc::new(FaultyIo::new());
     let store = Store::open_with_io(config(dir.path(), &[("d0", 64 * MIB)]), io.clone()).unwrap();
     put(&store, b"old", b"still here");
+    // The header is written at publish, so the first writes after a begin are the
+    // appends: both fail with ENOSPC, as "no space".
     io.add(FaultRule {
         op: Some(IoOp::Write),
         under: None,
         errno: 28,
-        skip: 1,
+        skip: 0,
         times: Some(2),
     });
-    let mut w = store
-        .begin_write(b"k1", meta(), None)
-        .map_err(|e| format!("{e} {:?}", store.stats()))
-        .unwrap();
-    assert!(w.append(&[0u8; 1000]).is_err());
-    drop(w);
+    for k in [&b"k1"[..], b"k2"] {
+        let mut w = store
+            .begin_write(k, meta(), None)
+            .map_err(|e| format!("{e} {:?}", store.stats()))
+            .unwrap();
+        let e = w.append(&[0u8; 1000]).unwrap_err();
+        assert_eq!(e.failure, WriteFailure::NoSpace);
+    }
+    // ENOSPC from the preallocation of a body of known length refuses the write at once.
+    io.add(FaultRule {
+        op: Some(IoOp::Preallocate),
+        under: None,
+        errno: 28,
+        skip: 0,
+        times: Some(1),
+    });
     assert!(matches!(
-        store.begin_write(b"k2", meta(), None),
+        store.begin_write(b"k2", meta(), Some(16 << 20)),
         Err(WriteRefused::NoSpace)
     ));
     check_hit(&store, b"old", b"still here").unwrap();

@@ -8,8 +8,9 @@
 //! attributes override), with `@duration` (the period's length decides the count) or a
 //! `SegmentTimeline` (`S@t`, `@d`, `@r`, a negative `@r` repeating to the period's end),
 //! `$RepresentationID$`, `$Number$`, `$Bandwidth$`, `$Time$` with `%0Nd` widths and `$$`;
-//! `SegmentList` (`Initialization@sourceURL`, `SegmentURL@media`); a Representation
-//! with only a `BaseURL` (one file, `SegmentBase`). Not handled (an error, so a job
+//! `SegmentList` (`Initialization@sourceURL`, `SegmentURL@media`, `@mediaRange`); a Representation
+//! with only a `BaseURL` (one file, `SegmentBase`, with its `@indexRange` when it has
+//! one: where the file's `sidx` is, `crate::sidx`). Not handled (an error, so a job
 //! reports it rather than filling part of a presentation): dynamic (live) MPDs,
 //! absolute `BaseURL`s, `$SubNumber$` and other identifiers, xlink.
 //!
@@ -19,7 +20,7 @@
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::{Reader, XmlVersion};
 
-use crate::hls;
+use crate::hls::{self, SubRange};
 
 /// Largest MPD read (a long SegmentTimeline is a few hundred KiB).
 pub const MAX_MPD_BYTES: usize = 4 << 20;
@@ -332,6 +333,31 @@ pub struct Representation {
     pub init: Option<Vec<u8>>,
     /// Its media segments (or its one file), in playback order.
     pub media: Vec<Vec<u8>>,
+    /// The byte range of each of `media` (`SegmentURL@mediaRange`: ffmpeg's dash muxer
+    /// with `-single_file 1` lists one file's fragments so), in step with it; `None`:
+    /// the whole object.
+    pub ranges: Vec<Option<SubRange>>,
+    /// One file (`SegmentBase`) with a segment index: `SegmentBase@indexRange`, the
+    /// bytes `first..=last` of the file holding its `sidx` (see `crate::sidx`).
+    pub index: Option<(u64, u64)>,
+}
+
+/// `a-b` (`SegmentBase@indexRange`, `SegmentURL@mediaRange`): inclusive, `a <= b`,
+/// `b < u64::MAX`.
+fn byte_range(v: &str) -> Result<(u64, u64), &'static str> {
+    let (a, b) = v.trim().split_once('-').ok_or("bad indexRange")?;
+    let num = |n: &str| {
+        let n = n.trim();
+        if n.is_empty() || !n.bytes().all(|c| c.is_ascii_digit()) {
+            return Err("bad indexRange");
+        }
+        n.parse::<u64>().map_err(|_| "bad indexRange")
+    };
+    let (a, b) = (num(a)?, num(b)?);
+    if b < a || b == u64::MAX {
+        return Err("bad indexRange");
+    }
+    Ok((a, b))
 }
 
 /// The representations of an MPD requested as `target`, each with its objects (see
@@ -387,6 +413,8 @@ pub fn representations(
                 };
                 let mut init: Option<Vec<u8>> = None;
                 let mut out: Vec<Vec<u8>> = Vec::new();
+                let mut index = None;
+                let mut ranges: Vec<Option<SubRange>> = Vec::new();
                 if let Some(list) = rep.child("SegmentList").or(set_list) {
                     if let Some(src) = list
                         .child("Initialization")
@@ -399,6 +427,11 @@ pub fn representations(
                             Some(m) => out.push(resolve(m)?),
                             None => out.push(base3.clone()),
                         }
+                        let range = s.attr("mediaRange").map(byte_range).transpose()?;
+                        ranges.push(range.map(|(a, b)| SubRange {
+                            offset: a,
+                            len: b - a + 1,
+                        }));
                     }
                 } else if let Some(media) = &t3.media {
                     let timescale = t3.timescale.unwrap_or(1).max(1);
@@ -456,8 +489,16 @@ pub fn representations(
                         }
                     }
                 } else if base3 != base2 {
-                    // One file per representation (SegmentBase).
+                    // One file per representation (SegmentBase, inherited from the
+                    // adaptation set or the period when the representation has none).
                     out.push(base3.clone());
+                    index = rep
+                        .child("SegmentBase")
+                        .or(set.child("SegmentBase"))
+                        .or(period.child("SegmentBase"))
+                        .and_then(|b| b.attr("indexRange"))
+                        .map(byte_range)
+                        .transpose()?;
                 } else {
                     return Err("Representation with no segments this reader knows");
                 }
@@ -465,7 +506,13 @@ pub fn representations(
                 if named > MAX_SEGMENTS {
                     return Err("MPD names too many segments");
                 }
-                reps.push(Representation { init, media: out });
+                ranges.resize(out.len(), None);
+                reps.push(Representation {
+                    init,
+                    media: out,
+                    ranges,
+                    index,
+                });
             }
         }
         if let Some(l) = length {
@@ -546,6 +593,7 @@ mod tests {
         let reps = representations(mpd, b"/live/m.mpd", true).unwrap();
         assert_eq!(reps.len(), 1);
         assert_eq!(reps[0].init, None);
+        assert_eq!(reps[0].index, None);
         assert_eq!(
             text(reps[0].media.clone()),
             [
@@ -554,6 +602,69 @@ mod tests {
                 "/live/v/1260000_102.m4s"
             ]
         );
+    }
+
+    /// ffmpeg's dash muxer with `-single_file 1`: one file per representation, its
+    /// `sidx` at `SegmentBase@indexRange` (inherited from the adaptation set when the
+    /// representation has no `SegmentBase` of its own).
+    #[test]
+    fn segment_base_index_ranges() {
+        let mpd = br#"<MPD mediaPresentationDuration="PT8S"><Period><AdaptationSet>
+            <Representation id="0" bandwidth="1"><BaseURL>v0.mp4</BaseURL>
+              <SegmentBase indexRange="883-954" timescale="12800"><Initialization range="0-882"/></SegmentBase>
+            </Representation></AdaptationSet>
+            <AdaptationSet><SegmentBase indexRange="10-20"/>
+              <Representation id="1" bandwidth="1"><BaseURL>a.mp4</BaseURL></Representation>
+              <Representation id="2" bandwidth="1"><BaseURL>b.mp4</BaseURL><SegmentBase/></Representation>
+            </AdaptationSet></Period></MPD>"#;
+        let reps = representations(mpd, b"/d/m.mpd", false).unwrap();
+        let got: Vec<_> = reps
+            .iter()
+            .map(|r| (text(r.media.clone()), r.index))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (vec!["/d/v0.mp4".to_owned()], Some((883, 954))),
+                (vec!["/d/a.mp4".to_owned()], Some((10, 20))),
+                (vec!["/d/b.mp4".to_owned()], None),
+            ]
+        );
+        // ffmpeg's dash muxer with -single_file: one file's fragments by mediaRange.
+        let list = br#"<MPD mediaPresentationDuration="PT4S"><Period><AdaptationSet>
+            <Representation id="0" bandwidth="1"><BaseURL>s0.mp4</BaseURL>
+              <SegmentList duration="2"><Initialization range="0-920"/>
+                <SegmentURL mediaRange="921-70703"/><SegmentURL mediaRange="70704-140296"/><SegmentURL media="x.m4s"/>
+              </SegmentList></Representation></AdaptationSet></Period></MPD>"#;
+        let reps = representations(list, b"/d/m.mpd", false).unwrap();
+        assert_eq!(
+            text(reps[0].media.clone()),
+            ["/d/s0.mp4", "/d/s0.mp4", "/d/x.m4s"]
+        );
+        assert_eq!(
+            reps[0].ranges,
+            [
+                Some(SubRange {
+                    offset: 921,
+                    len: 69783
+                }),
+                Some(SubRange {
+                    offset: 70704,
+                    len: 69593
+                }),
+                None
+            ]
+        );
+        for bad in ["9-1", "a-b", "1", "-1", "1-"] {
+            let m = format!(
+                r#"<MPD><Period><AdaptationSet><Representation id="0"><BaseURL>v.mp4</BaseURL><SegmentBase indexRange="{bad}"/></Representation></AdaptationSet></Period></MPD>"#
+            );
+            assert_eq!(
+                representations(m.as_bytes(), b"/m.mpd", false),
+                Err("bad indexRange"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -3,10 +3,15 @@
 //! resolved against the playlist's own target (RFC 3986 §5.2, [`resolve`]).
 //!
 //! Deliberately narrow: a playlist this module is not sure about gives nothing (no
-//! prefetch), never a guess. Master playlists, byte-range segments
-//! (`#EXT-X-BYTERANGE`), and a URI line without its `#EXTINF` are refused whole;
-//! `#EXT-X-GAP` segments are left out (there is nothing to fetch); low-latency parts
-//! (`#EXT-X-PART`) are ignored. References with a scheme or an authority (another
+//! prefetch), never a guess. Master playlists, a URI line without its `#EXTINF`, and a
+//! byte range that cannot be placed (`#EXT-X-BYTERANGE` without an offset after a
+//! segment of another resource or none, a bad number, an overflow) are refused whole;
+//! `#EXT-X-GAP` segments are left out (there is nothing to fetch, but a gap's byte
+//! range still places the next one); low-latency parts (`#EXT-X-PART`) are ignored.
+//! Byte-range segments (RFC 8216 §4.3.2.2, single-file fMP4 and TS) come with their
+//! range, an offset left out continuing the previous segment's range; `#EXT-X-MAP`s
+//! come with theirs (§4.3.2.5, `BYTERANGE="n@o"`, an offset left out read as 0, as
+//! libavformat reads it). References with a scheme or an authority (another
 //! host, or the same one spelled absolutely) resolve to nothing: only references
 //! relative to the playlist's own host are followed.
 
@@ -33,8 +38,77 @@ pub fn is_playlist_path(path: &[u8]) -> bool {
 pub struct MediaPlaylist<'a> {
     /// The URI line of each segment (gaps left out).
     pub segments: Vec<&'a [u8]>,
+    /// The byte range of each segment (`#EXT-X-BYTERANGE`), in step with `segments`;
+    /// `None`: the whole resource.
+    pub ranges: Vec<Option<SubRange>>,
+    /// Each `#EXT-X-MAP` (media initialization section): its URI, and its byte range
+    /// when it has one.
+    pub maps: Vec<(&'a [u8], Option<SubRange>)>,
     /// `#EXT-X-ENDLIST`: no segment will be added.
     pub ended: bool,
+}
+
+/// A byte range of a resource: `len` bytes from `offset` (never empty, never past
+/// `u64::MAX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubRange {
+    /// First byte.
+    pub offset: u64,
+    /// Length, at least 1.
+    pub len: u64,
+}
+
+impl SubRange {
+    /// One past the last byte.
+    pub fn end(self) -> u64 {
+        self.offset + self.len
+    }
+}
+
+/// `n[@o]` (RFC 8216 §4.3.2.2): the length and the offset when given.
+fn byterange(value: &[u8]) -> Option<(u64, Option<u64>)> {
+    let num = |b: &[u8]| -> Option<u64> {
+        if b.is_empty() || b.len() > 19 || !b.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(b).ok()?.parse().ok()
+    };
+    let value = value.trim_ascii();
+    match value.iter().position(|&b| b == b'@') {
+        Some(i) => Some((num(&value[..i])?, Some(num(&value[i + 1..])?))),
+        None => Some((num(value)?, None)),
+    }
+}
+
+/// A placed range, refused when empty or past `u64::MAX`.
+fn sub_range(offset: u64, len: u64) -> Option<SubRange> {
+    (len > 0 && offset.checked_add(len).is_some()).then_some(SubRange { offset, len })
+}
+
+/// The value of attribute `name` in a tag's attribute list (`URI="a",BYTERANGE="1@2"`):
+/// quoted values without their quotes.
+fn attribute<'a>(list: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let mut rest = list;
+    while !rest.is_empty() {
+        let eq = rest.iter().position(|&b| b == b'=')?;
+        let key = rest[..eq].trim_ascii();
+        let after = &rest[eq + 1..];
+        let (value, next) = if let Some(q) = after.strip_prefix(b"\"") {
+            let end = q.iter().position(|&b| b == b'"')?;
+            let next = &q[end + 1..];
+            (&q[..end], next.strip_prefix(b",").unwrap_or(next))
+        } else {
+            match after.iter().position(|&b| b == b',') {
+                Some(c) => (&after[..c], &after[c + 1..]),
+                None => (after, &after[after.len()..]),
+            }
+        };
+        if key == name {
+            return Some(value);
+        }
+        rest = next;
+    }
+    None
 }
 
 /// Parse a media playlist; `None` when `body` is not one this module handles (see the
@@ -52,10 +126,17 @@ pub fn parse_media(body: &[u8]) -> Option<MediaPlaylist<'_>> {
     }
     let mut out = MediaPlaylist {
         segments: Vec::new(),
+        ranges: Vec::new(),
+        maps: Vec::new(),
         ended: false,
     };
     let mut inf = false;
     let mut gap = false;
+    // The next segment's `#EXT-X-BYTERANGE` (length, offset if given).
+    let mut range: Option<(u64, Option<u64>)> = None;
+    // The previous segment (gaps included): its URI and where its byte range ended,
+    // for a byte range without an offset.
+    let mut previous: Option<(&[u8], Option<u64>)> = None;
     for line in lines {
         let line = line.trim_ascii();
         if line.is_empty() {
@@ -69,11 +150,23 @@ pub fn parse_media(body: &[u8]) -> Option<MediaPlaylist<'_>> {
             if tag(b"#EXT-X-STREAM-INF")
                 || tag(b"#EXT-X-I-FRAME-STREAM-INF")
                 || tag(b"#EXT-X-MEDIA")
-                || tag(b"#EXT-X-BYTERANGE")
             {
                 return None;
             }
-            if tag(b"#EXTINF") {
+            if tag(b"#EXT-X-BYTERANGE") {
+                range = Some(byterange(line.get(17..)?)?);
+            } else if tag(b"#EXT-X-MAP") {
+                let list = line.get(11..)?;
+                let uri = attribute(list, b"URI").filter(|u| !u.is_empty())?;
+                let map_range = match attribute(list, b"BYTERANGE") {
+                    Some(v) => {
+                        let (len, offset) = byterange(v)?;
+                        Some(sub_range(offset.unwrap_or(0), len)?)
+                    }
+                    None => None,
+                };
+                out.maps.push((uri, map_range));
+            } else if tag(b"#EXTINF") {
                 inf = true;
             } else if tag(b"#EXT-X-GAP") {
                 gap = true;
@@ -87,8 +180,20 @@ pub fn parse_media(body: &[u8]) -> Option<MediaPlaylist<'_>> {
         if !inf {
             return None;
         }
+        let placed = match range.take() {
+            None => None,
+            Some((len, Some(offset))) => Some(sub_range(offset, len)?),
+            // §4.3.2.2: no offset continues the previous segment's range, which must
+            // be a range of the same resource.
+            Some((len, None)) => match previous {
+                Some((uri, Some(end))) if uri == line => Some(sub_range(end, len)?),
+                _ => return None,
+            },
+        };
+        previous = Some((line, placed.map(SubRange::end)));
         if !gap {
             out.segments.push(line);
+            out.ranges.push(placed);
         }
         inf = false;
         gap = false;
@@ -236,8 +341,26 @@ mod tests {
         // Master playlist.
         assert!(parse_media(b"#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\nlow.m3u8\n").is_none());
         assert!(parse_media(b"#EXTM3U\n#EXT-X-MEDIA:TYPE=AUDIO\n").is_none());
-        // Byte ranges.
-        assert!(parse_media(b"#EXTM3U\n#EXTINF:4,\n#EXT-X-BYTERANGE:100@0\nall.ts\n").is_none());
+        // A byte range with no offset and no previous range to continue, or one of
+        // another resource; bad numbers; an empty range; one past u64::MAX.
+        for bad in [
+            "#EXTINF:4,\n#EXT-X-BYTERANGE:100\nall.ts\n",
+            "#EXTINF:4,\n#EXT-X-BYTERANGE:100@0\na.ts\n#EXTINF:4,\n#EXT-X-BYTERANGE:100\nb.ts\n",
+            "#EXTINF:4,\na.ts\n#EXTINF:4,\n#EXT-X-BYTERANGE:100\na.ts\n",
+            "#EXTINF:4,\n#EXT-X-BYTERANGE:1x@0\nall.ts\n",
+            "#EXTINF:4,\n#EXT-X-BYTERANGE:-1@0\nall.ts\n",
+            "#EXTINF:4,\n#EXT-X-BYTERANGE:\nall.ts\n",
+            "#EXTINF:4,\n#EXT-X-BYTERANGE\nall.ts\n",
+            "#EXTINF:4,\n#EXT-X-BYTERANGE:0@0\nall.ts\n",
+            "#EXTINF:4,\n#EXT-X-BYTERANGE:2@18446744073709551615\nall.ts\n",
+            "#EXT-X-MAP:BYTERANGE=\"1@0\"\n",
+            "#EXT-X-MAP:URI=\"i.mp4\",BYTERANGE=\"x\"\n",
+        ] {
+            assert!(
+                parse_media(format!("#EXTM3U\n{bad}").as_bytes()).is_none(),
+                "{bad}"
+            );
+        }
         // No #EXTM3U first, or something else.
         assert!(parse_media(b"\n#EXTM3U\n#EXTINF:4,\na.ts\n").is_none());
         assert!(parse_media(b"<html>").is_none());
@@ -250,6 +373,52 @@ mod tests {
         assert!(parse_media(&big).is_none());
         // A tag whose name only starts like a refused one is not refused.
         assert!(parse_media(b"#EXTM3U\n#EXT-X-MEDIA-SEQUENCE:1\n").is_some());
+    }
+
+    /// ffmpeg's `-hls_flags single_file` TS playlist (the bundled sample): every
+    /// segment a range of one file, with its offset.
+    #[test]
+    fn byte_ranges_of_one_file() {
+        let body = include_bytes!("../../../sample/hls-byterange/index.m3u8");
+        let p = parse_media(body).expect("a media playlist");
+        assert_eq!(segs(&p), ["media.ts"; 4]);
+        let r = |offset, len| Some(SubRange { offset, len });
+        assert_eq!(
+            p.ranges,
+            [
+                r(0, 94376),
+                r(94376, 95128),
+                r(189504, 89112),
+                r(278616, 92684)
+            ]
+        );
+        assert!(p.maps.is_empty());
+    }
+
+    /// Single-file fMP4: the map's range, offsets left out continuing the previous
+    /// segment's range (a gap's too), a plain segment between them.
+    #[test]
+    fn implied_offsets_and_maps() {
+        let body = b"#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-MAP:URI=\"v.mp4\",BYTERANGE=\"720@0\"\n\
+            #EXTINF:2,\n#EXT-X-BYTERANGE:1000@720\nv.mp4\n\
+            #EXT-X-BYTERANGE:500\n#EXTINF:2,\nv.mp4\n\
+            #EXTINF:2,\n#EXT-X-GAP\n#EXT-X-BYTERANGE:300\nv.mp4\n\
+            #EXTINF:2,\n#EXT-X-BYTERANGE:200\nv.mp4\n\
+            #EXTINF:2,\nother.ts\n\
+            #EXT-X-MAP:URI=\"w.mp4\"\n#EXT-X-MAP:BYTERANGE=\"9\",URI=\"x.mp4\"\n#EXT-X-ENDLIST\n";
+        let p = parse_media(body).expect("a media playlist");
+        assert_eq!(segs(&p), ["v.mp4", "v.mp4", "v.mp4", "other.ts"]);
+        let r = |offset, len| Some(SubRange { offset, len });
+        assert_eq!(p.ranges, [r(720, 1000), r(1720, 500), r(2520, 200), None]);
+        assert_eq!(
+            p.maps,
+            [
+                (&b"v.mp4"[..], r(0, 720)),
+                (&b"w.mp4"[..], None),
+                (&b"x.mp4"[..], r(0, 9))
+            ]
+        );
+        assert_eq!(SubRange { offset: 5, len: 2 }.end(), 7);
     }
 
     #[test]
@@ -402,6 +571,10 @@ mod tests {
             with_header.extend_from_slice(&body);
             for b in [&body, &with_header] {
                 if let Some(p) = parse_media(b) {
+                    prop_assert_eq!(p.segments.len(), p.ranges.len());
+                    for r in p.ranges.iter().flatten() {
+                        prop_assert!(r.len > 0 && r.offset.checked_add(r.len).is_some());
+                    }
                     for s in p.segments {
                         prop_assert!(!s.is_empty() && !s.starts_with(b"#"));
                     }

@@ -28,6 +28,7 @@ pub mod playback;
 pub mod range;
 pub mod request;
 pub mod response;
+pub mod sidx;
 mod syntax;
 pub mod upstream;
 

@@ -97,6 +97,45 @@ pub fn classify(
     }
 }
 
+/// How a `2xx` response read a part of its object that is played as a segment of its
+/// own (bytes `start..end`: a byte range a playlist names, a DASH subsegment), as
+/// [`classify`] reads a whole segment: a range from the part's first byte that covers
+/// the part or at least [`PROBE_BYTES`] of it (an open-ended `bytes=start-` included)
+/// is [`Read::FromStart`], a range continuing the client's previous one
+/// [`Read::Continues`], a shorter range from the part's start a [`Read::Probe`]. A
+/// response with the whole file (a `200`: it is not played range by range) and any
+/// other range are [`Read::Elsewhere`].
+pub fn classify_part(
+    head_only: bool,
+    status: u16,
+    content_range: Option<&[u8]>,
+    (start, end): (u64, u64),
+    previous_end: Option<u64>,
+) -> Read {
+    if head_only {
+        return Read::Probe;
+    }
+    if status != 206 {
+        return Read::Elsewhere;
+    }
+    let Some(cr) = content_range.and_then(parse_content_range) else {
+        return Read::Elsewhere;
+    };
+    if cr.first == start {
+        let sent = cr.last.saturating_add(1);
+        return if sent >= end || sent - start >= PROBE_BYTES {
+            Read::FromStart
+        } else {
+            Read::Probe
+        };
+    }
+    if previous_end == Some(cr.first) {
+        Read::Continues
+    } else {
+        Read::Elsewhere
+    }
+}
+
 /// One past the last byte a single-part `206` sent (what [`classify`] takes as
 /// `previous_end` for the client's next range of the object); `None` for anything else.
 pub fn range_end(status: u16, content_range: Option<&[u8]>) -> Option<u64> {
@@ -204,6 +243,40 @@ mod tests {
         assert!(Read::FromStart.plays() && Read::Continues.plays());
         assert!(!Read::Probe.plays() && !Read::Elsewhere.plays());
         assert_eq!(Read::Probe.as_str(), "probe");
+    }
+
+    #[test]
+    fn parts_of_a_file_are_read_like_segments() {
+        let part = (94376, 189504);
+        let read = |cr: &str, previous_end| {
+            classify_part(false, 206, Some(cr.as_bytes()), part, previous_end)
+        };
+        // Exactly the listed range (hls.js, AVPlayer, libavformat), or open-ended.
+        assert_eq!(read("bytes 94376-189503/371300", None), Read::FromStart);
+        assert_eq!(read("bytes 94376-371299/371300", None), Read::FromStart);
+        assert_eq!(read("bytes 94376-98471/371300", None), Read::FromStart);
+        assert_eq!(read("bytes 94376-94377/371300", None), Read::Probe);
+        // A chunked reader's next chunk, after a probe or a first chunk.
+        assert_eq!(
+            read("bytes 94378-189503/371300", Some(94378)),
+            Read::Continues
+        );
+        assert_eq!(read("bytes 100000-189503/371300", None), Read::Elsewhere);
+        // A short last part, read whole, plays whatever its size.
+        assert_eq!(
+            classify_part(false, 206, Some(b"bytes 10-19/20"), (10, 20), None),
+            Read::FromStart
+        );
+        // The whole file, a HEAD, a multipart answer: not a play of a part.
+        assert_eq!(classify_part(false, 200, None, part, None), Read::Elsewhere);
+        assert_eq!(
+            classify_part(true, 206, Some(b"bytes 94376-189503/371300"), part, None),
+            Read::Probe
+        );
+        assert_eq!(
+            classify_part(false, 206, None, part, Some(0)),
+            Read::Elsewhere
+        );
     }
 
     #[test]

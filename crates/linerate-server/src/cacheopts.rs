@@ -36,6 +36,9 @@ pub const DEFAULT_PREFETCH_IN_FLIGHT: u32 = 4;
 /// Most segments a route may prefetch ahead: more is a playlist's worth of bandwidth
 /// spent on a guess.
 pub const MAX_PREFETCH_SEGMENTS: u32 = 16;
+
+/// Most slices `slice_readahead` may fetch ahead of a client.
+pub const MAX_SLICE_READAHEAD: u32 = 8;
 /// Default slice size for large objects (nginx's slice module is usually run at 1 MiB;
 /// 4 MiB keeps a typical 2-6 s HLS/DASH segment in one slice and one origin request).
 pub const DEFAULT_SLICE_BYTES: u64 = 4 * 1024 * 1024;
@@ -424,6 +427,10 @@ pub struct RouteOptions {
     /// cache mode has read, fetch the next this many segments in the background; 0
     /// (the default) turns it off, and playlists on the route are not read either.
     pub prefetch_segments: u32,
+    /// Progressive read-ahead on a sliced route: a client reading an object front to
+    /// back (the same rule as a segment being played) makes the cache fetch the next
+    /// this many slices after each one its response reads; 0 (the default) turns it off.
+    pub slice_readahead: u32,
 }
 
 impl RouteOptions {
@@ -441,6 +448,7 @@ impl RouteOptions {
             stale_while_revalidate: Duration::ZERO,
             stale_if_error: Duration::ZERO,
             prefetch_segments: 0,
+            slice_readahead: 0,
         }
     }
 }
@@ -481,6 +489,8 @@ pub struct RawRoute {
     stale_if_error_s: u64,
     #[serde(default, deserialize_with = "prefetch_segments")]
     prefetch_segments: u32,
+    #[serde(default, deserialize_with = "slice_readahead")]
+    slice_readahead: u32,
     #[serde(
         default,
         deserialize_with = "ttl_table",
@@ -521,6 +531,7 @@ impl From<RawRoute> for RouteOptions {
             stale_while_revalidate: Duration::from_secs(raw.stale_while_revalidate_s),
             stale_if_error: Duration::from_secs(raw.stale_if_error_s),
             prefetch_segments: raw.prefetch_segments,
+            slice_readahead: raw.slice_readahead,
         }
     }
 }
@@ -548,6 +559,7 @@ impl From<RouteOptions> for RawRoute {
             stale_while_revalidate_s: r.stale_while_revalidate.as_secs(),
             stale_if_error_s: r.stale_if_error.as_secs(),
             prefetch_segments: r.prefetch_segments,
+            slice_readahead: r.slice_readahead,
         }
     }
 }
@@ -557,6 +569,16 @@ fn prefetch_segments<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     if n > MAX_PREFETCH_SEGMENTS {
         return Err(serde::de::Error::custom(format!(
             "must be at most {MAX_PREFETCH_SEGMENTS}"
+        )));
+    }
+    Ok(n)
+}
+
+fn slice_readahead<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n > MAX_SLICE_READAHEAD {
+        return Err(serde::de::Error::custom(format!(
+            "must be at most {MAX_SLICE_READAHEAD}"
         )));
     }
     Ok(n)

@@ -73,6 +73,10 @@ pub(crate) enum Piece<'a> {
     Bytes(&'a [u8]),
     /// This range of this file (absolute file offsets).
     File(&'a File, ByteRange),
+    /// This range of a file this process is writing (a fill being followed): bytes
+    /// written a moment ago, so in the page cache; sent without a residency check (up
+    /// to the hot-proof bound, as a range found resident a moment ago is).
+    Written(&'a File, ByteRange),
 }
 
 /// The future of [`Pieces::next`]. Boxed because the producers differ (a stored object,

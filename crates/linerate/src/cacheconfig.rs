@@ -78,6 +78,10 @@ pub struct CacheSection {
     /// Most stored objects whose file stays open between hits, all disks together.
     /// Default 4096; 0 opens the file on every hit.
     pub open_files: usize,
+    /// Body bytes of complete objects waiting for their disk's flush and rename past
+    /// which that disk stores nothing new until it catches up. Default 256 MiB.
+    #[serde(deserialize_with = "optserde::size")]
+    pub max_publish_backlog: u64,
     /// `[[cache.disk]]`: the cache directories.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub disk: Vec<DiskSection>,
@@ -101,6 +105,7 @@ impl Default for CacheSection {
             low_watermark_percent: Spanned::new(0..0, store.low_watermark_percent),
             max_object_bytes: store.max_object_bytes,
             open_files: store.open_handles,
+            max_publish_backlog: store.max_publish_backlog,
             disk: Vec::new(),
         }
     }
@@ -320,6 +325,7 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
         store.low_watermark_percent = *cache.low_watermark_percent.get_ref();
         store.max_object_bytes = cache.max_object_bytes;
         store.open_handles = cache.open_files;
+        store.max_publish_backlog = cache.max_publish_backlog;
         store.validate().map_err(|e| {
             let message = format!("cache mode: {e}");
             match e {
@@ -569,6 +575,7 @@ slice_bytes = "1M"
 stale_while_revalidate_s = 10
 stale_if_error_s = 600
 prefetch_segments = 3
+slice_readahead = 2
 
 [route.ttl_s]
 M3U8 = 2
@@ -642,6 +649,8 @@ profile = "video"
         assert_eq!(r.default_ttl, Some(Duration::from_secs(300)));
         assert_eq!(r.prefetch_segments, 3);
         assert_eq!(o.routes[1].prefetch_segments, 0);
+        assert_eq!(r.slice_readahead, 2);
+        assert_eq!(o.routes[1].slice_readahead, 0);
         assert_eq!(r.profile, Profile::Standard);
         assert_eq!(r.query, QueryKey::Ignore);
         assert_eq!(r.slice_bytes, 1 << 20);
@@ -800,6 +809,8 @@ profile = "video"
             ("[[route]]\norigin = \"o\"\nquery = \"some\"\n", "line 3", "include"),
             ("[[route]]\norigin = \"o\"\nslice_bytes = 100\n", "line 3", "at least"),
             ("[[route]]\norigin = \"o\"\nprefetch_segments = 17\n", "line 3", "at most 16"),
+            ("[[route]]\norigin = \"o\"\nslice_readahead = 9\n", "line 3", "at most 8"),
+            ("[[route]]\norigin = \"o\"\nslice_readahead = -1\n", "line 3", ""),
             ("[[route]]\norigin = \"o\"\n[route.ttl_s]\n\"m.ts\" = 1\n", "line 4", "no dot"),
             ("[[route]]\norigin = \"o\"\n[route.ttl_s]\nts = -1\n", "line 4", ""),
             ("[cache]\nheuristic_fraction = 2.0\n", "line 2", "between 0.0"),

@@ -676,6 +676,32 @@ fn sliced_origin(body: Arc<Vec<u8>>, etag: Arc<Mutex<String>>) -> Origin {
 }
 
 #[test]
+fn a_later_slice_the_store_refuses_is_spliced_in_from_the_origin() {
+    // Guards the hand-off of a slice that may not be stored: a 3 MiB object in 1 MiB
+    // slices on a 1.5 MiB disk. Slice 0 is stored; slices 1 and 2 do not fit (the store
+    // refuses them: no space; a disk behind its flushes refuses the same way). Before,
+    // the response closed short after slice 0; now each refused slice is sent from its
+    // origin response as it arrives, and each slice costs one origin request.
+    let body = Arc::new(content(3 << 20, 11));
+    let origin = sliced_origin(body.clone(), Arc::new(Mutex::new("\"v\"".into())));
+    let server = CacheConfig::new(&origin)
+        .origin("first_byte_timeout_ms = 1000\nidle_timeout_ms = 1000")
+        .route("slice_bytes = 1048576")
+        .disk_bytes(3 << 19)
+        .start();
+    let r = get(&server, "/big.mp4", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), body.len(), "whole, not cut after slice 0");
+    assert!(r.body == *body);
+    assert_eq!(origin.total(), 3, "one request per slice");
+    // A range inside a refused slice: from the origin again (not stored), exact bytes.
+    let r = get(&server, "/big.mp4", &["Range: bytes=1500000-2500000"]);
+    assert_eq!(r.status, 206);
+    assert!(r.body == body[1_500_000..=2_500_000]);
+    assert_eq!(origin.total(), 5, "slices 1 and 2, neither stored");
+}
+
+#[test]
 fn range_misses_fetch_only_covering_slices() {
     let body = Arc::new(content(1_000_000, 7));
     let origin = sliced_origin(body.clone(), Arc::new(Mutex::new("\"a\"".into())));

@@ -205,6 +205,17 @@ impl Admin {
                 origins: c.origins.iter().map(|o| o.snapshot()).collect(),
                 prefetch: c.prefetch.counts(),
                 open_files: c.store.open_files(),
+                fill_writes: (
+                    c.write_counts
+                        .inline
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    c.write_counts
+                        .pooled
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    c.write_counts
+                        .slow
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                ),
             }),
         }
     }

@@ -60,6 +60,8 @@ pub(crate) struct CacheFacts {
     pub(crate) prefetch: PrefetchCounts,
     /// Object files the store keeps open for hits (`Store::open_files`).
     pub(crate) open_files: usize,
+    /// Fill writes done on the workers, handed to the fill threads, and slow ones.
+    pub(crate) fill_writes: (u64, u64, u64),
 }
 
 /// What `/health` tells a load balancer, and why.
@@ -442,6 +444,28 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
         disk_families(&mut out, &cache.disks);
         origin_families(&mut out, &cache.origins);
         prefetch_families(&mut out, &cache.prefetch);
+        let (inline, pooled, slow) = cache.fill_writes;
+        family(
+            &mut out,
+            "linerate_cache_fill_writes_total",
+            "counter",
+            "Fill disk writes (temporary file creates and body appends) by where they ran: on the worker (page-cache writes while quick) or on the fill threads (for a second after a slow one).",
+        );
+        let _ = writeln!(
+            out,
+            "linerate_cache_fill_writes_total{{on=\"worker\"}} {inline}"
+        );
+        let _ = writeln!(
+            out,
+            "linerate_cache_fill_writes_total{{on=\"fill_threads\"}} {pooled}"
+        );
+        family(
+            &mut out,
+            "linerate_cache_fill_slow_writes_total",
+            "counter",
+            "Times a worker's own fill writes took over 20 ms in 100 ms (or one write did), sending its writes to the fill threads for a second.",
+        );
+        let _ = writeln!(out, "linerate_cache_fill_slow_writes_total {slow}");
         gauge(
             &mut out,
             "linerate_cache_open_files",
@@ -636,6 +660,27 @@ fn disk_families(out: &mut String, disks: &[DiskStats]) {
     );
     per_disk(
         out,
+        "linerate_cache_disk_behind_refused_total",
+        "counter",
+        "Writes refused because the disk was behind the fills (over 256 MiB of complete objects waiting for their flush): relayed, not stored.",
+        |d| d.behind_refused,
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_publish_batches_total",
+        "counter",
+        "Group commits: one flush (fdatasync, or syncfs for several) publishing every object that completed meanwhile.",
+        |d| d.publish_batches,
+    );
+    per_disk(
+        out,
+        "linerate_cache_disk_published_total",
+        "counter",
+        "Objects published (flushed, renamed into place, indexed) through group commits.",
+        |d| d.published,
+    );
+    per_disk(
+        out,
         "linerate_cache_disk_errors_total",
         "counter",
         "I/O and integrity errors counted against the disk (corrupt objects included).",
@@ -656,17 +701,17 @@ fn prefetch_families(out: &mut String, p: &PrefetchCounts) {
     let families: [(&str, &str, u64); 5] = [
         (
             "linerate_cache_prefetch_issued_total",
-            "HLS segment prefetch fills started (route prefetch_segments).",
+            "Prefetch fills started: segments, and slices of byte ranges and read-ahead (routes prefetch_segments, slice_readahead).",
             p.issued,
         ),
         (
             "linerate_cache_prefetch_used_total",
-            "Prefetched segments a client then asked for (served from the store, or joined while the prefetch ran).",
+            "Prefetched segments and slices a client then read (served from the store, or joined while the prefetch ran).",
             p.used,
         ),
         (
             "linerate_cache_prefetch_wasted_total",
-            "Prefetched segments no client asked for within 60 s of the prefetch.",
+            "Prefetched segments and slices no client read within 60 s of the prefetch.",
             p.wasted,
         ),
         (
@@ -676,7 +721,7 @@ fn prefetch_families(out: &mut String, p: &PrefetchCounts) {
         ),
         (
             "linerate_cache_prefetch_playlists_read_total",
-            "Stored media playlist copies read to learn their segments.",
+            "Stored playlist and MPD copies and DASH SegmentBase indexes read to learn their segments.",
             p.playlists,
         ),
     ];
@@ -942,6 +987,9 @@ mod tests {
             objects: 2,
             evictions: 3,
             admissions_refused: 4,
+            behind_refused: 0,
+            publish_batches: 0,
+            published: 0,
             io_errors: 5,
             corrupt_objects: 1,
         }
@@ -979,6 +1027,7 @@ mod tests {
                     playlists: 2,
                 },
                 open_files: 3,
+                fill_writes: (0, 0, 0),
             }),
         }
     }

@@ -119,6 +119,9 @@ mod tests {
             objects: 0,
             evictions: 0,
             admissions_refused: 0,
+            behind_refused: 0,
+            publish_batches: 0,
+            published: 0,
             io_errors: 0,
             corrupt_objects: 0,
         }

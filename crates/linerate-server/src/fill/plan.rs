@@ -95,7 +95,15 @@ pub(super) fn playlist_uris(body: &[u8]) -> Option<(bool, Vec<Vec<u8>>)> {
     let master = lines().any(|l| l.starts_with(b"#EXT-X-STREAM-INF"));
     if !master {
         let media = hls::parse_media(body)?;
-        return Some((false, media.segments.iter().map(|s| s.to_vec()).collect()));
+        // A byte-range playlist names its one file once per segment: one object.
+        let mut seen = std::collections::HashSet::new();
+        let uris = media
+            .segments
+            .iter()
+            .filter(|s| seen.insert(**s))
+            .map(|s| s.to_vec())
+            .collect();
+        return Some((false, uris));
     }
     let mut out = Vec::new();
     for l in lines() {
@@ -222,6 +230,12 @@ mod tests {
         let (is_master, uris) = playlist_uris(media).unwrap();
         assert!(!is_master);
         assert_eq!(uris, vec![b"s0.ts".to_vec(), b"s1.ts".to_vec()]);
+        // A byte-range playlist: its one file, once (it was refused before).
+        let ranged = include_bytes!("../../../../sample/hls-byterange/index.m3u8");
+        assert_eq!(
+            playlist_uris(ranged),
+            Some((false, vec![b"media.ts".to_vec()]))
+        );
         assert!(playlist_uris(b"<html>").is_none());
     }
 }

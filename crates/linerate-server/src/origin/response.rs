@@ -19,8 +19,9 @@ use super::shared::OriginShared;
 use super::{unix_ms, Failure, Phase};
 
 /// Bytes read per call while the head is incomplete. Heads are usually under 1 KiB;
-/// 16 KiB also takes the first body bytes that arrive in the same segments.
-const HEAD_READ_CHUNK: usize = 16 * 1024;
+/// 68 KiB also takes the body bytes that arrive with it: a 64 KiB object (a small
+/// segment, a slice's tail) and its head in one read, so its fill is one store write.
+const HEAD_READ_CHUNK: usize = 68 * 1024;
 
 /// Most bytes asked of the socket in one body read. The space is zeroed before the
 /// read (no `unsafe` here to skip that), so it is kept near what one read returns on a
@@ -290,15 +291,31 @@ impl Body {
             return self.ended();
         }
         let want = usize::try_from(remaining).map_or(max, |r| r.min(max));
+        let mut drained = false;
         let n = match self.take_pending(buf, want) {
             0 => {
-                let n = self.fill(buf, want.min(BODY_READ_CHUNK)).await?;
+                // A read that can end the body asks for one byte more: what the socket
+                // holds past the end shows now (one read instead of a read and the
+                // `peek` that looks for stray bytes before pooling the connection).
+                let chunk = want.min(BODY_READ_CHUNK);
+                let last = remaining <= chunk as u64;
+                let n = self.fill(buf, if last { chunk + 1 } else { chunk }).await?;
                 if n == 0 {
                     return Err(OriginError::BodyShort {
                         expected,
                         got: expected - remaining,
                     });
                 }
+                if last && n as u64 > remaining {
+                    // Bytes past the declared end: the body as declared, then `BodyLong`.
+                    buf.truncate(buf.len() - (n - chunk));
+                    self.pending = Vec::new();
+                    self.pos = 0;
+                    self.conn = None;
+                    self.state = BodyState::Extra;
+                    return Ok(chunk);
+                }
+                drained = last && n as u64 == remaining;
                 n
             }
             n => n,
@@ -311,7 +328,12 @@ impl Body {
         if remaining == 0 {
             // Finish now: the connection returns to the pool even if the caller, which
             // knows the length, never asks for the end.
-            self.finish(End::Strict).await;
+            if drained {
+                // The read that ended the body found nothing after it.
+                self.finish_drained();
+            } else {
+                self.finish(End::Strict).await;
+            }
         }
         Ok(n)
     }
@@ -423,6 +445,17 @@ impl Body {
         } else {
             BodyState::Extra
         };
+    }
+
+    /// The body is over and the read that ended it found the socket empty after it
+    /// (it asked for a byte more than was left): pool the connection without a `peek`.
+    fn finish_drained(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.keep_alive {
+                conn.release();
+            }
+        }
+        self.state = BodyState::Complete;
     }
 
     /// The answer for a body that is over: `Ok(0)`, or `BodyLong` if bytes followed.

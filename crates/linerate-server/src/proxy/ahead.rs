@@ -1,5 +1,6 @@
 //! What segment prefetch remembers, shared by every worker and bounded: which segments
-//! follow a segment (read from the media playlists served), which playlist copies were
+//! follow a segment (read from the media playlists served), the byte ranges a file is
+//! played in (byte-range playlists, DASH `SegmentBase` indexes), which playlist copies were
 //! read already, where each client's last range of a segment ended (so a range that
 //! continues it counts as played), which prefetched objects no client has asked for
 //! yet, the prefetch fills in flight per origin, and the counters `/metrics` shows.
@@ -12,14 +13,19 @@
 //! Not here: reading playlists and starting fills (`prefetch`).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use linerate_http::hls::SubRange;
 
 /// Segments remembered (each with the few that follow it), per generation.
 const MAX_SEGMENTS: usize = 8192;
 /// Playlist copies remembered as read, per generation.
 const MAX_PLAYLISTS: usize = 4096;
+/// Ranges of files played in byte ranges remembered, per generation (a file weighs
+/// its ranges: a long single-file playlist is a few thousand).
+const MAX_RANGED: usize = 1 << 17;
 /// Prefetched objects remembered until used (past it the oldest counts as wasted).
 const MAX_UNUSED: usize = 16384;
 /// Ranges remembered (client and segment → where the last one sent ended), per
@@ -33,26 +39,40 @@ const MAX_RANGES: usize = 8192;
 /// paused or slow player without hiding real waste for long.
 pub(crate) const WASTED_AFTER: Duration = Duration::from_secs(60);
 
-/// A map by key that forgets its older half past `cap` entries per generation.
+/// A map by key that forgets its older half past `cap` per generation: `cap` entries,
+/// or with a weight per value (`weigh`), `cap` of their weight.
 struct TwoGen<V> {
     cap: usize,
+    /// The weight of a value (1 for a map bounded by entries).
+    weigh: fn(&V) -> usize,
+    /// The weight inserted into the current generation.
+    weight: usize,
     current: HashMap<Box<[u8]>, V>,
     old: HashMap<Box<[u8]>, V>,
 }
 
 impl<V: Clone> TwoGen<V> {
     fn new(cap: usize) -> Self {
+        Self::weighed(cap, |_| 1)
+    }
+
+    fn weighed(cap: usize, weigh: fn(&V) -> usize) -> Self {
         TwoGen {
             cap,
+            weigh,
+            weight: 0,
             current: HashMap::new(),
             old: HashMap::new(),
         }
     }
 
     fn insert(&mut self, k: &[u8], v: V) {
-        if self.current.len() >= self.cap && !self.current.contains_key(k) {
+        let w = (self.weigh)(&v);
+        if self.weight.saturating_add(w) > self.cap && !self.current.contains_key(k) {
             self.old = std::mem::take(&mut self.current);
+            self.weight = 0;
         }
+        self.weight = self.weight.saturating_add(w);
         self.current.insert(k.into(), v);
     }
 
@@ -72,7 +92,9 @@ impl<V: Clone> TwoGen<V> {
     }
 }
 
-/// A segment to prefetch: its target as sent to the origin, its primary key, its route.
+/// A segment to prefetch: its target as sent to the origin, its primary key, its route,
+/// and its byte range when it is a range of a file (`#EXT-X-BYTERANGE`, a DASH
+/// subsegment).
 #[derive(Debug)]
 pub(crate) struct Target {
     /// Path and query (origin-form).
@@ -81,10 +103,69 @@ pub(crate) struct Target {
     pub(crate) key: Box<[u8]>,
     /// Index of the route serving it.
     pub(crate) route: usize,
+    /// The range of the file it is, if it is one.
+    pub(crate) range: Option<SubRange>,
 }
 
 /// The segments after one segment, nearest first.
 pub(crate) type Next = Arc<[Arc<Target>]>;
+
+/// A file played in byte ranges, as prefetch knows it.
+#[derive(Debug)]
+pub(crate) enum Ranged {
+    /// Its ranges: `items` is the sequence they are in (playlist order; `None` for an
+    /// item prefetch may not fetch), `ranges` this file's ranges in that sequence,
+    /// sorted by offset: first byte, one past the last, index in `items`.
+    Known {
+        items: Arc<[Option<Arc<Target>>]>,
+        ranges: Vec<(u64, u64, usize)>,
+    },
+    /// A DASH `SegmentBase` file whose index (`sidx`, bytes `first..=last`) is not read
+    /// yet; `reading` is set by whoever reads it.
+    Index {
+        file: Arc<Target>,
+        first: u64,
+        last: u64,
+        reading: AtomicBool,
+    },
+}
+
+impl Ranged {
+    /// `Known` for the ranges of `items` that are ranges of the file keyed `key`.
+    pub(crate) fn known(key: &[u8], items: Arc<[Option<Arc<Target>>]>) -> Ranged {
+        let mut ranges: Vec<(u64, u64, usize)> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| {
+                let t = t.as_ref()?;
+                let r = t.range.filter(|_| &*t.key == key)?;
+                Some((r.offset, r.end(), i))
+            })
+            .collect();
+        ranges.sort_unstable();
+        Ranged::Known { items, ranges }
+    }
+
+    /// What it weighs in the memory (`MAX_RANGED`): its own ranges (the sequence they
+    /// are in is one allocation shared by the files of a playlist, at most a playlist's
+    /// or an MPD's worth).
+    fn weight(&self) -> usize {
+        match self {
+            Ranged::Known { ranges, .. } => 1 + ranges.len(),
+            Ranged::Index { .. } => 1,
+        }
+    }
+
+    /// The index in the sequence of the range holding byte `at`, and that range.
+    pub(crate) fn at(&self, at: u64) -> Option<(usize, u64, u64)> {
+        let Ranged::Known { ranges, .. } = self else {
+            return None;
+        };
+        let i = ranges.partition_point(|r| r.0 <= at).checked_sub(1)?;
+        let (start, end, item) = ranges[i];
+        (at < end).then_some((item, start, end))
+    }
+}
 
 /// Prefetch counters, summed over all workers (one set, shared).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -106,6 +187,7 @@ pub(crate) struct Counts {
 /// Prefetch's memory; see the module comment.
 pub(crate) struct Memory {
     next: Mutex<TwoGen<Next>>,
+    ranged: Mutex<TwoGen<Arc<Ranged>>>,
     read: Mutex<TwoGen<u64>>,
     ranges: Mutex<TwoGen<u64>>,
     unused: Mutex<Unused>,
@@ -122,6 +204,7 @@ impl Memory {
     pub(crate) fn new(origins: usize) -> Memory {
         Memory {
             next: Mutex::new(TwoGen::new(MAX_SEGMENTS)),
+            ranged: Mutex::new(TwoGen::weighed(MAX_RANGED, |r| r.weight())),
             read: Mutex::new(TwoGen::new(MAX_PLAYLISTS)),
             ranges: Mutex::new(TwoGen::new(MAX_RANGES)),
             unused: Mutex::new(Unused::default()),
@@ -142,6 +225,16 @@ impl Memory {
     /// The segments after the segment keyed `key`, if a playlist said.
     pub(crate) fn next(&self, key: &[u8]) -> Option<Next> {
         lock(&self.next).get(key)
+    }
+
+    /// Remember the ranges the file keyed `key` is played in.
+    pub(crate) fn set_ranged(&self, key: &[u8], ranged: Ranged) {
+        lock(&self.ranged).insert(key, Arc::new(ranged));
+    }
+
+    /// The ranges the file keyed `key` is played in, if a playlist or MPD said.
+    pub(crate) fn ranged(&self, key: &[u8]) -> Option<Arc<Ranged>> {
+        lock(&self.ranged).get(key)
     }
 
     /// Whether the playlist copy keyed `key` and created at `created_ms` is new to
@@ -319,7 +412,37 @@ mod tests {
             target: vec![b'/', n].into(),
             key: vec![n].into(),
             route: 0,
+            range: None,
         })
+    }
+
+    #[test]
+    fn the_range_holding_a_byte() {
+        let file = |offset, len| {
+            Some(Arc::new(Target {
+                target: b"/f".to_vec().into(),
+                key: b"f".to_vec().into(),
+                route: 0,
+                range: Some(SubRange { offset, len }),
+            }))
+        };
+        // Out of order, another object between, a hole at 30..40.
+        let items: Arc<[Option<Arc<Target>>]> = vec![
+            file(10, 10),
+            Some(target(1)),
+            None,
+            file(40, 5),
+            file(20, 10),
+        ]
+        .into();
+        let r = Ranged::known(b"f", items);
+        assert_eq!(r.at(0), None);
+        assert_eq!(r.at(10), Some((0, 10, 20)));
+        assert_eq!(r.at(19), Some((0, 10, 20)));
+        assert_eq!(r.at(20), Some((4, 20, 30)));
+        assert_eq!(r.at(30), None);
+        assert_eq!(r.at(44), Some((3, 40, 45)));
+        assert_eq!(r.at(45), None);
     }
 
     #[test]
@@ -336,6 +459,39 @@ mod tests {
         assert!(m.segments() <= 2 * MAX_SEGMENTS);
         assert!(m.next(b"k0").is_none(), "the oldest are forgotten");
         assert!(m.next(b"hot").is_some());
+    }
+
+    #[test]
+    fn ranged_files_are_bounded_by_their_ranges() {
+        let m = Memory::new(1);
+        let file = |n: usize| -> Ranged {
+            let items: Arc<[Option<Arc<Target>>]> = (0..n as u64)
+                .map(|i| {
+                    Some(Arc::new(Target {
+                        target: b"/f".to_vec().into(),
+                        key: b"f".to_vec().into(),
+                        route: 0,
+                        range: Some(SubRange { offset: i, len: 1 }),
+                    }))
+                })
+                .collect();
+            Ranged::known(b"f", items)
+        };
+        m.set_ranged(b"hot", file(10));
+        let big = MAX_RANGED / 8;
+        for i in 0..40 {
+            m.set_ranged(format!("k{i}").as_bytes(), file(big / 2));
+            assert!(m.ranged(b"hot").is_some(), "an entry in use stays");
+        }
+        let held = lock(&m.ranged);
+        let weight: usize = held
+            .current
+            .values()
+            .chain(held.old.values())
+            .map(|r| r.weight())
+            .sum();
+        assert!(weight <= 2 * MAX_RANGED, "{weight}");
+        assert!(!held.current.contains_key(&b"k0"[..]) && !held.old.contains_key(&b"k0"[..]));
     }
 
     #[test]

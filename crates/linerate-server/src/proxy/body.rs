@@ -141,6 +141,7 @@ impl Stored {
                 Segment::Range { start, len } => {
                     let end = start + len;
                     let hold_last = self.object_len == Some(end);
+                    let written = self.progress.is_some();
                     let upto = available(&mut self.progress, start, end, hold_last).await?;
                     if upto == end {
                         self.segments.pop_front();
@@ -150,13 +151,15 @@ impl Stored {
                         *s = upto;
                         *l = end - upto;
                     }
-                    return Ok(Some(Piece::File(
-                        &self.file,
-                        ByteRange {
-                            start: self.body_offset + start,
-                            len: upto - start,
-                        },
-                    )));
+                    let range = ByteRange {
+                        start: self.body_offset + start,
+                        len: upto - start,
+                    };
+                    return Ok(Some(if written {
+                        Piece::Written(&self.file, range)
+                    } else {
+                        Piece::File(&self.file, range)
+                    }));
                 }
                 Segment::ToEnd { start, chunked } => {
                     let upto = match &mut self.progress {

@@ -17,6 +17,7 @@
 //! lied cannot be trusted enough to keep.
 
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use linerate_cache::{Lookup, ObjectMeta, WriteFailure};
@@ -90,6 +91,11 @@ pub(crate) enum Handoff {
     /// stored copy does not keep (`cache::freshen`): the origin set them for the
     /// leader's client, whose request (and `Cookie`) it answered.
     Cookies(Vec<Vec<u8>>),
+    /// The slice asked for, exactly as asked (its version checked by `classify`), that
+    /// the store would not keep (full, behind, failing disk), its body unread: a
+    /// response already sending the object's earlier slices splices it in, where
+    /// without it the client's connection would close short.
+    Part(Box<OriginResponse>),
 }
 
 /// Start a background revalidation of `key` unless one is running (stale-while-
@@ -427,17 +433,27 @@ async fn store(
         Answer::WholeAsPart { total } => Some(total),
         _ => resp.content_length(),
     };
-    let writer = {
+    let begun = if pw.disk_writes.inline() {
+        // Create the temporary file here (see `DiskWrites`).
+        let t = std::time::Instant::now();
+        let r = px.store.begin_write(store_key, meta, expected);
+        pw.disk_writes.took(t.elapsed(), &px.write_counts);
+        Some(r)
+    } else {
+        px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
         let p = Arc::clone(px);
         let k = store_key.to_vec();
-        match tokio::task::spawn_blocking(move || p.store.begin_write(&k, meta, expected)).await {
-            Ok(Ok(w)) => w,
-            Ok(Err(refused)) => {
-                tracing::debug!(reason = refused.as_str(), "store refused the object");
-                return hand_off(job, resp, answer);
-            }
-            Err(_) => return hand_off(job, resp, answer),
+        tokio::task::spawn_blocking(move || p.store.begin_write(&k, meta, expected))
+            .await
+            .ok()
+    };
+    let writer = match begun {
+        Some(Ok(w)) => w,
+        Some(Err(refused)) => {
+            tracing::debug!(reason = refused.as_str(), "store refused the object");
+            return hand_off(job, resp, answer);
         }
+        None => return hand_off(job, resp, answer),
     };
     // A whole object only: a slice alone answers no request as it stands.
     let whole = !matches!(answer, Answer::Part { .. });
@@ -486,15 +502,23 @@ async fn store(
                 if let Some(p) = source.peer() {
                     p.count_bytes(n as u64);
                 }
-                // A `pwrite` can block on the disk: on the fill threads, not this
-                // worker's event loop (the writer and buffer travel there and back).
-                let appended = px
-                    .writes
-                    .run(move || {
-                        let r = writer.append(&buf);
-                        (writer, buf, r)
-                    })
-                    .await;
+                // A page-cache `pwrite`, here while they are quick; on the fill
+                // threads (the writer and buffer travel there and back) after a slow
+                // one (`DiskWrites`).
+                let appended = if pw.disk_writes.inline() {
+                    let t = std::time::Instant::now();
+                    let r = writer.append(&buf);
+                    pw.disk_writes.took(t.elapsed(), &px.write_counts);
+                    Some((writer, buf, r))
+                } else {
+                    px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
+                    px.writes
+                        .run(move || {
+                            let r = writer.append(&buf);
+                            (writer, buf, r)
+                        })
+                        .await
+                };
                 match appended {
                     Some((w, b, Ok(()))) => {
                         writer = w;
@@ -571,8 +595,15 @@ async fn store(
         }
     }
     drop(resp);
-    match tokio::task::spawn_blocking(move || writer.finish()).await {
-        Ok(Ok(_)) => Phase::Stored,
+    // The body is complete: its readers (the clients) are told so now and finish; the
+    // disk's publisher flushes it with the others that completed meanwhile (group
+    // commit), then renames and indexes it. The fill, and so its claim, ends then.
+    let (tx, rx) = oneshot::channel();
+    writer.finish_later(Box::new(move |r| {
+        let _ = tx.send(r.is_ok());
+    }));
+    match rx.await {
+        Ok(true) => Phase::Stored,
         _ => Phase::Failed(bad_gateway("store_failed", false)),
     }
 }
@@ -614,13 +645,20 @@ fn is_exact_rest(
 /// client's request as it stands: a complete response (an origin that ignored the
 /// slice's `Range` sent the whole object), a 206 that covers the whole object (sent as
 /// the 200 it is), or a 416 for the first slice the client's range needs (its range
-/// starts past the end too). A slice of a larger object does not: the leader then asks
-/// the origin for its own request.
+/// starts past the end too). A slice of a larger object goes as [`Handoff::Part`]:
+/// a response already sending that object splices it in; for a first slice the leader
+/// asks the origin for its own request instead.
 fn hand_off(job: &mut Job, response: OriginResponse, answer: Answer) -> Phase {
     let shape = match answer {
         Answer::Whole | Answer::Unsatisfiable { .. } => Some(Shape::AsIs),
         Answer::WholeAsPart { .. } => Some(Shape::Whole),
-        Answer::Part { .. } | Answer::Mismatch => None,
+        Answer::Part { .. } => {
+            if let Some(tx) = job.handoff.take() {
+                let _ = tx.send(Handoff::Part(Box::new(response)));
+            }
+            return Phase::Uncacheable;
+        }
+        Answer::Mismatch => None,
     };
     if let (Some(tx), Some(shape)) = (job.handoff.take(), shape) {
         let _ = tx.send(Handoff::Relay {

@@ -368,7 +368,7 @@ async fn after_fill(
                     head::serve(worker, req, h, &fresh, trace.clone(), CacheStatus::Pass)
                 }
                 // Cookies come with a 304 (a revalidation), never with this.
-                Some(Handoff::Cookies(_)) | None => {
+                Some(Handoff::Cookies(_) | Handoff::Part(_)) | None => {
                     relay(worker, pw, req, interim, trace.clone()).await
                 }
             })

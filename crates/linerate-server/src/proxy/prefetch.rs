@@ -29,24 +29,37 @@
 //! A request's CMCD `nor` hint (`CMCD-Request` header, CTA-5004) names one more object
 //! to prefetch, under the same rules.
 //!
+//! Files played in byte ranges (`#EXT-X-BYTERANGE` playlists, DASH `SegmentURL@mediaRange`
+//! and `SegmentBase`, whose ranges are in the file's `sidx`, read from the store once
+//! the player's index read stored it) are remembered as their ranges in sequence order
+//! (`ahead::Ranged`): a `206` playing range `i` (`playback::classify_part`) prefetches
+//! ranges `i+1..=i+k`, on a sliced route as the slices holding them, each under the key a
+//! client's range miss on it fills (`key::slice`), with the file's length and strong
+//! ETag from the response. Route `slice_readahead` ([`reads_ahead`], [`read_ahead`],
+//! called by `slices`) prefetches the slices after each one a front-to-back reader's
+//! response opens, through the same budget and counters.
+//!
 //! Not prefetched: a segment whose URL has a `Vary` stub or anything stored (even
 //! stale: prefetch never revalidates), a URL remembered as uncacheable, requests with
 //! `no-store`. On a sliced route the first slice is prefetched (the whole segment when
 //! it fits one slice, as segments usually do).
 
+use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use linerate_cache::Lookup;
 use linerate_http::cache::key::{self, Scheme};
-use linerate_http::cache::RequestCacheControl;
-use linerate_http::{dash, hls, path, playback, Method};
+use linerate_http::cache::{parse_content_range, RequestCacheControl};
+use linerate_http::hls::SubRange;
+use linerate_http::{dash, hls, path, playback, sidx, Method};
 
-use super::ahead::{Next, Target};
+use super::ahead::{Next, Ranged, Target};
 use super::fill::{self, Job, SliceJob};
 use super::fills::{Claim, Phase};
-use super::request::CacheRequest;
+use super::request::{CacheRequest, Fetch};
 use super::shared::{ProxyShared, ProxyWorker, VARY_STUB};
 use crate::response::Response;
 
@@ -95,7 +108,11 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
         ));
         return;
     }
-    if let Some(next) = px.prefetch.next(&req.key) {
+    if let Some(ranged) = px.prefetch.ranged(&req.key) {
+        // A file played in byte ranges (a byte-range playlist's, a DASH SegmentBase
+        // representation's): the ranges after the one read.
+        ranged_read(pw, req, response, &ranged, k as usize);
+    } else if let Some(next) = px.prefetch.next(&req.key) {
         // A segment of a playlist read: played, or only probed? The memory of each
         // client's last range is kept for known segments only, so it holds no more
         // than the segments being read in ranges now.
@@ -112,7 +129,7 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
         let read = playback::classify(req.head_only, status, content_range, previous_end);
         if read.plays() {
             for t in next.iter().take(k as usize) {
-                start(pw, req, t);
+                start(pw, t, &|| fetch_for(req, t), None);
             }
         } else {
             tracing::debug!(key = %String::from_utf8_lossy(&req.key), read = read.as_str(), "segment not played");
@@ -124,8 +141,8 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
         .or_else(|| linerate_http::cmcd::next_object_in_query(&req.target));
     if let Some(nor) = nor {
         let prefix = px.routes[req.route].opts.path_prefix.as_bytes();
-        if let Some(t) = segment(px, req.scheme, &req.host, &req.target, prefix, &nor) {
-            start(pw, req, &t);
+        if let Some(t) = segment(px, req.scheme, &req.host, &req.target, prefix, &nor, None) {
+            start(pw, &t, &|| fetch_for(req, &t), None);
         }
     }
 }
@@ -160,6 +177,16 @@ fn response_field<'h>(head: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
 enum Manifest {
     Hls,
     Dash,
+}
+
+/// One sequence of a playlist or MPD, as read.
+struct Sequence {
+    /// The target its URIs are relative to.
+    base: Vec<u8>,
+    /// Its URIs in order, each with its byte range when it is a range of a file.
+    items: Vec<(Vec<u8>, Option<SubRange>)>,
+    /// A DASH SegmentBase file's `indexRange`.
+    index: Option<(u64, u64)>,
 }
 
 /// Read the stored copy of the playlist or MPD keyed `key` (requested as `target` on
@@ -200,13 +227,20 @@ async fn read_playlist(
     let Ok(Some(body)) = body else {
         return;
     };
-    // Each sequence: the target its URIs are relative to, and the URIs in order.
-    let sequences: Vec<(Vec<u8>, Vec<Vec<u8>>)> = match kind {
+    // Each sequence: the target its URIs are relative to, the URIs in order (each with
+    // its byte range when it is a range of a file), and a DASH SegmentBase file's index.
+    let sequences: Vec<Sequence> = match kind {
         Manifest::Hls => match hls::parse_media(&body) {
-            Some(p) => vec![(
-                target.clone(),
-                p.segments.iter().map(|s| s.to_vec()).collect(),
-            )],
+            Some(p) => vec![Sequence {
+                base: target.clone(),
+                items: p
+                    .segments
+                    .iter()
+                    .zip(&p.ranges)
+                    .map(|(s, r)| (s.to_vec(), *r))
+                    .collect(),
+                index: None,
+            }],
             None => Vec::new(),
         },
         // Origin-form targets already (BaseURLs applied, absolute ones refused): each
@@ -214,7 +248,11 @@ async fn read_playlist(
         Manifest::Dash => match dash::representations(&body, &target, true) {
             Ok(reps) => reps
                 .into_iter()
-                .map(|rep| (target.clone(), rep.media))
+                .map(|rep| Sequence {
+                    base: target.clone(),
+                    items: rep.media.into_iter().zip(rep.ranges).collect(),
+                    index: rep.index,
+                })
                 .collect(),
             Err(why) => {
                 tracing::debug!(key = %String::from_utf8_lossy(&key), why, "MPD not read");
@@ -229,17 +267,50 @@ async fn read_playlist(
     }
     let opts = &px.routes[route].opts;
     let k = opts.prefetch_segments as usize;
-    for (base, uris) in &sequences {
-        let targets: Vec<Option<Arc<Target>>> = uris
+    for seq in &sequences {
+        let items: Arc<[Option<Arc<Target>>]> = seq
+            .items
             .iter()
-            .map(|uri| segment(px, scheme, &host, base, opts.path_prefix.as_bytes(), uri))
+            .map(|(uri, range)| {
+                segment(
+                    px,
+                    scheme,
+                    &host,
+                    &seq.base,
+                    opts.path_prefix.as_bytes(),
+                    uri,
+                    *range,
+                )
+            })
             .collect();
-        for (i, t) in targets.iter().enumerate() {
+        let mut files: HashSet<&[u8]> = HashSet::new();
+        for (i, t) in items.iter().enumerate() {
             let Some(t) = t else { continue };
-            let next: Next = targets[i + 1..].iter().take(k).flatten().cloned().collect();
+            if t.range.is_some() {
+                // A range of a file: what follows it is found by the range a client
+                // reads (`ranged_read`), the file's key being the same for all.
+                files.insert(&t.key);
+                continue;
+            }
+            let next: Next = items[i + 1..].iter().take(k).flatten().cloned().collect();
             if !next.is_empty() {
                 px.prefetch.set_next(&t.key, next);
             }
+        }
+        for file in files {
+            px.prefetch
+                .set_ranged(file, Ranged::known(file, Arc::clone(&items)));
+        }
+        if let (Some((first, last)), [Some(file)]) = (seq.index, &*items) {
+            px.prefetch.set_ranged(
+                &file.key,
+                Ranged::Index {
+                    file: Arc::clone(file),
+                    first,
+                    last,
+                    reading: AtomicBool::new(false),
+                },
+            );
         }
     }
     // Counted once its segments are known (see `playlist_read`).
@@ -255,6 +326,7 @@ fn segment(
     base: &[u8],
     prefix: &[u8],
     uri: &[u8],
+    range: Option<SubRange>,
 ) -> Option<Arc<Target>> {
     let resolved = hls::resolve(base, uri).filter(|t| t.len() <= MAX_TARGET)?;
     // The form a client's request for it is routed, keyed and forwarded in, so a
@@ -269,13 +341,54 @@ fn segment(
         target: target.into_bytes().into(),
         key: key.into(),
         route,
+        range,
     }))
 }
 
+/// What a prefetch of `t` sends: `req`'s fields (as that client's own request for `t`
+/// would), with no directives of its own.
+fn fetch_for(req: &CacheRequest<'_>, t: &Target) -> Rc<Fetch> {
+    Rc::new(req.fetch_of(t.route, &t.key, &t.target, RequestCacheControl::default()))
+}
+
+/// The version of a file a client is being served in ranges: its complete length and
+/// its strong ETag, which the slices prefetched after the client's range must have (as
+/// the client's own response moving on to them checks).
+#[derive(Debug, Clone, Default)]
+struct FileVersion {
+    total: Option<u64>,
+    etag: Option<Vec<u8>>,
+}
+
+impl FileVersion {
+    fn of(response_head: &[u8]) -> FileVersion {
+        FileVersion {
+            total: response_field(response_head, b"content-range")
+                .and_then(parse_content_range)
+                .and_then(|cr| cr.complete),
+            etag: response_field(response_head, b"etag")
+                .filter(|t| !t.starts_with(b"W/"))
+                .map(<[u8]>::to_vec),
+        }
+    }
+}
+
 /// Start the prefetch of `t` unless it is stored, being fetched, uncacheable, or over
-/// its origin's budget. `req`: the client request whose segment came before, whose
-/// fields the prefetch sends (as that client's own request for `t` would).
-fn start(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, t: &Arc<Target>) {
+/// its origin's budget. `fetch`: what the prefetch sends. `version`: what is known of
+/// `t`'s file when a client is being served a range of it.
+///
+/// A range of a file on a sliced route: the slices holding it, each under the key a
+/// client's range request missing that slice fills (`key::slice`), so the client's
+/// request for the range is then a hit. Anything else: the object as a client's plain
+/// request fills it (on a sliced route its first slice; a range of a file on a route
+/// without slices: the whole file, which the first client request for any range of it
+/// fetches anyway, so it is stored or being fetched by then).
+fn start(
+    pw: &Rc<ProxyWorker>,
+    t: &Arc<Target>,
+    fetch: &dyn Fn() -> Rc<Fetch>,
+    version: Option<&FileVersion>,
+) {
     let px = &pw.shared;
     let route = &px.routes[t.route];
     if route.opts.prefetch_segments == 0 || px.is_pass(&t.key) {
@@ -287,19 +400,67 @@ fn start(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, t: &Arc<Target>) {
         return;
     }
     let slice_bytes = route.opts.slice_bytes;
-    let claim_key = if slice_bytes > 0 {
-        let first = key::slice(&t.key, 0);
-        if px.store.contains(&first) {
-            return;
+    match t.range {
+        Some(r) if slice_bytes > 0 => {
+            let total = version.and_then(|v| v.total);
+            let if_match = version.and_then(|v| v.etag.clone());
+            let (first, mut last) = (r.offset / slice_bytes, (r.end() - 1) / slice_bytes);
+            if version.is_none() && !px.store.contains(&key::slice(&t.key, 0)) {
+                // Another file, not known here yet: its first slice needed only, since
+                // the origin's answer decides whether the file is sliced at all (an
+                // origin ignoring ranges sends it whole, once).
+                last = first;
+            }
+            for n in first..=last {
+                if total.is_some_and(|total| n * slice_bytes >= total) {
+                    break;
+                }
+                let slice = SliceJob {
+                    index: n,
+                    start: n * slice_bytes,
+                    len: slice_bytes,
+                    if_match: if_match.clone(),
+                    total,
+                };
+                let key = key::slice(&t.key, n);
+                launch(pw, t.route, &key, &t.key, fetch, Some(slice), &key);
+            }
         }
-        first
-    } else {
-        t.key.to_vec()
-    };
-    if px.fills.watch(&claim_key).is_some() {
+        _ if slice_bytes > 0 => {
+            let slice = SliceJob {
+                index: 0,
+                start: 0,
+                len: slice_bytes,
+                if_match: None,
+                total: None,
+            };
+            let first = key::slice(&t.key, 0);
+            launch(pw, t.route, &first, &t.key, fetch, Some(slice), &t.key);
+        }
+        _ => launch(pw, t.route, &t.key, &t.key, fetch, None, &t.key),
+    }
+}
+
+/// Start one prefetch fill claiming `claim_key` (the object `base`, or one of its
+/// slices) unless it is stored, being fetched or over the budget of `route`'s origin.
+/// `used_key`: the key its use is counted by (`Memory::served`).
+fn launch(
+    pw: &Rc<ProxyWorker>,
+    route: usize,
+    claim_key: &[u8],
+    base: &[u8],
+    fetch: &dyn Fn() -> Rc<Fetch>,
+    slice: Option<SliceJob>,
+    used_key: &[u8],
+) {
+    let px = &pw.shared;
+    if claim_key != base && px.store.contains(claim_key) {
         return;
     }
-    let origin = route.origin;
+    if px.fills.watch(claim_key).is_some() {
+        return;
+    }
+    let origin = px.routes[route].origin;
     if !px.prefetch.try_acquire(origin, px.opts.prefetch_in_flight) {
         return;
     }
@@ -307,30 +468,23 @@ fn start(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, t: &Arc<Target>) {
         px: Arc::clone(px),
         origin,
     };
-    let Claim::Leader(guard) = px.fills.claim(&claim_key) else {
+    let Claim::Leader(guard) = px.fills.claim(claim_key) else {
         return;
     };
-    px.prefetch.issued(&t.key);
-    let fetch = req.fetch_of(t.route, &t.key, &t.target, RequestCacheControl::default());
+    px.prefetch.issued(used_key);
     let job = Job {
         px: Arc::clone(px),
         guard,
-        fetch: Rc::new(fetch),
-        base: t.key.to_vec(),
+        fetch: fetch(),
+        base: base.to_vec(),
         stale: None,
-        slice: (slice_bytes > 0).then_some(SliceJob {
-            index: 0,
-            start: 0,
-            len: slice_bytes,
-            if_match: None,
-            total: None,
-        }),
+        slice,
         handoff: None,
         interim: None,
     };
-    tracing::debug!(key = %String::from_utf8_lossy(&t.key), "prefetch");
+    tracing::debug!(key = %String::from_utf8_lossy(claim_key), "prefetch");
     let pw = Rc::clone(pw);
-    let key = t.key.clone();
+    let key = used_key.to_vec();
     tokio::task::spawn_local(async move {
         let px = Arc::clone(&pw.shared);
         let end = fill::run(pw, job).await;
@@ -339,6 +493,288 @@ fn start(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, t: &Arc<Target>) {
         }
         drop(slot);
     });
+}
+
+/// Route `slice_readahead`: whether a sliced response of `req` (status `code`, bytes
+/// `from..to` of `total`) reads its object as a player plays a file front to back
+/// (`playback::classify`: the whole of it, a range from byte 0 past a probe, or a range
+/// starting where the last one this client address was sent of the object ended). Its
+/// end is remembered for the client's next range.
+pub(crate) fn reads_ahead(
+    pw: &Rc<ProxyWorker>,
+    req: &CacheRequest<'_>,
+    code: linerate_http::StatusCode,
+    (from, to, total): (u64, u64, u64),
+) -> bool {
+    if req.head_only || to <= from {
+        return false;
+    }
+    let status = code.code();
+    if status != 206 {
+        return true;
+    }
+    let content_range = format!("bytes {from}-{}/{total}", to - 1);
+    // Its own memory entries (the segment memory keys the same clients by `client_key`
+    // after the response: one object is never both).
+    let mut memory_key = b"readahead ".to_vec();
+    memory_key.extend_from_slice(&client_key(req, &req.key));
+    let previous_end = pw.shared.prefetch.swap_range_end(&memory_key, Some(to));
+    let read = playback::classify(false, status, Some(content_range.as_bytes()), previous_end);
+    if !read.plays() {
+        tracing::debug!(key = %String::from_utf8_lossy(&req.key), read = read.as_str(), "no read-ahead");
+    }
+    read.plays()
+}
+
+/// Route `slice_readahead`: prefetch the `n` slices after slice `index` (of
+/// `slice_bytes`) of the object whose slices are under `base` (its primary key, or the
+/// variant a `Vary` selected), as slices a client's response moving on to them would
+/// fetch (`total`, `if_match`: the object's length and strong ETag), each unless stored,
+/// being fetched or over the origin's prefetch budget.
+pub(crate) fn read_ahead(
+    pw: &Rc<ProxyWorker>,
+    route: usize,
+    base: &[u8],
+    fetch: &Rc<Fetch>,
+    (index, n, slice_bytes): (u64, u32, u64),
+    (total, if_match): (u64, Option<Vec<u8>>),
+) {
+    for next in index.saturating_add(1)..=index.saturating_add(u64::from(n)) {
+        let Some(start) = next.checked_mul(slice_bytes).filter(|&s| s < total) else {
+            break;
+        };
+        let slice = SliceJob {
+            index: next,
+            start,
+            len: slice_bytes,
+            if_match: if_match.clone(),
+            total: Some(total),
+        };
+        let key = key::slice(base, next);
+        launch(
+            pw,
+            route,
+            &key,
+            base,
+            &|| Rc::clone(fetch),
+            Some(slice),
+            &key,
+        );
+    }
+}
+
+/// A client was answered a GET of a file played in byte ranges: if the response plays
+/// one of its ranges, prefetch the `k` after it; if the file's ranges are in a DASH
+/// index not read yet, read it first.
+fn ranged_read(
+    pw: &Rc<ProxyWorker>,
+    req: &CacheRequest<'_>,
+    response: &Response,
+    ranged: &Arc<Ranged>,
+    k: usize,
+) {
+    let px = &pw.shared;
+    let status = response.status.code();
+    if status != 206 || req.head_only {
+        // The whole file (its own response reads every byte of it), or a HEAD.
+        return;
+    }
+    let content_range = response_field(&response.head, b"content-range");
+    let previous_end = px.prefetch.swap_range_end(
+        &client_key(req, &req.key),
+        playback::range_end(status, content_range),
+    );
+    let read = RangeRead {
+        content_range: content_range.map(<[u8]>::to_vec),
+        previous_end,
+        version: FileVersion::of(&response.head),
+    };
+    match &**ranged {
+        Ranged::Known { .. } => {
+            play_range(pw, &req.key, ranged, &read, k, &|t| fetch_for(req, t));
+        }
+        Ranged::Index {
+            file,
+            first,
+            last,
+            reading,
+        } => {
+            if reading.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            let fetch = fetch_for(req, file);
+            tokio::task::spawn_local(read_index(
+                Rc::clone(pw),
+                Arc::clone(ranged),
+                Arc::clone(file),
+                (*first, *last),
+                fetch,
+                read,
+                k,
+            ));
+        }
+    }
+}
+
+/// What a response sent of a file played in ranges, owned.
+struct RangeRead {
+    content_range: Option<Vec<u8>>,
+    /// Where the client's previous range of the file ended.
+    previous_end: Option<u64>,
+    version: FileVersion,
+}
+
+/// If `read` plays a range of the file keyed `file_key` (`playback::classify_part`),
+/// prefetch the `k` items after it in its sequence.
+fn play_range(
+    pw: &Rc<ProxyWorker>,
+    file_key: &[u8],
+    ranged: &Ranged,
+    read: &RangeRead,
+    k: usize,
+    fetch: &dyn Fn(&Target) -> Rc<Fetch>,
+) {
+    let Ranged::Known { items, .. } = ranged else {
+        return;
+    };
+    let content_range = read.content_range.as_deref();
+    let Some(first) = content_range
+        .and_then(parse_content_range)
+        .map(|cr| cr.first)
+    else {
+        return;
+    };
+    let Some((i, start_byte, end_byte)) = ranged.at(first) else {
+        return;
+    };
+    let how = playback::classify_part(
+        false,
+        206,
+        content_range,
+        (start_byte, end_byte),
+        read.previous_end,
+    );
+    if !how.plays() {
+        tracing::debug!(key = %String::from_utf8_lossy(file_key), read = how.as_str(), "range not played");
+        return;
+    }
+    for t in items[i + 1..].iter().take(k).flatten() {
+        let version = (&*t.key == file_key).then_some(&read.version);
+        start(pw, t, &|| fetch(t), version);
+    }
+}
+
+/// Read the `sidx` at bytes `first..=last` of the DASH SegmentBase `file` from the
+/// store (the client's request for the index range stored it: a player reads it before
+/// any subsegment), remember the file's subsegments, and play `read` against them.
+/// Not stored: forgotten, so a later request tries again; not an index this reader
+/// takes (`linerate_http::sidx`): the file is not prefetched.
+async fn read_index(
+    pw: Rc<ProxyWorker>,
+    ranged: Arc<Ranged>,
+    file: Arc<Target>,
+    (first, last): (u64, u64),
+    fetch: Rc<Fetch>,
+    read: RangeRead,
+    k: usize,
+) {
+    let px = Arc::clone(&pw.shared);
+    let slice_bytes = px.routes[file.route].opts.slice_bytes;
+    let Some(bytes) = stored_bytes(&px, &file.key, slice_bytes, first, last).await else {
+        if let Ranged::Index { reading, .. } = &*ranged {
+            reading.store(false, Ordering::Release);
+        }
+        return;
+    };
+    let Some(subsegments) = sidx::subsegments(&bytes, first) else {
+        tracing::debug!(key = %String::from_utf8_lossy(&file.key), "no sidx prefetch can read");
+        return;
+    };
+    let items: Arc<[Option<Arc<Target>>]> = subsegments
+        .into_iter()
+        .map(|r| {
+            Some(Arc::new(Target {
+                target: file.target.clone(),
+                key: file.key.clone(),
+                route: file.route,
+                range: Some(r),
+            }))
+        })
+        .collect();
+    let known = Ranged::known(&file.key, items);
+    play_range(&pw, &file.key, &known, &read, k, &|_| Rc::clone(&fetch));
+    px.prefetch.set_ranged(&file.key, known);
+    // An index is read like a playlist: counted once its ranges are known.
+    px.prefetch.playlist_read();
+}
+
+/// Longest `SegmentBase@indexRange` read, bytes (an index of hours of 1 s subsegments is
+/// well under it).
+const MAX_INDEX_BYTES: u64 = 1 << 20;
+
+/// Bytes `first..=last` of the object keyed `key`, from its stored copy: whole, or the
+/// slices holding them (`slice_bytes`, 0 when the route has none). Fills of it still
+/// running are waited for; `None` when any byte is not stored.
+async fn stored_bytes(
+    px: &Arc<ProxyShared>,
+    key: &[u8],
+    slice_bytes: u64,
+    first: u64,
+    last: u64,
+) -> Option<Vec<u8>> {
+    if last < first || last - first >= MAX_INDEX_BYTES {
+        return None;
+    }
+    let slices = || (first / slice_bytes)..=(last / slice_bytes);
+    let mut keys = vec![key.to_vec()];
+    if slice_bytes > 0 {
+        keys.extend(slices().map(|n| key::slice(key, n)));
+    }
+    for k in &keys {
+        if let Some(mut rx) = px.fills.watch(k) {
+            super::fills::finished(&mut rx).await;
+        }
+    }
+    // Each part: the stored copy, where in its body, how many bytes.
+    let mut parts = Vec::new();
+    match px.store.lookup(key) {
+        Lookup::Hit(h) => {
+            let len = h.body_len()?;
+            if h.meta.status != 200 || h.meta.header(VARY_STUB).is_some() || last >= len {
+                return None;
+            }
+            parts.push((h, first, last - first + 1));
+        }
+        _ if slice_bytes > 0 => {
+            for n in slices() {
+                let Lookup::Hit(h) = px.store.lookup(&key::slice(key, n)) else {
+                    return None;
+                };
+                let at = n * slice_bytes;
+                let end = at + h.body_len()?;
+                let (from, to) = (first.max(at), (last + 1).min(end));
+                if to <= from {
+                    return None;
+                }
+                parts.push((h, from - at, to - from));
+            }
+        }
+        _ => return None,
+    }
+    tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        for (h, at, len) in parts {
+            let start = out.len();
+            out.resize(start + usize::try_from(len).ok()?, 0);
+            h.file
+                .read_exact_at(&mut out[start..], h.body_offset + at)
+                .ok()?;
+        }
+        (out.len() as u64 == last - first + 1).then_some(out)
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// One prefetch slot of an origin, given back on drop (however the fill ends).

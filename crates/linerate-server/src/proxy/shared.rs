@@ -6,8 +6,9 @@
 //! Not here: answering requests (`flow`, `relay`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use linerate_cache::{Lookup, ObjectHandle, ObjectMeta, Store};
 use linerate_http::cache::key::{self, Scheme};
@@ -78,10 +79,89 @@ impl WritePool {
     }
 }
 
+/// Where a fill's disk writes ran, all workers together.
+#[derive(Debug, Default)]
+pub(crate) struct DiskWriteCounts {
+    /// Writes (creates and appends) done on the worker itself.
+    pub(crate) inline: AtomicU64,
+    /// Writes handed to the fill threads (the worker's own had become slow).
+    pub(crate) pooled: AtomicU64,
+    /// Times a worker's writes went to the fill threads for [`POOL_FOR`] because its
+    /// own took too long ([`DiskWrites`]).
+    pub(crate) slow: AtomicU64,
+}
+
+/// The window over which a worker's time in its own fill writes is summed.
+const WRITE_WINDOW: Duration = Duration::from_millis(100);
+/// More time than this in fill writes within one window (a fifth of the loop), or in
+/// one write, sends the worker's writes to the fill threads.
+const WRITE_BUDGET: Duration = Duration::from_millis(20);
+/// How long a worker sends its writes to the fill threads after going over budget.
+const POOL_FOR: Duration = Duration::from_secs(1);
+
+/// Whether this worker writes fill data itself or hands it to the fill threads.
+///
+/// A fill's writes go to the page cache: nginx does them on its event loop and so does
+/// linerate, while they are quick (a hand-off per chunk cost about 17 futex and 7
+/// eventfd system calls per 64 KiB miss). The buffered-write `RWF_NOWAIT` that would
+/// say "this would block" is not supported by ext4 (EOPNOTSUPP here, kernel 6.18), so
+/// the worker times its writes instead: an occasional millisecond (a journal commit
+/// the create waited for) is what nginx pays too, but more than [`WRITE_BUDGET`] in
+/// [`WRITE_WINDOW`] (the disk's writeback throttling writers, memory reclaim) sends
+/// its writes to the fill threads for [`POOL_FOR`], counted. A disk that cannot keep up
+/// at all is the store's business: it refuses new objects while its publish backlog is
+/// over its bound (`behind`).
+#[derive(Debug, Default)]
+pub(crate) struct DiskWrites {
+    pool_until: std::cell::Cell<Option<Instant>>,
+    /// Start of the current window and the write time summed in it.
+    window: std::cell::Cell<Option<(Instant, Duration)>>,
+}
+
+impl DiskWrites {
+    /// Whether the next write runs on the worker.
+    pub(crate) fn inline(&self) -> bool {
+        match self.pool_until.get() {
+            Some(t) if Instant::now() < t => false,
+            Some(_) => {
+                self.pool_until.set(None);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Record a write on the worker that took `took`.
+    pub(crate) fn took(&self, took: Duration, counts: &DiskWriteCounts) {
+        counts.inline.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let spent = match self.window.get() {
+            Some((start, spent)) if now.duration_since(start) < WRITE_WINDOW => spent + took,
+            _ => {
+                self.window.set(Some((now, Duration::ZERO)));
+                took
+            }
+        };
+        if spent > WRITE_BUDGET {
+            counts.slow.fetch_add(1, Ordering::Relaxed);
+            self.pool_until.set(Some(now + POOL_FOR));
+            self.window.set(None);
+            tracing::debug!(
+                spent_us = spent.as_micros() as u64,
+                "fill writes slow on the worker; on the fill threads for a second"
+            );
+        } else if let Some((start, _)) = self.window.get() {
+            self.window.set(Some((start, spent)));
+        }
+    }
+}
+
 /// Start-up state of cache mode, shared by all workers.
 pub(crate) struct ProxyShared {
-    /// Where fill appends run.
+    /// Where fill appends run when a worker's own writes were slow.
     pub(crate) writes: WritePool,
+    /// Where fill writes ran.
+    pub(crate) write_counts: DiskWriteCounts,
     /// Our `Via` entry, `1.1 <cache_name>` (built once, not per response).
     pub(crate) via: String,
     pub(crate) opts: CacheOptions,
@@ -165,6 +245,7 @@ impl ProxyShared {
                 .map(|f| f.to_ascii_lowercase().into_bytes())
                 .collect(),
             writes,
+            write_counts: DiskWriteCounts::default(),
             prefetch: ahead::Memory::new(origins.len()),
             opts,
             store,
@@ -372,6 +453,8 @@ impl ProxyShared {
 /// clients to the cluster's peers.
 pub(crate) struct ProxyWorker {
     pub(crate) shared: Arc<ProxyShared>,
+    /// Whether this worker's fill writes run here or on the fill threads.
+    pub(crate) disk_writes: DiskWrites,
     pub(crate) origins: Vec<Origin>,
     pub(crate) peers: crate::cluster::PeerClients,
 }
@@ -385,6 +468,7 @@ impl ProxyWorker {
             .collect();
         ProxyWorker {
             shared,
+            disk_writes: DiskWrites::default(),
             origins,
             peers: crate::cluster::PeerClients::default(),
         }

@@ -4,7 +4,8 @@
 //! variant the request selects) and its own one-fill-per-key claim. A range request on a
 //! miss fetches only the slices it covers and gets its head as soon as the first of them
 //! starts to arrive; a response crossing slices moves from one to the next as it is
-//! sent.
+//! sent. With route `slice_readahead = N`, a response reading its object front to back
+//! has the N slices after each one it opens prefetched (`prefetch::read_ahead`).
 //!
 //! The first slice decides what the object is: if the origin answers it with the whole
 //! object (it ignores `Range`, or the object fits one slice), or with a `Vary`, the fill
@@ -217,6 +218,12 @@ impl SliceCtx {
                         ));
                     }
                 }
+                let opts = &self.px.routes[self.route].opts;
+                if opts.prefetch_segments > 0 || opts.slice_readahead > 0 {
+                    // A slice prefetched ahead of a range (`prefetch`) is used when a
+                    // response reads it.
+                    self.px.prefetch.served(&key);
+                }
                 return Ok((h, v));
             }
             if stale.is_none() && expect.is_none() && self.moved() {
@@ -241,7 +248,9 @@ impl SliceCtx {
                     let (interim_tx, mut interim_rx) = tokio::sync::mpsc::unbounded_channel();
                     let leader = interim.as_deref().is_some_and(Interim::enabled);
                     let mut job = self.job(guard, index, expect, stale_meta);
-                    job.handoff = interim.is_some().then_some(handoff_tx);
+                    // The first slice's leader may be answered by what is not stored;
+                    // a later slice's reader by the slice itself (`Handoff::Part`).
+                    job.handoff = Some(handoff_tx);
                     job.interim = leader.then_some(interim_tx);
                     tokio::task::spawn_local(fill::run(self.pw.clone(), job));
                     let phase = match interim.as_deref_mut() {
@@ -375,12 +384,37 @@ impl SliceCtx {
     }
 }
 
+/// Read-ahead for a response of a client reading the object front to back (route
+/// `slice_readahead`): each slice the body opens prefetches the `n` after it.
+struct ReadAhead {
+    n: u32,
+    /// What the prefetches send (the client's fields, no directives of its own).
+    fetch: Rc<Fetch>,
+}
+
+impl SliceCtx {
+    /// Prefetch the `ra.n` slices after slice `index` of an object of `version`.
+    fn read_ahead(&self, ra: &ReadAhead, index: u64, version: &Version) {
+        super::prefetch::read_ahead(
+            &self.pw,
+            self.route,
+            &self.base,
+            &ra.fetch,
+            (index, ra.n, self.slice_bytes),
+            (version.total, version.if_match()),
+        );
+    }
+}
+
 /// A sliced response body.
 pub(crate) struct SlicedBody {
     ctx: SliceCtx,
+    readahead: Option<ReadAhead>,
     version: Version,
     segments: VecDeque<Segment>,
     open: Option<Open>,
+    /// A slice the store would not keep, read from its origin response as it is sent.
+    relay: Option<RelayedSlice>,
     literal: Vec<u8>,
     st: Trace,
 }
@@ -398,6 +432,18 @@ fn open(index: u64, h: ObjectHandle, slice_bytes: u64, total: u64) -> Open {
         len,
     }
 }
+
+/// A later slice that is not stored (the store refused it: full, behind, failing
+/// disk), spliced into the response from the origin's answer for it.
+struct RelayedSlice {
+    index: u64,
+    response: Box<crate::origin::OriginResponse>,
+    /// Slice bytes read from the response so far.
+    at: u64,
+}
+
+/// Bytes of a relayed slice read per piece.
+const RELAY_SLICE_CHUNK: usize = 256 * 1024;
 
 impl Pieces for SlicedBody {
     fn next(&mut self) -> NextPiece<'_> {
@@ -433,8 +479,39 @@ impl SlicedBody {
                 Segment::Range { start, len } => {
                     let s = self.ctx.slice_bytes;
                     let index = start / s;
+                    if let Some(r) = self.relay.as_mut().filter(|r| r.index == index) {
+                        // Segments only move forward: skip to `local`, then send what
+                        // the origin has of this range now.
+                        let local = start - index * s;
+                        let short = TransferError::Upstream("slice_short");
+                        while r.at < local {
+                            self.literal.clear();
+                            let skip = usize::try_from(local - r.at).unwrap_or(usize::MAX);
+                            let skip = skip.min(RELAY_SLICE_CHUNK);
+                            match r.response.read(&mut self.literal, skip).await {
+                                Ok(0) | Err(_) => return Err(short),
+                                Ok(n) => r.at += n as u64,
+                            }
+                        }
+                        self.literal.clear();
+                        let want = usize::try_from(len).unwrap_or(usize::MAX);
+                        let want = want.min(RELAY_SLICE_CHUNK);
+                        let n = match r.response.read(&mut self.literal, want).await {
+                            Ok(0) | Err(_) => return Err(short),
+                            Ok(n) => n as u64,
+                        };
+                        r.at += n;
+                        if let Some(Segment::Range { start: st, len: l }) =
+                            self.segments.front_mut()
+                        {
+                            *st += n;
+                            *l -= n;
+                        }
+                        return Ok(Some(Piece::Bytes(&self.literal)));
+                    }
                     if self.open.as_ref().is_none_or(|o| o.index != index) {
                         self.open = None;
+                        self.relay = None;
                         let (h, _) = match self
                             .ctx
                             .slice(index, Some(&self.version), &mut self.st, None)
@@ -444,13 +521,29 @@ impl SlicedBody {
                             Err(SliceError::Failed(_, d)) => {
                                 return Err(TransferError::Upstream(d))
                             }
+                            Err(SliceError::Uncacheable(Some(h))) => match *h {
+                                Handoff::Part(response) => {
+                                    self.st.detail = Some("slice_not_stored");
+                                    self.relay = Some(RelayedSlice {
+                                        index,
+                                        response,
+                                        at: 0,
+                                    });
+                                    continue;
+                                }
+                                _ => return Err(TransferError::Upstream("slice_unavailable")),
+                            },
                             Err(_) => return Err(TransferError::Upstream("slice_unavailable")),
                         };
                         self.open = Some(open(index, h, s, self.version.total));
+                        if let Some(ra) = &self.readahead {
+                            self.ctx.read_ahead(ra, index, &self.version);
+                        }
                     }
                     let Some(o) = self.open.as_mut() else {
                         return Ok(None);
                     };
+                    let written = o.progress.is_some();
                     let local = start - index * s;
                     let end_local = (local + len).min(o.len);
                     let upto =
@@ -463,13 +556,15 @@ impl SlicedBody {
                     let Some(o) = self.open.as_ref() else {
                         return Ok(None);
                     };
-                    return Ok(Some(Piece::File(
-                        &o.file,
-                        ByteRange {
-                            start: o.body_offset + local,
-                            len: n,
-                        },
-                    )));
+                    let range = ByteRange {
+                        start: o.body_offset + local,
+                        len: n,
+                    };
+                    return Ok(Some(if written {
+                        Piece::Written(&o.file, range)
+                    } else {
+                        Piece::File(&o.file, range)
+                    }));
                 }
             }
         }
@@ -547,8 +642,9 @@ pub(crate) async fn serve(
                     let fresh = px.freshness(req.route, &req.target, &h.meta);
                     head::serve(worker, req, h, &fresh, st, CacheStatus::Pass)
                 }
-                // Cookies come with a 304 (a revalidation), never with this.
-                Some(Handoff::Cookies(_)) | None => {
+                // Cookies come with a 304 (a revalidation), never with this; a slice
+                // alone is not an answer to this request: it goes to the origin itself.
+                Some(Handoff::Cookies(_) | Handoff::Part(_)) | None => {
                     super::relay::relay(worker, pw, req, interim, st).await
                 }
             });
@@ -602,6 +698,12 @@ pub(crate) async fn serve(
             }
         }
         _ => RangeOutcome::Full,
+    };
+    // What the response sends of the object, when it is one span (for read-ahead).
+    let span = match &outcome {
+        RangeOutcome::Full => Some((0, total)),
+        RangeOutcome::Single(r) => Some((r.start, r.start + r.len)),
+        _ => None,
     };
     let mut segments = VecDeque::new();
     let mut headw = Vec::with_capacity(512);
@@ -670,12 +772,32 @@ pub(crate) async fn serve(
     let body = if req.head_only || code == StatusCode::RangeNotSatisfiable || total == 0 {
         Body::Empty
     } else {
+        // Route `slice_readahead`: a client reading the object front to back (the whole
+        // of it, or a single range read as a player reads: `prefetch::reads_ahead`) has
+        // the slices after each one its response reads prefetched.
+        let readahead = span
+            .filter(|_| route.opts.slice_readahead > 0 && !req.cc.no_store)
+            .filter(|&(from, to)| super::prefetch::reads_ahead(pw, req, code, (from, to, total)))
+            .map(|_| ReadAhead {
+                n: route.opts.slice_readahead,
+                fetch: Rc::new(req.fetch_of(
+                    req.route,
+                    &req.key,
+                    &req.target,
+                    RequestCacheControl::default(),
+                )),
+            });
+        if let Some(ra) = &readahead {
+            ctx.read_ahead(ra, probe, &version);
+        }
         let first = open(probe, h, s, total);
         Body::Pieces(Box::new(SlicedBody {
             ctx,
+            readahead,
             version,
             segments,
             open: Some(first),
+            relay: None,
             literal: Vec::new(),
             st: st.clone(),
         }))

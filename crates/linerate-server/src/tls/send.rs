@@ -83,7 +83,9 @@ impl Writer<'_> {
                 while let Some(piece) = body.next().await? {
                     match piece {
                         Piece::Bytes(b) => self.bytes(b).await?,
-                        Piece::File(file, range) => self.file(file, range).await?,
+                        Piece::File(file, range) | Piece::Written(file, range) => {
+                            self.file(file, range).await?
+                        }
                     }
                     self.flush().await?;
                 }

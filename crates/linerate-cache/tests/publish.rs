@@ -1,0 +1,125 @@
+//! Publishing in the background (`ObjectWriter::finish_later`): readers are told the
+//! body is complete before the flush, the disk's publisher group-commits, and a disk
+//! too far behind refuses new objects without losing one it accepted.
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed step should fail loudly"
+)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use common::*;
+use linerate_cache::fault::FaultyIo;
+use linerate_cache::{Body, Lookup, Progress, Store, WriteRefused};
+
+const MIB: u64 = 1 << 20;
+
+/// Guards "the client's response is never delayed by the flush": a reader following a
+/// write sees it complete as soon as `finish_later` returns, before any publish; the
+/// object is a hit once the publisher calls back.
+#[test]
+fn readers_see_the_body_complete_before_the_publish() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), &[("d0", 64 * MIB)])).unwrap();
+    let body = body_for(b"k", 100_000);
+    let mut w = store
+        .begin_write(b"k", meta(), Some(body.len() as u64))
+        .unwrap();
+    w.append(&body).unwrap();
+    let Lookup::Filling(h) = store.lookup_latest(b"k") else {
+        panic!("the write is followable")
+    };
+    let Body::Streaming(progress) = &h.body else {
+        panic!("streaming")
+    };
+    let (tx, rx) = mpsc::channel();
+    w.finish_later(Box::new(move |r| tx.send(r.is_ok()).unwrap()));
+    assert_eq!(
+        progress.current(),
+        Progress::Complete {
+            len: body.len() as u64
+        }
+    );
+    assert!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "published"
+    );
+    check_hit(&store, b"k", &body).unwrap();
+    assert!(store.stats()[0].published >= 1);
+}
+
+/// Guards the backlog bound: while more than `max_publish_backlog` bytes wait for the
+/// publisher, a new write is refused (`Behind`, counted); every object accepted before
+/// is still published whole; once the publisher catches up, writes are accepted again.
+#[test]
+fn a_disk_behind_its_flushes_refuses_new_objects_and_loses_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &[("d0", 512 * MIB)]);
+    cfg.max_publish_backlog = 256 * 1024;
+    // A disk whose flush takes 20 ms (on tmpfs a real one takes nothing).
+    let io = Arc::new(FaultyIo::new());
+    io.set_sync_delay(Some(Duration::from_millis(20)));
+    let store = Store::open_with_io(cfg, io.clone()).unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut accepted = Vec::new();
+    let mut refused = false;
+    // A batch costs the publisher at least one 20 ms flush; queuing an object costs
+    // microseconds, so the backlog passes 256 KiB (four objects) within the first.
+    for i in 0..5000 {
+        let key = format!("obj{i}");
+        let body = body_for(key.as_bytes(), 64 * 1024);
+        match store.begin_write(key.as_bytes(), meta(), Some(body.len() as u64)) {
+            Ok(mut w) => {
+                w.append(&body).unwrap();
+                let d = Arc::clone(&done);
+                w.finish_later(Box::new(move |r| {
+                    assert!(r.is_ok(), "{r:?}");
+                    d.fetch_add(1, Ordering::SeqCst);
+                }));
+                accepted.push((key, body));
+            }
+            Err(WriteRefused::Behind) => {
+                refused = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(refused, "the backlog never passed its bound");
+    assert!(store.stats()[0].behind_refused >= 1);
+    wait_until("every accepted object published", || {
+        done.load(Ordering::SeqCst) == accepted.len()
+    });
+    for (key, body) in &accepted {
+        check_hit(&store, key.as_bytes(), body).unwrap();
+    }
+    let st = &store.stats()[0];
+    assert_eq!(st.published, accepted.len() as u64);
+    assert!(
+        st.publish_batches < st.published,
+        "group commit: {} flushes for {} objects",
+        st.publish_batches,
+        st.published
+    );
+    // Caught up: a new write is accepted and published.
+    io.set_sync_delay(None);
+    let mut w = store.begin_write(b"after", meta(), Some(3)).unwrap();
+    w.append(b"abc").unwrap();
+    w.finish().unwrap();
+    check_hit(&store, b"after", b"abc").unwrap();
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("timed out: {what}");
+}
