@@ -47,7 +47,7 @@ pub struct FaultyIo {
     rules: Mutex<Vec<FaultRule>>,
     /// What `space` reports instead of the real filesystem's, when set.
     space: Mutex<Option<FsSpace>>,
-    /// How long every `fdatasync` takes at least (a slow disk), when set.
+    /// How long every `fdatasync` and `syncfs` takes at least (a slow disk), when set.
     sync_delay: Mutex<Option<std::time::Duration>>,
 }
 
@@ -68,7 +68,8 @@ impl FaultyIo {
         *self.space.lock().unwrap_or_else(|p| p.into_inner()) = space;
     }
 
-    /// Make every `fdatasync` take at least `delay` (`None`: as long as the real one):
+    /// Make every `fdatasync` and `syncfs` take at least `delay` (`None`: as long as
+    /// the real one):
     /// a disk slower than the fills, whatever the test machine's disk is.
     pub fn set_sync_delay(&self, delay: Option<std::time::Duration>) {
         *self.sync_delay.lock().unwrap_or_else(|p| p.into_inner()) = delay;
@@ -157,9 +158,13 @@ impl StoreIo for FaultyIo {
         }
         RealIo.sync_data(file, path)
     }
-    fn start_writeback(&self, file: &File, path: &Path) -> io::Result<()> {
+    fn sync_fs(&self, file: &File, path: &Path) -> io::Result<()> {
         self.check(IoOp::Sync, path)?;
-        RealIo.start_writeback(file, path)
+        let delay = *self.sync_delay.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = delay {
+            std::thread::sleep(d);
+        }
+        RealIo.sync_fs(file, path)
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.check(IoOp::Sync, path)?;

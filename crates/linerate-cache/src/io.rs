@@ -51,7 +51,7 @@ pub enum IoOp {
     Append,
     /// Read a whole small file (journal, snapshot, state).
     ReadFile,
-    /// `fdatasync` or `sync_file_range` of a file, or `fsync` of a directory.
+    /// `fdatasync` of a file, `syncfs` of a filesystem or `fsync` of a directory.
     Sync,
     /// Atomic rename (publish).
     Rename,
@@ -162,10 +162,10 @@ pub trait StoreIo: Send + Sync + 'static {
         file.sync_data()
     }
 
-    /// Start writing `file`'s dirty pages back without waiting (`sync_file_range`),
-    /// before the `fdatasync` of each file of a publish batch (group commit).
-    fn start_writeback(&self, file: &File, _path: &Path) -> io::Result<()> {
-        linerate_sys::fs::start_writeback(file.as_fd())
+    /// `syncfs` of the filesystem holding `file`: every file written there so far is
+    /// durable after it, with one flush (a publish batch's group commit).
+    fn sync_fs(&self, file: &File, _path: &Path) -> io::Result<()> {
+        linerate_sys::fs::syncfs(file.as_fd())
     }
 
     /// `fsync` a directory, making renames and unlinks inside it durable.

@@ -293,14 +293,17 @@ impl ObjectWriter {
         self.synced(r)
     }
 
-    /// Start this object's writeback without waiting (the first step of a batch's
-    /// group commit; `sync_own_data` follows).
-    pub(crate) fn start_writeback(&mut self) -> Result<(), WriteError> {
+    /// `syncfs` of the filesystem holding this object: every object written there
+    /// before the call is durable after it (one flush for a batch).
+    pub(crate) fn sync_filesystem(&mut self) -> Result<(), WriteError> {
         let inner = Arc::clone(&self.inner);
-        let r = inner
-            .io
-            .start_writeback(&self.inflight.file, &self.tmp_path);
+        let r = inner.io.sync_fs(&self.inflight.file, &self.tmp_path);
         self.synced(r)
+    }
+
+    /// Fail the write (not published) with `failure`: the flush of its batch failed.
+    pub(crate) fn fail_with(&mut self, failure: WriteFailure) -> WriteError {
+        self.fail(failure)
     }
 
     fn synced(&mut self, r: std::io::Result<()>) -> Result<(), WriteError> {

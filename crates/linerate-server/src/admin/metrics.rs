@@ -463,7 +463,7 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
             &mut out,
             "linerate_cache_fill_slow_writes_total",
             "counter",
-            "Times a worker's own fill writes took over 20 ms in 100 ms (or one write did), sending its writes to the fill threads for a second.",
+            "Times a worker's slow fill writes (over 1 ms each) added up to over 20 ms in 100 ms, sending its writes to the fill threads for a second.",
         );
         let _ = writeln!(out, "linerate_cache_fill_slow_writes_total {slow}");
         gauge(

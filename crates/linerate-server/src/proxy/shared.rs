@@ -91,10 +91,16 @@ pub(crate) struct DiskWriteCounts {
     pub(crate) slow: AtomicU64,
 }
 
-/// The window over which a worker's time in its own fill writes is summed.
+/// A fill write on the worker taking longer than this waited for something (the
+/// disk, the filesystem journal, memory reclaim); a page-cache write of 64 KiB takes
+/// about 20 µs.
+const SLOW_WRITE: Duration = Duration::from_millis(1);
+/// The window over which a worker's slow writes are summed.
 const WRITE_WINDOW: Duration = Duration::from_millis(100);
-/// More time than this in fill writes within one window (a fifth of the loop), or in
-/// one write, sends the worker's writes to the fill threads.
+/// More time than this in slow fill writes within one window (a fifth of the loop), or
+/// in one write, sends the worker's writes to the fill threads. Quick writes never
+/// count: at thousands of misses a second they are a large share of the loop's time,
+/// and its work as nginx's.
 const WRITE_BUDGET: Duration = Duration::from_millis(20);
 /// How long a worker sends its writes to the fill threads after going over budget.
 const POOL_FOR: Duration = Duration::from_secs(1);
@@ -105,10 +111,11 @@ const POOL_FOR: Duration = Duration::from_secs(1);
 /// linerate, while they are quick (a hand-off per chunk cost about 17 futex and 7
 /// eventfd system calls per 64 KiB miss). The buffered-write `RWF_NOWAIT` that would
 /// say "this would block" is not supported by ext4 (EOPNOTSUPP here, kernel 6.18), so
-/// the worker times its writes instead: an occasional millisecond (a journal commit
-/// the create waited for) is what nginx pays too, but more than [`WRITE_BUDGET`] in
-/// [`WRITE_WINDOW`] (the disk's writeback throttling writers, memory reclaim) sends
-/// its writes to the fill threads for [`POOL_FOR`], counted. A disk that cannot keep up
+/// the worker times its writes instead: an occasional slow one (a journal commit the
+/// create waited for) is what nginx pays too, but writes slower than [`SLOW_WRITE`]
+/// adding up to more than [`WRITE_BUDGET`] in [`WRITE_WINDOW`] (the disk's writeback
+/// throttling writers, memory reclaim) send its writes to the fill threads for
+/// [`POOL_FOR`], counted. A disk that cannot keep up
 /// at all is the store's business: it refuses new objects while its publish backlog is
 /// over its bound (`behind`).
 #[derive(Debug, Default)]
@@ -134,6 +141,9 @@ impl DiskWrites {
     /// Record a write on the worker that took `took`.
     pub(crate) fn took(&self, took: Duration, counts: &DiskWriteCounts) {
         counts.inline.fetch_add(1, Ordering::Relaxed);
+        if took <= SLOW_WRITE {
+            return;
+        }
         let now = Instant::now();
         let spent = match self.window.get() {
             Some((start, spent)) if now.duration_since(start) < WRITE_WINDOW => spent + took,
