@@ -109,8 +109,6 @@ pub struct ServerOptions {
     pub cold_threads_per_disk: usize,
     /// Largest request body read and discarded (bytes).
     pub max_discarded_body: u64,
-    /// Idle time before a connection is parked outside the runtime.
-    pub park_idle_after: Duration,
     /// The admin listener (metrics, health, drain, reload).
     pub admin: crate::operate::AdminOptions,
     /// The access log.
@@ -329,17 +327,28 @@ pub enum Pinning {
     Unpinned,
 }
 
-/// Connection timeouts; see the `DEFAULT_*` constants for the defaults and why.
-#[derive(Debug, Clone, Copy)]
+/// Connection timeouts (`[timeouts]`, each in milliseconds: the key is the field's
+/// name with `_ms`); see the `DEFAULT_*` constants for the defaults and why. Reads and
+/// prints itself in the file's shape (serde).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
-    /// Receiving one whole request head.
+    /// Receiving one whole request head (> 0).
+    #[serde(rename = "request_head_ms", with = "positive_ms")]
     pub request_head: Duration,
-    /// Waiting for the next request on an idle keep-alive connection.
+    /// Waiting for the next request on an idle keep-alive connection (> 0).
+    #[serde(rename = "keepalive_ms", with = "positive_ms")]
     pub keepalive: Duration,
-    /// A response making no progress.
+    /// A response making no progress (> 0).
+    #[serde(rename = "send_ms", with = "positive_ms")]
     pub send: Duration,
-    /// In-flight responses after SIGTERM/SIGINT.
+    /// In-flight responses after SIGTERM/SIGINT (0: none).
+    #[serde(rename = "shutdown_grace_ms", with = "crate::optserde::ms")]
     pub shutdown_grace: Duration,
+    /// Idle time before a keep-alive connection is parked outside the async runtime
+    /// (see the `park` module; > 0).
+    #[serde(rename = "park_idle_after_ms", with = "positive_ms")]
+    pub park_idle_after: Duration,
 }
 
 impl Default for Timeouts {
@@ -349,7 +358,21 @@ impl Default for Timeouts {
             keepalive: DEFAULT_KEEPALIVE_TIMEOUT,
             send: DEFAULT_SEND_TIMEOUT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            park_idle_after: DEFAULT_PARK_IDLE_AFTER,
         }
+    }
+}
+
+/// A duration in whole milliseconds, at least 1.
+mod positive_ms {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        crate::optserde::ms::serialize(d, s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        crate::optserde::positive::<D, u64>(d).map(Duration::from_millis)
     }
 }
 
@@ -393,7 +416,6 @@ impl ServerOptions {
             default_cache_control: None,
             cold_threads_per_disk: DEFAULT_COLD_THREADS_PER_DISK,
             max_discarded_body: DEFAULT_MAX_DISCARDED_BODY,
-            park_idle_after: DEFAULT_PARK_IDLE_AFTER,
             admin: crate::operate::AdminOptions::default(),
             access_log: crate::operate::AccessLogOptions::default(),
             tcp: crate::operate::TcpOptions::default(),

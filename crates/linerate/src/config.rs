@@ -60,7 +60,7 @@ pub struct Config {
     /// `[server]`
     pub server: ServerSection,
     /// `[timeouts]`
-    pub timeouts: TimeoutsSection,
+    pub timeouts: Timeouts,
     /// `[appliance]`
     pub appliance: ApplianceSection,
     /// `[cache_control]`
@@ -131,40 +131,6 @@ impl Default for ServerSection {
             backlog: u64::from(o.backlog),
             cold_threads_per_disk: o.cold_threads_per_disk as u64,
             max_discarded_body: o.max_discarded_body,
-        }
-    }
-}
-
-/// `[timeouts]`, in milliseconds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TimeoutsSection {
-    /// Whole request head. Default 10000.
-    #[serde(deserialize_with = "positive")]
-    pub request_head_ms: u64,
-    /// Idle keep-alive. Default 60000.
-    #[serde(deserialize_with = "positive")]
-    pub keepalive_ms: u64,
-    /// No send progress. Default 30000.
-    #[serde(deserialize_with = "positive")]
-    pub send_ms: u64,
-    /// Graceful stop. Default 30000.
-    pub shutdown_grace_ms: u64,
-    /// Idle time before a keep-alive connection is parked outside the runtime.
-    /// Default 1000.
-    #[serde(deserialize_with = "positive")]
-    pub park_idle_after_ms: u64,
-}
-
-impl Default for TimeoutsSection {
-    fn default() -> Self {
-        let ms = |d: Duration| d.as_millis() as u64;
-        TimeoutsSection {
-            request_head_ms: ms(defaults::DEFAULT_REQUEST_HEAD_TIMEOUT),
-            keepalive_ms: ms(defaults::DEFAULT_KEEPALIVE_TIMEOUT),
-            send_ms: ms(defaults::DEFAULT_SEND_TIMEOUT),
-            shutdown_grace_ms: ms(defaults::DEFAULT_SHUTDOWN_GRACE),
-            park_idle_after_ms: ms(defaults::DEFAULT_PARK_IDLE_AFTER),
         }
     }
 }
@@ -389,13 +355,7 @@ impl Config {
         o.backlog = u32::try_from(self.server.backlog).unwrap_or(u32::MAX);
         o.cold_threads_per_disk = self.server.cold_threads_per_disk as usize;
         o.max_discarded_body = self.server.max_discarded_body;
-        o.timeouts = Timeouts {
-            request_head: Duration::from_millis(self.timeouts.request_head_ms),
-            keepalive: Duration::from_millis(self.timeouts.keepalive_ms),
-            send: Duration::from_millis(self.timeouts.send_ms),
-            shutdown_grace: Duration::from_millis(self.timeouts.shutdown_grace_ms),
-        };
-        o.park_idle_after = Duration::from_millis(self.timeouts.park_idle_after_ms);
+        o.timeouts = self.timeouts;
         o.open_file_cache = usize::try_from(self.appliance.open_file_cache).unwrap_or(usize::MAX);
         o.open_file_cache_valid = Duration::from_millis(self.appliance.open_file_cache_valid_ms);
         o.open_file_cache_watch = self.appliance.open_file_cache_watch;
