@@ -1,9 +1,17 @@
 //! Options of cache mode: the store, the origins and the routes that map requests to
-//! them. Built by the binary from `[cache]`, `[[origin]]` and `[[route]]` (or from the
-//! `--origin URL --cache-dir DIR` quick start); see docs/config.md.
+//! them. Origins and routes read and print themselves in the file's shape (`[[origin]]`,
+//! `[[route]]`, serde): each key is checked as it is read and unknown keys are errors,
+//! which the binary's parser places at their line. The binary builds `[cache]`, checks
+//! what spans sections (a route's origin defined, names unique) and runs the
+//! `--origin URL --cache-dir DIR` quick start; see docs/config.md.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::optserde;
 
 /// Default connect timeout to an origin server. A LAN or same-region origin connects in
 /// well under 100 ms; 3 s leaves room for a SYN retransmit (1 s) and then gives up.
@@ -76,32 +84,158 @@ pub struct CacheOptions {
     pub targeted_fields: Vec<String>,
 }
 
-/// One origin group: one or more servers that hold the same content.
-#[derive(Debug, Clone)]
+/// One origin group (`[[origin]]`): one or more servers that hold the same content.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OriginOptions {
-    /// Name routes refer to.
+    /// Name routes refer to: 1-64 letters, digits, `-`, `_`. Required.
+    #[serde(deserialize_with = "optserde::name")]
     pub name: String,
-    /// Servers, tried in turn (round robin, skipping those marked down).
+    /// Servers, tried in turn (round robin, skipping those marked down); at least one.
+    /// Required.
+    #[serde(with = "server_urls")]
     pub servers: Vec<OriginServer>,
-    /// `Host` sent to the origin; `None` sends the server's own authority.
+    /// `Host` sent to the origin; `None` (the default) sends the server's own authority.
+    #[serde(
+        default,
+        deserialize_with = "host_header",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub host_header: Option<String>,
-    /// TCP (and TLS) connect timeout.
+    /// TCP (and TLS) connect timeout (`connect_timeout_ms`, 1 to 600000). Default
+    /// [`DEFAULT_CONNECT_TIMEOUT`].
+    #[serde(
+        rename = "connect_timeout_ms",
+        default = "origin_default::connect_timeout",
+        deserialize_with = "optserde::timeout_ms",
+        serialize_with = "optserde::ms::serialize"
+    )]
     pub connect_timeout: Duration,
-    /// From request sent to the first byte of the response head.
+    /// From request sent to the first byte of the response head
+    /// (`first_byte_timeout_ms`). Default [`DEFAULT_FIRST_BYTE_TIMEOUT`].
+    #[serde(
+        rename = "first_byte_timeout_ms",
+        default = "origin_default::first_byte_timeout",
+        deserialize_with = "optserde::timeout_ms",
+        serialize_with = "optserde::ms::serialize"
+    )]
     pub first_byte_timeout: Duration,
-    /// Longest wait between two reads of a response (head or body) once it has begun.
+    /// Longest wait between two reads of a response (head or body) once it has begun
+    /// (`idle_timeout_ms`). Default [`DEFAULT_ORIGIN_IDLE_TIMEOUT`].
+    #[serde(
+        rename = "idle_timeout_ms",
+        default = "origin_default::idle_timeout",
+        deserialize_with = "optserde::timeout_ms",
+        serialize_with = "optserde::ms::serialize"
+    )]
     pub idle_timeout: Duration,
-    /// Longest a fill may take in all, request to last byte (the slow-drip bound).
+    /// Longest a fill may take in all, request to last byte (the slow-drip bound;
+    /// `fill_timeout_ms`). Default [`DEFAULT_FILL_TIMEOUT`].
+    #[serde(
+        rename = "fill_timeout_ms",
+        default = "origin_default::fill_timeout",
+        deserialize_with = "optserde::timeout_ms",
+        serialize_with = "optserde::ms::serialize"
+    )]
     pub fill_timeout: Duration,
     /// Connections one worker holds to one server (busy plus idle in the pool).
+    /// Default [`DEFAULT_ORIGIN_MAX_CONNECTIONS`].
+    #[serde(
+        default = "origin_default::max_connections",
+        deserialize_with = "optserde::positive"
+    )]
     pub max_connections: usize,
-    /// PEM CA bundle that https servers' certificates must chain to; `None`: the
-    /// system's roots (webpki-roots are not bundled).
+    /// PEM CA bundle that https servers' certificates must chain to; `None` (the
+    /// default): the system's roots (webpki-roots are not bundled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
-    /// Consecutive failures that mark a server down.
+    /// Consecutive failures that mark a server down. Default [`DEFAULT_DOWN_AFTER`].
+    #[serde(
+        default = "origin_default::down_after",
+        deserialize_with = "optserde::positive"
+    )]
     pub down_after: u32,
-    /// How long a down server is skipped.
+    /// How long a down server is skipped (`down_for_ms`, 1 to 3600000). Default
+    /// [`DEFAULT_DOWN_FOR`].
+    #[serde(
+        rename = "down_for_ms",
+        default = "origin_default::down_for",
+        deserialize_with = "optserde::down_for_ms",
+        serialize_with = "optserde::ms::serialize"
+    )]
     pub down_for: Duration,
+}
+
+/// The defaults of `[[origin]]`'s optional keys (serde needs a function for each; each
+/// is the documented constant).
+mod origin_default {
+    use super::*;
+
+    pub(super) fn connect_timeout() -> Duration {
+        DEFAULT_CONNECT_TIMEOUT
+    }
+    pub(super) fn first_byte_timeout() -> Duration {
+        DEFAULT_FIRST_BYTE_TIMEOUT
+    }
+    pub(super) fn idle_timeout() -> Duration {
+        DEFAULT_ORIGIN_IDLE_TIMEOUT
+    }
+    pub(super) fn fill_timeout() -> Duration {
+        DEFAULT_FILL_TIMEOUT
+    }
+    pub(super) fn max_connections() -> usize {
+        DEFAULT_ORIGIN_MAX_CONNECTIONS
+    }
+    pub(super) fn down_after() -> u32 {
+        DEFAULT_DOWN_AFTER
+    }
+    pub(super) fn down_for() -> Duration {
+        DEFAULT_DOWN_FOR
+    }
+}
+
+/// `servers`: URLs, at least one, each parsed as it is read; printed back as URLs.
+mod server_urls {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(v: &[OriginServer], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(OriginServer::url))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<OriginServer>, D::Error> {
+        let v = Vec::<OriginServer>::deserialize(d)?;
+        if v.is_empty() {
+            return Err(serde::de::Error::custom(
+                "at least one server URL (\"http://host:port\" or \"https://host\")",
+            ));
+        }
+        Ok(v)
+    }
+}
+
+impl<'de> Deserialize<'de> for OriginServer {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        OriginServer::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+fn host_chars(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._:[]".contains(&b))
+}
+
+fn host_header<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    if !host_chars(&s) {
+        return Err(serde::de::Error::custom(
+            "a host[:port] (letters, digits, `-._:[]`)",
+        ));
+    }
+    Ok(Some(s))
 }
 
 /// One origin server.
@@ -171,6 +305,13 @@ impl OriginServer {
         })
     }
 
+    /// The URL this server is reached at (`http://host[:port][/base]`), as
+    /// `check-config` prints it: [`OriginServer::parse`] of it gives this server back.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.authority(), self.base_path)
+    }
+
     /// `host:port` as sent in `Host` (default ports omitted, IPv6 bracketed).
     pub fn authority(&self) -> String {
         let host = if self.host.contains(':') {
@@ -204,21 +345,27 @@ impl OriginOptions {
     }
 }
 
-/// What of the query string goes into the cache key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What of the query string goes into the cache key (`query = "include"` or
+/// `"ignore"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum QueryKey {
     /// The whole query, as sent (default: `?v=2` is another object).
+    #[default]
     Include,
     /// None of it (tokens and session ids in segment URLs then share one object). The
     /// query is still forwarded to the origin.
     Ignore,
 }
 
-/// How a route treats responses that carry no freshness information.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a route treats responses that carry no freshness information (`profile =
+/// "standard"` or `"video"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Profile {
     /// A standards-following shared cache (the default): only RFC 9111's heuristic
     /// freshness (a share of the time since `Last-Modified`), nothing without it.
+    #[default]
     Standard,
     /// Video delivery: live manifests 2 s, segments and media files a day, anything else
     /// 60 s ([`video_ttl_by_extension`], [`VIDEO_DEFAULT_TTL`]), in place of the
@@ -234,10 +381,21 @@ impl Profile {
             Profile::Video => "video",
         }
     }
+
+    /// The freshness of a response without any, and the per-extension table, that
+    /// this profile gives a route that sets neither.
+    fn ttls(self) -> (Option<Duration>, Vec<(String, Duration)>) {
+        match self {
+            Profile::Standard => (None, Vec::new()),
+            Profile::Video => (Some(VIDEO_DEFAULT_TTL), video_ttl_by_extension()),
+        }
+    }
 }
 
-/// One route: requests whose host and path prefix match go to `origin`.
-#[derive(Debug, Clone)]
+/// One route (`[[route]]`): requests whose host and path prefix match go to `origin`.
+/// Read from [`RawRoute`], the keys as written, which the profile's defaults complete.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "RawRoute", into = "RawRoute")]
 pub struct RouteOptions {
     /// Host to match (case-insensitive, port ignored); `*.example.com` matches
     /// subdomains; `None` matches any host.
@@ -295,27 +453,210 @@ impl RouteOptions {
     }
 }
 
+/// `[[route]]` as written: what [`RouteOptions`] reads and prints. `default_ttl_s` and
+/// `ttl_s` left out take the profile's value; printed, they are left out where they
+/// are the profile's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    #[serde(
+        default,
+        deserialize_with = "route_host",
+        skip_serializing_if = "Option::is_none"
+    )]
+    host: Option<String>,
+    #[serde(default = "root_prefix", deserialize_with = "path_prefix")]
+    path_prefix: String,
+    origin: String,
+    #[serde(default)]
+    profile: Profile,
+    #[serde(
+        default,
+        deserialize_with = "optional_lifetime_s",
+        skip_serializing_if = "Option::is_none"
+    )]
+    default_ttl_s: Option<u64>,
+    #[serde(default)]
+    query: QueryKey,
+    #[serde(
+        default = "default_slice_bytes",
+        deserialize_with = "optserde::slice_bytes"
+    )]
+    slice_bytes: u64,
+    #[serde(default, deserialize_with = "optserde::lifetime_s")]
+    stale_while_revalidate_s: u64,
+    #[serde(default, deserialize_with = "optserde::lifetime_s")]
+    stale_if_error_s: u64,
+    #[serde(default, deserialize_with = "prefetch_segments")]
+    prefetch_segments: u32,
+    #[serde(default, deserialize_with = "slice_readahead")]
+    slice_readahead: u32,
+    #[serde(
+        default,
+        deserialize_with = "ttl_table",
+        skip_serializing_if = "Option::is_none"
+    )]
+    ttl_s: Option<BTreeMap<String, u64>>,
+}
+
+/// `path_prefix`'s default: everything.
+fn root_prefix() -> String {
+    "/".to_owned()
+}
+
+/// `slice_bytes`'s default.
+fn default_slice_bytes() -> u64 {
+    DEFAULT_SLICE_BYTES
+}
+
+impl From<RawRoute> for RouteOptions {
+    fn from(raw: RawRoute) -> RouteOptions {
+        // The profile gives the defaults; keys given in the file replace them.
+        let (default_ttl, table) = raw.profile.ttls();
+        RouteOptions {
+            host: raw.host,
+            path_prefix: raw.path_prefix,
+            origin: raw.origin,
+            profile: raw.profile,
+            default_ttl: raw.default_ttl_s.map(Duration::from_secs).or(default_ttl),
+            ttl_by_extension: match raw.ttl_s {
+                Some(t) => t
+                    .into_iter()
+                    .map(|(e, s)| (e, Duration::from_secs(s)))
+                    .collect(),
+                None => table,
+            },
+            query: raw.query,
+            slice_bytes: raw.slice_bytes,
+            stale_while_revalidate: Duration::from_secs(raw.stale_while_revalidate_s),
+            stale_if_error: Duration::from_secs(raw.stale_if_error_s),
+            prefetch_segments: raw.prefetch_segments,
+            slice_readahead: raw.slice_readahead,
+        }
+    }
+}
+
+impl From<RouteOptions> for RawRoute {
+    fn from(r: RouteOptions) -> RawRoute {
+        let (default_ttl, table) = r.profile.ttls();
+        RawRoute {
+            host: r.host,
+            path_prefix: r.path_prefix,
+            origin: r.origin,
+            profile: r.profile,
+            default_ttl_s: r
+                .default_ttl
+                .filter(|d| Some(*d) != default_ttl)
+                .map(|d| d.as_secs()),
+            ttl_s: (r.ttl_by_extension != table).then(|| {
+                r.ttl_by_extension
+                    .iter()
+                    .map(|(e, d)| (e.clone(), d.as_secs()))
+                    .collect()
+            }),
+            query: r.query,
+            slice_bytes: r.slice_bytes,
+            stale_while_revalidate_s: r.stale_while_revalidate.as_secs(),
+            stale_if_error_s: r.stale_if_error.as_secs(),
+            prefetch_segments: r.prefetch_segments,
+            slice_readahead: r.slice_readahead,
+        }
+    }
+}
+
+fn prefetch_segments<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n > MAX_PREFETCH_SEGMENTS {
+        return Err(serde::de::Error::custom(format!(
+            "must be at most {MAX_PREFETCH_SEGMENTS}"
+        )));
+    }
+    Ok(n)
+}
+
+fn slice_readahead<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n > MAX_SLICE_READAHEAD {
+        return Err(serde::de::Error::custom(format!(
+            "must be at most {MAX_SLICE_READAHEAD}"
+        )));
+    }
+    Ok(n)
+}
+
+fn route_host<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?.to_ascii_lowercase();
+    let bare = s.strip_prefix("*.").unwrap_or(&s);
+    let ok = if let Some(v6) = bare.strip_prefix('[').and_then(|b| b.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok() && bare.len() == s.len()
+    } else {
+        !bare.is_empty()
+            && bare.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+    };
+    if !ok {
+        return Err(serde::de::Error::custom(
+            "a host name without port (`cdn.example.com`, `*.example.com`, an IP address)",
+        ));
+    }
+    Ok(Some(s))
+}
+
+fn path_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if !s.starts_with('/')
+        || !s
+            .bytes()
+            .all(|b| (0x21..0x7f).contains(&b) && b != b'?' && b != b'#')
+    {
+        return Err(serde::de::Error::custom(
+            "a path starting with `/` (visible ASCII, no spaces, `?` or `#`)",
+        ));
+    }
+    // Requests are routed by their normalised path (`normalize_proxy_target`): a prefix
+    // in another spelling (`/a/./`, `/%7Euser/`) would never match one.
+    match linerate_http::path::normalize_proxy_target(s.as_bytes()) {
+        Ok(n) if n.as_bytes() == s.as_bytes() => Ok(s),
+        Ok(n) => Err(serde::de::Error::custom(format!(
+            "a path in normal form, as requests are matched: write {:?}",
+            String::from_utf8_lossy(n.as_bytes())
+        ))),
+        Err(e) => Err(serde::de::Error::custom(format!(
+            "a path a request could have (this one is refused: {})",
+            e.as_str()
+        ))),
+    }
+}
+
+fn ttl_table<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, u64>>, D::Error> {
+    let m = BTreeMap::<optserde::Extension, optserde::Lifetime>::deserialize(d)?;
+    Ok(Some(m.into_iter().map(|(k, v)| (k.0, v.0)).collect()))
+}
+
+fn optional_lifetime_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    optserde::lifetime_s(d).map(Some)
+}
+
 /// The video profile's TTLs for responses without freshness information: live manifests
-/// change every target duration, segments never change once published.
+/// change every target duration, segments never change once published. The extensions
+/// are [`crate::media::MEDIA_EXTENSIONS`], the table appliance mode's `Cache-Control`
+/// defaults come from too.
 pub fn video_ttl_by_extension() -> Vec<(String, Duration)> {
-    let manifest = Duration::from_secs(2);
-    let segment = Duration::from_secs(86_400);
-    [
-        ("m3u8", manifest),
-        ("mpd", manifest),
-        ("ts", segment),
-        ("m4s", segment),
-        ("mp4", segment),
-        ("m4a", segment),
-        ("m4v", segment),
-        ("aac", segment),
-        ("cmfv", segment),
-        ("cmfa", segment),
-        ("vtt", segment),
-    ]
-    .into_iter()
-    .map(|(e, d)| (e.to_owned(), d))
-    .collect()
+    use crate::media::{MediaKind, MEDIA_EXTENSIONS};
+    MEDIA_EXTENSIONS
+        .iter()
+        .map(|(e, kind)| {
+            let ttl = match kind {
+                MediaKind::Manifest => Duration::from_secs(2),
+                MediaKind::Segment => Duration::from_secs(86_400),
+            };
+            ((*e).to_owned(), ttl)
+        })
+        .collect()
 }
 
 impl CacheOptions {

@@ -1,11 +1,20 @@
 //! Options of a cache-mode cluster (`[cluster]`): who this node is, its peers, and the
-//! tunables of placement, bounded load and peer health. Plain values with documented
-//! defaults; the binary parses the file (and a `peers_file`) into them.
+//! tunables of placement, bounded load and peer health, with documented defaults. The
+//! type reads and prints itself in the file's shape (serde); the binary reads the files
+//! it names (`peers_file`, `secret_file`) and then checks it, once
+//! ([`ClusterOptions::into_checked`]): the server takes only a [`CheckedCluster`].
 //!
-//! Not here: placement itself (`cluster::ring`) or the peer requests (`proxy::peer`).
+//! Not here: placement itself (`cluster::ring`), the peer requests (`proxy::peer`), or
+//! reading files.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
+
+use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::optserde;
 
 /// Default bounded-load factor c: a peer is passed over for a key it owns while this
 /// node's requests in flight to it exceed c × (the mean over up peers + 1). 1.25 is the
@@ -66,45 +75,244 @@ impl std::fmt::Debug for ClusterSecret {
     }
 }
 
-/// One node of the cluster.
-#[derive(Debug, Clone, PartialEq)]
+/// What `check-config` prints in place of a secret.
+pub const REDACTED: &str = "<redacted>";
+
+/// One node of the cluster (an entry of `peers`, inline or in a peers file).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PeerOptions {
     /// Its name: what placement hashes, so it must be the same on every node.
     pub name: String,
-    /// Its cache-mode data listener (plain HTTP).
+    /// Its cache-mode data listener (plain HTTP), `ip:port`.
     pub address: SocketAddr,
     /// Its share of the keys relative to the others (> 0). Default 1.
+    #[serde(default = "equal_weight")]
     pub weight: f64,
 }
 
-/// `[cluster]`: this node and its peers.
-#[derive(Debug, Clone, PartialEq)]
+/// A peer's default weight: an equal share.
+fn equal_weight() -> f64 {
+    1.0
+}
+
+/// `[cluster]`: this node and its peers. Every optional key's default is [`Default`]'s;
+/// keys ending in `_ms` and `_s` are durations in that unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ClusterOptions {
-    /// This node's name; must be one of `peers`.
+    /// This node's name (`self`); must be one of `peers`. Required.
+    #[serde(rename = "self")]
     pub self_name: String,
-    /// Every node, this one included.
+    /// Every node, this one included (inline, or read from `peers_file`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub peers: Vec<PeerOptions>,
+    /// A file listing the peers (TOML `peers = [{ name, address, weight }]`, or one
+    /// `name address [weight]` a line), which the binary reads into `peers` at start
+    /// and on every reload. Exclusive with inline `peers`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peers_file: Option<PathBuf>,
     /// Bounded-load factor c (≥ 1). Default [`DEFAULT_LOAD_FACTOR`].
     pub load_factor: f64,
     /// Failures in a row before a peer is down. Default [`DEFAULT_DOWN_AFTER`].
     pub down_after: u32,
     /// Successful probes in a row before it is up. Default [`DEFAULT_UP_AFTER`].
     pub up_after: u32,
-    /// Time between probes of a down peer. Default [`DEFAULT_PROBE_INTERVAL`].
+    /// Time between probes of a down peer (`probe_interval_ms`; 0 is read as 1).
+    /// Default [`DEFAULT_PROBE_INTERVAL`].
+    #[serde(rename = "probe_interval_ms", with = "at_least_1ms")]
     pub probe_interval: Duration,
-    /// See [`DEFAULT_PREVIOUS_OWNER_WINDOW`]; zero turns the previous-owner ask off.
+    /// See [`DEFAULT_PREVIOUS_OWNER_WINDOW`] (`previous_owner_window_s`); zero turns
+    /// the previous-owner ask off.
+    #[serde(rename = "previous_owner_window_s", with = "optserde::secs")]
     pub previous_owner_window: Duration,
-    /// Connect timeout to a peer. Default [`DEFAULT_PEER_CONNECT_TIMEOUT`].
+    /// Connect timeout to a peer (`connect_timeout_ms`; 0 is read as 1). Default
+    /// [`DEFAULT_PEER_CONNECT_TIMEOUT`].
+    #[serde(rename = "connect_timeout_ms", with = "at_least_1ms")]
     pub connect_timeout: Duration,
-    /// Response-head timeout from a peer. Default [`DEFAULT_PEER_FIRST_BYTE_TIMEOUT`].
+    /// Response-head timeout from a peer (`first_byte_timeout_ms`; 0 is read as 1).
+    /// Default [`DEFAULT_PEER_FIRST_BYTE_TIMEOUT`].
+    #[serde(rename = "first_byte_timeout_ms", with = "at_least_1ms")]
     pub first_byte_timeout: Duration,
-    /// The shared secrets that authenticate peer requests: the first signs, every one
-    /// verifies (1 or 2, each at least [`MIN_SECRET_BYTES`]). No default: required.
+    /// The shared secret inline (`secret`): a string, or a list of two (the first
+    /// signs, both verify: a rotation). Give this or `secret_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<InlineSecret>,
+    /// A file holding the shared secret, or a list of two (the first signs), which the
+    /// binary reads into `secrets` at start and on every reload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<SecretFiles>,
+    /// The shared secrets that authenticate peer requests (from `secret` or
+    /// `secret_file`): the first signs, every one verifies (1 or 2, each at least
+    /// [`MIN_SECRET_BYTES`]). No default: required.
+    #[serde(skip)]
     pub secrets: Vec<ClusterSecret>,
     /// Addresses (of configured peers) whose unsigned `Linerate-Peer` fields are
     /// accepted, while a fleet of nodes from before authentication is upgraded.
     /// Default none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub accept_unsigned_from: Vec<IpAddr>,
+}
+
+/// A duration in whole milliseconds of which 0 is read as 1 ms (a zero timeout or
+/// probe interval would spin).
+mod at_least_1ms {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        optserde::ms::serialize(d, s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(|n| Duration::from_millis(n.max(1)))
+    }
+}
+
+/// `secret_file`: one path, or a list (the first signs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SecretFiles {
+    /// One file.
+    One(PathBuf),
+    /// One or two files, the first signing.
+    List(Vec<PathBuf>),
+}
+
+/// `secret` as written. Read whatever its type, so that no parse error quotes it (a
+/// wrong type is reported by [`InlineSecret::secrets`], without the value); `Debug`
+/// and `Serialize` (what `check-config` prints) show only its shape.
+#[derive(Clone, PartialEq, Eq)]
+pub enum InlineSecret {
+    /// A string.
+    One(String),
+    /// A list; `None` for an item that is not a string.
+    List(Vec<Option<String>>),
+    /// Any other value.
+    Other,
+}
+
+impl InlineSecret {
+    /// The secrets it holds, or why it is not a string or a list of 1 to
+    /// [`MAX_SECRETS`] strings (without the value).
+    pub fn secrets(&self) -> Result<Vec<ClusterSecret>, String> {
+        let shape =
+            || format!("cluster: secret must be a string or a list of 1 to {MAX_SECRETS} strings");
+        match self {
+            InlineSecret::One(s) => Ok(vec![ClusterSecret::new(s.as_bytes().to_vec())]),
+            InlineSecret::List(list) if !list.is_empty() && list.len() <= MAX_SECRETS => list
+                .iter()
+                .map(|v| match v {
+                    Some(s) => Ok(ClusterSecret::new(s.as_bytes().to_vec())),
+                    None => Err(shape()),
+                })
+                .collect(),
+            _ => Err(shape()),
+        }
+    }
+}
+
+impl std::fmt::Debug for InlineSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InlineSecret(<redacted>)")
+    }
+}
+
+impl Serialize for InlineSecret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            InlineSecret::List(a) => s.collect_seq(a.iter().map(|_| REDACTED)),
+            _ => s.serialize_str(REDACTED),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for InlineSecret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(AnyValue(true))
+    }
+}
+
+/// A string taken whole, anything else noted and skipped; `.0`: a list is read into
+/// its items (the top level of `secret`), not skipped.
+struct AnyValue(bool);
+
+impl<'de> Visitor<'de> for AnyValue {
+    type Value = InlineSecret;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<InlineSecret, E> {
+        Ok(InlineSecret::One(v.to_owned()))
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<InlineSecret, E> {
+        Ok(InlineSecret::Other)
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<InlineSecret, E> {
+        Ok(InlineSecret::Other)
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<InlineSecret, E> {
+        Ok(InlineSecret::Other)
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<InlineSecret, E> {
+        Ok(InlineSecret::Other)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<InlineSecret, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(InlineSecret::Other)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<InlineSecret, A::Error> {
+        if !self.0 {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            return Ok(InlineSecret::Other);
+        }
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<ListItem>()? {
+            items.push(match item.0 {
+                InlineSecret::One(s) => Some(s),
+                _ => None,
+            });
+        }
+        Ok(InlineSecret::List(items))
+    }
+}
+
+/// An item of a `secret` list.
+struct ListItem(InlineSecret);
+
+impl<'de> Deserialize<'de> for ListItem {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(AnyValue(false)).map(ListItem)
+    }
+}
+
+/// Cluster options that passed [`ClusterOptions::check`], the only kind the server
+/// takes: the check runs once, where the options are made (the file's parser, at start
+/// and on every reload), not again in the server. Reads as a [`ClusterOptions`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedCluster(ClusterOptions);
+
+impl CheckedCluster {
+    /// The options.
+    pub fn into_options(self) -> ClusterOptions {
+        self.0
+    }
+}
+
+impl std::ops::Deref for CheckedCluster {
+    type Target = ClusterOptions;
+
+    fn deref(&self) -> &ClusterOptions {
+        &self.0
+    }
+}
+
+impl Default for ClusterOptions {
+    /// Every optional key at its default; no node, peers or secret yet, so not a
+    /// cluster until those are given ([`ClusterOptions::check`] says which is missing).
+    fn default() -> Self {
+        ClusterOptions::new("", Vec::new())
+    }
 }
 
 impl ClusterOptions {
@@ -113,6 +321,7 @@ impl ClusterOptions {
         ClusterOptions {
             self_name: self_name.to_string(),
             peers,
+            peers_file: None,
             load_factor: DEFAULT_LOAD_FACTOR,
             down_after: DEFAULT_DOWN_AFTER,
             up_after: DEFAULT_UP_AFTER,
@@ -120,15 +329,28 @@ impl ClusterOptions {
             previous_owner_window: DEFAULT_PREVIOUS_OWNER_WINDOW,
             connect_timeout: DEFAULT_PEER_CONNECT_TIMEOUT,
             first_byte_timeout: DEFAULT_PEER_FIRST_BYTE_TIMEOUT,
+            secret: None,
+            secret_file: None,
             secrets: Vec::new(),
             accept_unsigned_from: Vec::new(),
         }
     }
 
-    /// Check what the types cannot: `self` listed, names unique and hop-header safe,
-    /// weights positive and finite, factors in range, secrets present and long
-    /// enough, unsigned senders among the peers. No message holds a secret.
+    /// [`ClusterOptions::check`], and the options as the server takes them.
+    pub fn into_checked(self) -> Result<CheckedCluster, String> {
+        self.check()?;
+        Ok(CheckedCluster(self))
+    }
+
+    /// Check what the types cannot: `self` given and listed, names unique and
+    /// hop-header safe, weights positive and finite, factors in range, secrets present
+    /// and long enough, unsigned senders among the peers. No message holds a secret.
     pub fn check(&self) -> Result<(), String> {
+        if self.self_name.is_empty() {
+            return Err(
+                "cluster: missing field `self` (this node's name, one of the peers)".into(),
+            );
+        }
         let name_ok = |n: &str| {
             !n.is_empty()
                 && n.len() <= 64

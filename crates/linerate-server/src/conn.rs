@@ -397,7 +397,7 @@ impl Conn<'_> {
         // Only plain connections park (see `transport`); for the others the idle
         // wait simply lasts until the deadline.
         let park_at = if self.io.parkable() {
-            now + live.options.park_idle_after
+            now + live.options.timeouts.park_idle_after
         } else {
             deadline
         };

@@ -1,7 +1,13 @@
-//! `[fill]`: how pre-positioning (fill) jobs run, as the binary's parser hands them over
-//! (see `fill` for what a job is; reference: docs/config.md).
+//! `[fill]`: how pre-positioning (fill) jobs run (see `fill` for what a job is;
+//! reference: docs/config.md). The type reads and prints itself in the file's shape
+//! (serde): unknown keys and bad values are errors, which the binary's parser places at
+//! their key and line.
 
 use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::optserde;
 
 /// Default `[fill] concurrency`: objects fetched at once, all jobs together.
 pub const DEFAULT_CONCURRENCY: usize = 4;
@@ -14,9 +20,11 @@ pub const DEFAULT_YIELD_ABOVE: usize = 8;
 pub const DEFAULT_RETRIES: u32 = 2;
 
 /// The `[fill]` section.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct FillOptions {
-    /// Objects fetched at once, all jobs together.
+    /// Objects fetched at once, all jobs together (at least 1).
+    #[serde(deserialize_with = "optserde::positive")]
     pub concurrency: usize,
     /// Bytes per second, all jobs together; 0 = no cap.
     pub rate_bytes_per_s: u64,
@@ -27,8 +35,10 @@ pub struct FillOptions {
     pub retries: u32,
     /// Share (0.0..=1.0) of the objects of jobs marked `"ready": true` that must be held
     /// before `/ready` answers 200. 0 = fill jobs never hold readiness back.
+    #[serde(deserialize_with = "optserde::share")]
     pub ready_coverage: f64,
     /// Where jobs are kept across restarts; `None`: the first disk's directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub state_file: Option<PathBuf>,
 }
 

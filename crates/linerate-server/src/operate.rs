@@ -1,11 +1,24 @@
 //! Typed options for operating the server: the admin listener, the access log, and TCP
-//! tuning and sampling. Parsed from the configuration file by the binary; every default
-//! is a named constant with its reason. Which of them a reload (SIGHUP) can change is
-//! stated on each field; the rest need a restart.
+//! tuning and sampling. Parsed from the configuration file by the binary (the access
+//! log reads and prints itself, serde); every default is a named constant with its
+//! reason. Which of them a reload (SIGHUP) can change is stated on each field; the
+//! rest need a restart.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Smallest access-log buffer: below a page the buffer stops saving syscalls.
+pub const MIN_LOG_BUFFER_BYTES: usize = 4096;
+
+/// Largest access-log buffer per worker: lines lost on a crash grow with it.
+pub const MAX_LOG_BUFFER_BYTES: usize = 16 * 1024 * 1024;
+
+/// Longest access-log flush interval: a log that lags more than a minute is no longer
+/// "live".
+pub const MAX_LOG_FLUSH: Duration = Duration::from_secs(60);
 
 /// Default admin address: loopback only, because `/metrics` and `/health` tell anyone who
 /// can reach them about the box, and the mutating endpoints only have a token.
@@ -95,8 +108,9 @@ impl Default for AdminOptions {
     }
 }
 
-/// Access-log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Access-log line format (`format = "combined"` or `"json"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// NCSA combined (what nginx, Apache and log tools expect), followed by
     /// `cache=… dur_us=… rtt_us=…`.
@@ -115,19 +129,67 @@ impl LogFormat {
     }
 }
 
-/// The access log. All of it reloads (a changed path is opened by every worker).
-#[derive(Debug, Clone, PartialEq)]
+/// The access log (`[access_log]`). All of it reloads (a changed path is opened by
+/// every worker).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct AccessLogOptions {
-    /// File appended to; `None` turns logging off. Default off. Reopened on SIGUSR1.
+    /// File appended to; `None` (written `path = ""`) turns logging off. Default off.
+    /// Reopened on SIGUSR1.
+    #[serde(with = "empty_is_none")]
     pub path: Option<PathBuf>,
     /// Line format. Default combined.
     pub format: LogFormat,
     /// Share of requests logged, 0.0-1.0. Default 1.0.
+    #[serde(deserialize_with = "crate::optserde::share")]
     pub sample: f64,
-    /// Per-worker buffer, bytes; a full buffer is written at once. Default 64 KiB.
+    /// Per-worker buffer, bytes ([`MIN_LOG_BUFFER_BYTES`] to [`MAX_LOG_BUFFER_BYTES`]);
+    /// a full buffer is written at once. Default 64 KiB.
+    #[serde(deserialize_with = "log_buffer")]
     pub buffer_bytes: usize,
-    /// Longest time a line waits in the buffer. Default 1 s.
+    /// Longest time a line waits in the buffer (`flush_ms`, 1 to 60000). Default 1 s.
+    #[serde(
+        rename = "flush_ms",
+        deserialize_with = "flush_ms",
+        serialize_with = "crate::optserde::ms::serialize"
+    )]
     pub flush_every: Duration,
+}
+
+/// An optional path written as a string, `""` for none.
+mod empty_is_none {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+        p.clone().unwrap_or_default().serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<PathBuf>, D::Error> {
+        Ok(Some(PathBuf::deserialize(d)?).filter(|p| !p.as_os_str().is_empty()))
+    }
+}
+
+fn log_buffer<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let v = usize::deserialize(d)?;
+    if !(MIN_LOG_BUFFER_BYTES..=MAX_LOG_BUFFER_BYTES).contains(&v) {
+        return Err(serde::de::Error::custom(format!(
+            "must be between {MIN_LOG_BUFFER_BYTES} and {MAX_LOG_BUFFER_BYTES}"
+        )));
+    }
+    Ok(v)
+}
+
+fn flush_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let max = MAX_LOG_FLUSH.as_millis();
+    let v = u64::deserialize(d)?;
+    if v == 0 || u128::from(v) > max {
+        return Err(serde::de::Error::custom(format!(
+            "must be between 1 and {max}"
+        )));
+    }
+    Ok(Duration::from_millis(v))
 }
 
 impl Default for AccessLogOptions {

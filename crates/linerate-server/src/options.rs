@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 /// Default listen address: loopback only, so a first run exposes nothing.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
@@ -107,8 +109,6 @@ pub struct ServerOptions {
     pub cold_threads_per_disk: usize,
     /// Largest request body read and discarded (bytes).
     pub max_discarded_body: u64,
-    /// Idle time before a connection is parked outside the runtime.
-    pub park_idle_after: Duration,
     /// The admin listener (metrics, health, drain, reload).
     pub admin: crate::operate::AdminOptions,
     /// The access log.
@@ -121,7 +121,7 @@ pub struct ServerOptions {
     pub cache: Option<crate::cacheopts::CacheOptions>,
     /// Cache mode as one node of a cluster (`[cluster]`): peers and placement. Reloads
     /// apply. Default: none (a lone node).
-    pub cluster: Option<crate::clusteropts::ClusterOptions>,
+    pub cluster: Option<crate::clusteropts::CheckedCluster>,
     /// `[fill]`: pre-positioning jobs (cache mode).
     pub fill: crate::fillopts::FillOptions,
 }
@@ -131,35 +131,127 @@ pub struct ServerOptions {
 /// lossy mobile link, and matches the request-head timeout.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// HTTPS: where to listen, which certificates, and what to do with names we lack.
-#[derive(Debug, Clone)]
+/// Longest handshake timeout accepted: past a minute the slowloris defence is gone.
+pub const MAX_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// HTTPS (`[tls]`): where to listen, which certificates, and what to do with names we
+/// lack. Reads and prints itself in the file's shape (serde); [`TlsOptions::check`]
+/// makes the checks that span keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct TlsOptions {
     /// Addresses to listen on for TLS; each worker has its own `SO_REUSEPORT` socket.
+    /// Default none (no TLS).
     pub listen: Vec<SocketAddr>,
-    /// Certificates; the one marked default (or else the first) answers clients that
-    /// send no SNI name.
-    pub certificates: Vec<CertificateOptions>,
-    /// What a client gets when its SNI name matches no certificate. Default:
-    /// [`UnknownSni::Default`].
+    /// What a client gets when its SNI name matches no certificate (`"default"` or
+    /// `"refuse"`). Default: [`UnknownSni::Default`].
     pub unknown_sni: UnknownSni,
-    /// Whole-handshake deadline from accept. Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    /// Whole-handshake deadline from accept (`handshake_timeout_ms`, 1 to 60000).
+    /// Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    #[serde(
+        rename = "handshake_timeout_ms",
+        deserialize_with = "handshake_timeout",
+        serialize_with = "crate::optserde::ms::serialize"
+    )]
     pub handshake_timeout: Duration,
-    /// Whether to hand records to kernel TLS when the kernel supports the cipher.
-    /// Default [`KtlsMode::Auto`].
+    /// Whether to hand records to kernel TLS when the kernel supports the cipher
+    /// (`ktls = true` or `false`). Default [`KtlsMode::Auto`].
     pub ktls: KtlsMode,
+    /// Certificates (`[[tls.certificates]]`); the one marked default (or else the
+    /// first) answers clients that send no SNI name.
+    pub certificates: Vec<CertificateOptions>,
 }
 
-/// One certificate chain and its key, and the names it answers for.
-#[derive(Debug, Clone)]
+impl Default for TlsOptions {
+    fn default() -> Self {
+        TlsOptions {
+            listen: Vec::new(),
+            unknown_sni: UnknownSni::Default,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            ktls: KtlsMode::Auto,
+            certificates: Vec::new(),
+        }
+    }
+}
+
+impl TlsOptions {
+    /// Checks the per-key ones cannot make: certificates for the listeners, at most one
+    /// default, no name listed for two certificates.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.listen.is_empty() && self.certificates.is_empty() {
+            return Err("tls.listen is set but there is no [[tls.certificates]] entry".into());
+        }
+        if self.certificates.iter().filter(|c| c.default).count() > 1 {
+            return Err("only one [[tls.certificates]] entry may have default = true".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for name in self.certificates.iter().flat_map(|c| &c.names) {
+            if !seen.insert(name) {
+                return Err(format!(
+                    "tls server name {name} is listed for two certificates"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn handshake_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let max = MAX_HANDSHAKE_TIMEOUT.as_millis();
+    let n = u64::deserialize(d)?;
+    if n == 0 || u128::from(n) > max {
+        return Err(serde::de::Error::custom(format!(
+            "must be between 1 and {max}"
+        )));
+    }
+    Ok(Duration::from_millis(n))
+}
+
+/// One certificate chain and its key (`[[tls.certificates]]`), and the names it
+/// answers for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CertificateOptions {
     /// PEM file: the leaf certificate first, then intermediates.
     pub chain: PathBuf,
     /// PEM file: the private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
-    /// SNI names (lower-case DNS names; `*.example.com` matches one label).
+    /// SNI names (lower-case DNS names; `*.example.com` matches one label). Default
+    /// none.
+    #[serde(default, deserialize_with = "server_names")]
     pub names: Vec<String>,
     /// Whether this is the certificate for clients without SNI (and unknown names).
+    /// Default false (the first one is).
+    #[serde(default)]
     pub default: bool,
+}
+
+/// DNS names as SNI carries them (RFC 6066 §3: no IP literals, no trailing dot), lower
+/// case; a leading `*.` label is a one-label wildcard.
+fn server_names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    names
+        .into_iter()
+        .map(|n| {
+            let lower = n.to_ascii_lowercase();
+            let bare = lower.strip_prefix("*.").unwrap_or(&lower);
+            let ok = !bare.is_empty()
+                && bare.len() <= 253
+                && bare.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.len() <= 63
+                        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                })
+                && bare.parse::<std::net::IpAddr>().is_err();
+            if ok {
+                Ok(lower)
+            } else {
+                Err(serde::de::Error::custom(format!(
+                    "server name `{n}`: a DNS name (letters, digits, hyphens, dots; optional leading `*.`)"
+                )))
+            }
+        })
+        .collect()
 }
 
 /// The answer to an SNI name that no certificate lists (RFC 6066 §3).
@@ -172,7 +264,35 @@ pub enum UnknownSni {
     Refuse,
 }
 
-/// Whether kernel TLS is used.
+impl UnknownSni {
+    /// The name in the configuration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnknownSni::Default => "default",
+            UnknownSni::Refuse => "refuse",
+        }
+    }
+}
+
+impl Serialize for UnknownSni {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for UnknownSni {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "default" => Ok(UnknownSni::Default),
+            "refuse" => Ok(UnknownSni::Refuse),
+            _ => Err(serde::de::Error::custom(
+                "must be \"default\" (serve the default certificate) or \"refuse\"",
+            )),
+        }
+    }
+}
+
+/// Whether kernel TLS is used; in the file, `ktls = true` (auto) or `false` (off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KtlsMode {
     /// Use kTLS for every connection whose version and cipher the start-up probe found
@@ -180,6 +300,22 @@ pub enum KtlsMode {
     Auto,
     /// Never: every connection encrypts in user space (for comparison and debugging).
     Off,
+}
+
+impl Serialize for KtlsMode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(*self == KtlsMode::Auto)
+    }
+}
+
+impl<'de> Deserialize<'de> for KtlsMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(if bool::deserialize(d)? {
+            KtlsMode::Auto
+        } else {
+            KtlsMode::Off
+        })
+    }
 }
 
 /// Whether workers are pinned to CPUs.
@@ -191,17 +327,28 @@ pub enum Pinning {
     Unpinned,
 }
 
-/// Connection timeouts; see the `DEFAULT_*` constants for the defaults and why.
-#[derive(Debug, Clone, Copy)]
+/// Connection timeouts (`[timeouts]`, each in milliseconds: the key is the field's
+/// name with `_ms`); see the `DEFAULT_*` constants for the defaults and why. Reads and
+/// prints itself in the file's shape (serde).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
-    /// Receiving one whole request head.
+    /// Receiving one whole request head (> 0).
+    #[serde(rename = "request_head_ms", with = "positive_ms")]
     pub request_head: Duration,
-    /// Waiting for the next request on an idle keep-alive connection.
+    /// Waiting for the next request on an idle keep-alive connection (> 0).
+    #[serde(rename = "keepalive_ms", with = "positive_ms")]
     pub keepalive: Duration,
-    /// A response making no progress.
+    /// A response making no progress (> 0).
+    #[serde(rename = "send_ms", with = "positive_ms")]
     pub send: Duration,
-    /// In-flight responses after SIGTERM/SIGINT.
+    /// In-flight responses after SIGTERM/SIGINT (0: none).
+    #[serde(rename = "shutdown_grace_ms", with = "crate::optserde::ms")]
     pub shutdown_grace: Duration,
+    /// Idle time before a keep-alive connection is parked outside the async runtime
+    /// (see the `park` module; > 0).
+    #[serde(rename = "park_idle_after_ms", with = "positive_ms")]
+    pub park_idle_after: Duration,
 }
 
 impl Default for Timeouts {
@@ -211,32 +358,38 @@ impl Default for Timeouts {
             keepalive: DEFAULT_KEEPALIVE_TIMEOUT,
             send: DEFAULT_SEND_TIMEOUT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            park_idle_after: DEFAULT_PARK_IDLE_AFTER,
         }
+    }
+}
+
+/// A duration in whole milliseconds, at least 1.
+mod positive_ms {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        crate::optserde::ms::serialize(d, s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        crate::optserde::positive::<D, u64>(d).map(Duration::from_millis)
     }
 }
 
 /// Default `Cache-Control` by extension: manifests change every segment duration
 /// (short), segments and files never change once published (long, immutable).
 pub fn default_cache_control() -> Vec<(String, String)> {
-    let manifest = "public, max-age=2";
-    let segment = "public, max-age=86400";
-    [
-        ("m3u8", manifest),
-        ("mpd", manifest),
-        ("ts", segment),
-        ("m4s", segment),
-        ("mp4", segment),
-        ("m4a", segment),
-        ("m4v", segment),
-        ("aac", segment),
-        ("cmfv", segment),
-        ("cmfa", segment),
-        ("vtt", segment),
-        ("webm", segment),
-    ]
-    .into_iter()
-    .map(|(e, v)| (e.to_owned(), v.to_owned()))
-    .collect()
+    use crate::media::{MediaKind, MEDIA_EXTENSIONS};
+    MEDIA_EXTENSIONS
+        .iter()
+        .map(|(e, kind)| {
+            let value = match kind {
+                MediaKind::Manifest => "public, max-age=2",
+                MediaKind::Segment => "public, max-age=86400",
+            };
+            ((*e).to_owned(), value.to_owned())
+        })
+        .collect()
 }
 
 impl ServerOptions {
@@ -263,7 +416,6 @@ impl ServerOptions {
             default_cache_control: None,
             cold_threads_per_disk: DEFAULT_COLD_THREADS_PER_DISK,
             max_discarded_body: DEFAULT_MAX_DISCARDED_BODY,
-            park_idle_after: DEFAULT_PARK_IDLE_AFTER,
             admin: crate::operate::AdminOptions::default(),
             access_log: crate::operate::AccessLogOptions::default(),
             tcp: crate::operate::TcpOptions::default(),
@@ -284,6 +436,25 @@ pub fn default_workers() -> usize {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 22 part 5: appliance mode's `Cache-Control` table and the video profile's
+    /// TTL table name the same extensions (they drifted: `webm` was in one only), and
+    /// agree on which are manifests (short) and which segments (long).
+    #[test]
+    fn one_extension_table_for_cache_control_and_video_ttls() {
+        let cc = crate::options::default_cache_control();
+        let ttl = crate::cacheopts::video_ttl_by_extension();
+        let names = |v: Vec<&String>| v.into_iter().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            names(cc.iter().map(|(e, _)| e).collect()),
+            names(ttl.iter().map(|(e, _)| e).collect())
+        );
+        assert!(ttl.iter().any(|(e, _)| e == "webm"));
+        for ((e, value), (_, t)) in cc.iter().zip(&ttl) {
+            let short = *t == std::time::Duration::from_secs(2);
+            assert_eq!(value.ends_with("max-age=2"), short, "{e}");
+        }
+    }
+
     #[test]
     fn defaults_are_valid() {
         let o = super::ServerOptions::new("/srv".into());

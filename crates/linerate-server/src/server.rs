@@ -50,6 +50,15 @@ pub enum ServerError {
         /// What bind/listen said.
         source: std::io::Error,
     },
+    /// The admin API's address could not be bound (said as such: a clash on it reads
+    /// like one on a data port otherwise).
+    #[error("admin API listen {addr} (admin.listen, or serve --admin ADDR; \"off\" turns the admin API off)")]
+    AdminBind {
+        /// The address.
+        addr: SocketAddr,
+        /// What bind/listen said.
+        source: std::io::Error,
+    },
     /// `tcp.congestion` or `tcp.max_pacing_rate` (or a `tcp.listeners` override) could
     /// not be set (an algorithm the kernel lacks gives "No such file or directory").
     #[error("tcp tuning on {addr} (congestion control / pacing): {source}")]
@@ -345,12 +354,25 @@ fn run_controlled(
     let probe = linerate_sys::pagecache::PageCacheProbe::detect(root.as_fd());
     let cold = ColdPool::start(options.cold_threads_per_disk).map_err(ServerError::Runtime)?;
     let cpus = linerate_sys::cpu::allowed_cpus().unwrap_or_default();
-    tracing::info!(
-        workers = options.workers,
-        page_cache_probe = probe.as_str(),
-        root = %options.root.display(),
-        "starting"
-    );
+    match &options.cache {
+        None => tracing::info!(
+            workers = options.workers,
+            page_cache_probe = probe.as_str(),
+            mode = "appliance",
+            root = %options.root.display(),
+            "starting"
+        ),
+        // Cache mode serves no root: what it fronts is its origins and routes.
+        Some(c) => tracing::info!(
+            workers = options.workers,
+            page_cache_probe = probe.as_str(),
+            mode = "cache",
+            origins = %describe_origins(c),
+            routes = %describe_routes(c),
+            disks = %describe_disks(c),
+            "starting"
+        ),
+    }
     let control = Arc::new(Control::new(Arc::new(options.clone()), reloader));
     let handover = Arc::new(handover);
     let closing = handover.clone();
@@ -384,7 +406,11 @@ fn run_controlled(
     // the configured value and does not report it as changed.
     if let Some(n) = nofile {
         let cap = usize::try_from(n / 4).unwrap_or(usize::MAX) / options.workers;
-        if options.open_file_cache > cap {
+        // Cache mode opens no library files (the store keeps its own, `cache.open_files`),
+        // so there the appliance key is capped without a word about it.
+        if options.open_file_cache > cap && options.cache.is_some() {
+            options.open_file_cache = cap;
+        } else if options.open_file_cache > cap {
             tracing::warn!(
                 configured = options.open_file_cache,
                 cap,
@@ -639,13 +665,42 @@ fn bind_all(
     Ok((per_worker, local_addrs))
 }
 
+/// Cache mode's origins for the start-up log: `name=url,url; name=url`.
+fn describe_origins(c: &crate::cacheopts::CacheOptions) -> String {
+    let one = |o: &crate::cacheopts::OriginOptions| {
+        let urls: Vec<String> = o.servers.iter().map(|s| s.url()).collect();
+        format!("{}={}", o.name, urls.join(","))
+    };
+    c.origins.iter().map(one).collect::<Vec<_>>().join("; ")
+}
+
+/// Cache mode's routes for the start-up log, in the order they are tried:
+/// `host/prefix->origin` (`*` for any host).
+fn describe_routes(c: &crate::cacheopts::CacheOptions) -> String {
+    let one = |r: &crate::cacheopts::RouteOptions| {
+        format!(
+            "{}{}->{}",
+            r.host.as_deref().unwrap_or("*"),
+            r.path_prefix,
+            r.origin
+        )
+    };
+    c.routes.iter().map(one).collect::<Vec<_>>().join("; ")
+}
+
+/// Cache mode's disks for the start-up log: `name=path`.
+fn describe_disks(c: &crate::cacheopts::CacheOptions) -> String {
+    let one = |d: &linerate_cache::DiskConfig| format!("{}={}", d.name, d.path.display());
+    c.store.disks.iter().map(one).collect::<Vec<_>>().join("; ")
+}
+
 /// The admin listener: inherited, or bound; kept in `handover` either way.
 fn bind_admin(
     addr: SocketAddr,
     inherited: &mut Inherited,
     handover: &mut Handover,
 ) -> Result<std::net::TcpListener, ServerError> {
-    let bind_err = |source| ServerError::Bind { addr, source };
+    let bind_err = |source| ServerError::AdminBind { addr, source };
     let mut taken = inherited.take(ListenerKind::Admin, addr);
     let l = match taken.pop() {
         Some(l) => l,

@@ -263,7 +263,8 @@ pub struct Successor {
 impl Successor {
     /// When this process was started by an upgrade (`LINERATE_UPGRADE_FD` set): take
     /// the channel and receive the listening sockets. `Ok(None)` otherwise. Removes the
-    /// variable, so a later upgrade's child never sees a stale one.
+    /// variable, so a later upgrade's child never sees a stale one. Errors here and
+    /// from `Successor::lease` carry no `upgrade:` prefix: the caller adds it.
     pub fn from_env() -> Result<Option<Successor>, String> {
         let Some(v) = std::env::var_os(UPGRADE_FD_ENV) else {
             return Ok(None);
@@ -279,14 +280,14 @@ impl Successor {
         let (text, fds) = chan.recv()?;
         let mut lines = text.lines();
         if lines.next() != Some(HELLO) {
-            return Err(format!("upgrade: unknown protocol {text:?}"));
+            return Err(format!("unknown protocol {text:?}"));
         }
         let names: Vec<String> = lines
             .map(|l| l.split(' ').next().unwrap_or_default().to_owned())
             .collect();
         if names.len() != fds.len() {
             return Err(format!(
-                "upgrade: {} listeners described, {} received",
+                "{} listeners described, {} received",
                 names.len(),
                 fds.len()
             ));
@@ -308,13 +309,13 @@ impl Successor {
     pub(crate) fn lease(&self) -> Result<Vec<File>, String> {
         self.chan
             .send("LEASE", &[])
-            .map_err(|e| format!("upgrade: asking for the store lease: {e}"))?;
+            .map_err(|e| format!("asking for the store lease: {e}"))?;
         let (text, fds) = self.chan.recv()?;
         let Some(n) = text.strip_prefix("LEASE ") else {
-            return Err(format!("upgrade: the old process said {text:?}"));
+            return Err(format!("the old process said {text:?}"));
         };
         if n.trim().parse::<usize>().ok() != Some(fds.len()) {
-            return Err(format!("upgrade: lease {text:?} with {} locks", fds.len()));
+            return Err(format!("lease {text:?} with {} locks", fds.len()));
         }
         Ok(fds.into_iter().map(File::from).collect())
     }

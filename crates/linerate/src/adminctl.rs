@@ -246,8 +246,14 @@ fn human_bits(bytes_per_s: f64) -> String {
 
 /// The text view of one `/stats.json` document.
 fn render(json: &str) -> String {
+    // Only cache mode lists origins; its ratio is null until a lookup happens.
+    let cache_mode = json.contains("\"origins\":[");
     let hit = if json.contains("\"hit_ratio\":null") {
-        "n/a (appliance)".to_owned()
+        if cache_mode {
+            "n/a (no lookups yet)".to_owned()
+        } else {
+            "n/a (appliance)".to_owned()
+        }
     } else {
         format!("{:.1}%", field(json, "hit_ratio") * 100.0)
     };

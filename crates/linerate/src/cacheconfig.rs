@@ -1,47 +1,39 @@
 //! Cache mode's sections of the configuration file: `[cache]` with its
-//! `[[cache.disk]]` tables, `[[origin]]` and `[[route]]` (reference: docs/config.md,
-//! "Cache mode"), and the `serve --origin URL --cache-dir DIR` quick start. Same rules as
-//! the rest of the file: unknown keys and bad values are errors naming the key and line;
-//! defaults and their reasons come from `linerate_server::cacheopts` and
-//! `linerate_cache::StoreConfig`. Times are integers with the unit in the key's name:
-//! `_ms` for timeouts (as in `[timeouts]`), `_s` for freshness lifetimes (HTTP's
-//! `max-age` is in seconds).
+//! `[[cache.disk]]` tables (reference: docs/config.md, "Cache mode"), what spans
+//! `[cache]`, `[[origin]]` and `[[route]]`, and the `serve --origin URL --cache-dir DIR`
+//! quick start. Same rules as the rest of the file: unknown keys and bad values are
+//! errors naming the key and line; defaults and their reasons come from
+//! `linerate_server::cacheopts` and `linerate_cache::StoreConfig`. `[[origin]]` and
+//! `[[route]]` are [`OriginOptions`] and [`RouteOptions`] themselves, which read and
+//! check their own keys.
 //!
-//! Checking happens in two places only: each value as it is read (the `deserialize_with`
-//! functions below), and what no single key can see (names defined twice, a route's
-//! origin, watermarks, slices the store can hold) in the one conversion
-//! `TryFrom<CacheSections> for CacheOptions`, which the file's parser runs once. The
-//! server takes the result as it is.
+//! Checking happens in two places only: each value as it is read (the option types'
+//! serde and the `deserialize_with` functions below), and what no single key can see
+//! (names defined twice, a route's origin, watermarks, slices the store can hold) in
+//! the one conversion `TryFrom<CacheSections> for CacheOptions`, which the file's
+//! parser runs once. The server takes the result as it is.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use linerate_cache::{DiskConfig, Durability, StoreConfig};
-use linerate_server::cacheopts::{
-    self, CacheOptions, OriginOptions, OriginServer, Profile, QueryKey, RouteOptions,
-};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use linerate_server::cacheopts::{CacheOptions, OriginOptions, OriginServer, RouteOptions};
+use linerate_server::optserde::{self, is_tchar};
+use serde::{Deserialize, Deserializer, Serialize};
 use toml::Spanned;
 
-/// Longest timeout accepted, ms: a player has given up long before, and a stuck fetch
-/// holds an origin connection for this long.
-const MAX_TIMEOUT_MS: u64 = 600_000;
+pub use linerate_server::optserde::parse_size;
 
-/// Longest `down_for_ms`: an hour; a server down longer is a configuration matter.
-const MAX_DOWN_FOR_MS: u64 = 3_600_000;
+#[cfg(test)]
+use linerate_server::cacheopts::{self, Profile, QueryKey};
 
-/// Longest freshness lifetime accepted, s (10 years): far past any real TTL (a year is
-/// the customary "immutable"), and far from overflowing expiry arithmetic.
-const MAX_LIFETIME_S: u64 = 10 * 365 * 86_400;
-
-/// Smallest slice: each slice is one origin request and one stored object, so below
-/// 64 KiB the per-request and per-file overhead outweighs the data.
-const MIN_SLICE_BYTES: u64 = 64 * 1024;
-
-/// Share of the filesystem's size that `--cache-dir` uses when `--cache-size` is not
-/// given: the rest is headroom for the filesystem and for the store's temporary files.
+/// Share of the filesystem's free space that `--cache-dir` uses when `--cache-size` is
+/// not given: the rest is headroom for the filesystem, the store's temporary files and
+/// whatever else writes there. Free space, not the filesystem's size: on a disk shared
+/// with other data (the quick start's usual home) 90 % of the size overcommits it (a
+/// new user saw 243 GB chosen where 84 GB were free), and the store would meet ENOSPC
+/// long before eviction starts.
 const QUICK_START_SHARE_PERCENT: u64 = 90;
 
 /// Name of the origin the quick start defines.
@@ -57,13 +49,13 @@ pub struct CacheSection {
     /// Honour the client's `Cache-Control`. Default true.
     pub honour_request_cache_control: bool,
     /// Share of `now - Last-Modified` used as heuristic freshness, 0.0-1.0. Default 0.1.
-    #[serde(deserialize_with = "fraction")]
+    #[serde(deserialize_with = "optserde::share")]
     pub heuristic_fraction: f64,
     /// Longest heuristic freshness, s. Default 86400.
-    #[serde(deserialize_with = "lifetime_s")]
+    #[serde(deserialize_with = "optserde::lifetime_s")]
     pub heuristic_max_s: u64,
     /// Largest request body forwarded for unsafe methods, bytes. Default 1048576.
-    #[serde(deserialize_with = "size")]
+    #[serde(deserialize_with = "optserde::size")]
     pub max_forwarded_body: u64,
     /// Prefetch fills in flight per origin, all workers together. Default 4.
     pub prefetch_in_flight: u32,
@@ -77,18 +69,18 @@ pub struct CacheSection {
     /// `sync_before_publish` or `no_sync`. Default `sync_before_publish`.
     pub durability: DurabilityName,
     /// Start evicting above this percentage of a disk's capacity. Default 95.
-    pub high_watermark_percent: u8,
+    pub high_watermark_percent: Spanned<u8>,
     /// Evict down to this percentage. Default 90.
-    pub low_watermark_percent: u8,
+    pub low_watermark_percent: Spanned<u8>,
     /// Largest object (or slice) stored, bytes. Default 4 GiB.
-    #[serde(deserialize_with = "positive_size")]
+    #[serde(deserialize_with = "optserde::positive_size")]
     pub max_object_bytes: u64,
     /// Most stored objects whose file stays open between hits, all disks together.
     /// Default 4096; 0 opens the file on every hit.
     pub open_files: usize,
     /// Body bytes of complete objects waiting for their disk's flush and rename past
     /// which that disk stores nothing new until it catches up. Default 256 MiB.
-    #[serde(deserialize_with = "size")]
+    #[serde(deserialize_with = "optserde::size")]
     pub max_publish_backlog: u64,
     /// `[[cache.disk]]`: the cache directories.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -108,8 +100,9 @@ impl Default for CacheSection {
             cache_name: o.cache_name,
             targeted_cache_control: o.targeted_fields,
             durability: DurabilityName::from(store.durability),
-            high_watermark_percent: store.high_watermark_percent,
-            low_watermark_percent: store.low_watermark_percent,
+            // Defaults have no position in the file.
+            high_watermark_percent: Spanned::new(0..0, store.high_watermark_percent),
+            low_watermark_percent: Spanned::new(0..0, store.low_watermark_percent),
             max_object_bytes: store.max_object_bytes,
             open_files: store.open_handles,
             max_publish_backlog: store.max_publish_backlog,
@@ -147,304 +140,8 @@ pub struct DiskSection {
     /// Directory the store owns; created if missing.
     pub path: PathBuf,
     /// Most bytes kept on this disk (and its placement weight).
-    #[serde(deserialize_with = "positive_size")]
+    #[serde(deserialize_with = "optserde::positive_size")]
     pub max_bytes: u64,
-}
-
-/// `[[origin]]`: one origin group.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OriginSection {
-    /// Name routes refer to: letters, digits, `-`, `_`; at most 64 bytes.
-    #[serde(deserialize_with = "spanned_name")]
-    pub name: Spanned<String>,
-    /// `http://host[:port][/base]` or `https://...`; at least one.
-    #[serde(deserialize_with = "servers")]
-    pub servers: Vec<ServerUrl>,
-    /// `Host` sent to the origin. Default: each server's own authority.
-    #[serde(
-        default,
-        deserialize_with = "host_header",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub host_header: Option<String>,
-    /// TCP (and TLS) connect timeout, ms. Default 3000.
-    #[serde(
-        default = "default_connect_timeout_ms",
-        deserialize_with = "timeout_ms"
-    )]
-    pub connect_timeout_ms: u64,
-    /// Request sent to first byte of the response head, ms. Default 10000.
-    #[serde(
-        default = "default_first_byte_timeout_ms",
-        deserialize_with = "timeout_ms"
-    )]
-    pub first_byte_timeout_ms: u64,
-    /// Longest pause between two reads of a response, ms. Default 10000.
-    #[serde(default = "default_idle_timeout_ms", deserialize_with = "timeout_ms")]
-    pub idle_timeout_ms: u64,
-    /// Longest a whole fill may take, ms. Default 300000.
-    #[serde(default = "default_fill_timeout_ms", deserialize_with = "timeout_ms")]
-    pub fill_timeout_ms: u64,
-    /// Connections one worker holds to one server. Default 64.
-    #[serde(default = "default_max_connections", deserialize_with = "positive")]
-    pub max_connections: u64,
-    /// PEM CA bundle for https servers. Default: the system's roots.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<PathBuf>,
-    /// Consecutive failures that mark a server down. Default 3.
-    #[serde(default = "default_down_after", deserialize_with = "down_after")]
-    pub down_after: u32,
-    /// How long a down server is skipped, ms. Default 10000.
-    #[serde(default = "default_down_for_ms", deserialize_with = "down_for_ms")]
-    pub down_for_ms: u64,
-}
-
-/// An origin server URL: printed back as written, parsed once when read.
-#[derive(Debug, Clone)]
-pub struct ServerUrl {
-    text: String,
-    parsed: OriginServer,
-}
-
-impl ServerUrl {
-    /// Parse one URL (the `--origin` flag and `servers` entries).
-    pub fn parse(text: &str) -> Result<ServerUrl, String> {
-        Ok(ServerUrl {
-            parsed: OriginServer::parse(text)?,
-            text: text.to_owned(),
-        })
-    }
-}
-
-impl Serialize for ServerUrl {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.text.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for ServerUrl {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        ServerUrl::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
-
-/// `[[route]]`: requests whose host and path prefix match go to `origin`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteSection {
-    /// Host to match (case-insensitive; `*.example.com` matches subdomains). Default:
-    /// any host.
-    #[serde(
-        default,
-        deserialize_with = "route_host",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub host: Option<String>,
-    /// Path prefix to match. Default `/`.
-    #[serde(default = "default_path_prefix", deserialize_with = "path_prefix")]
-    pub path_prefix: String,
-    /// Name of an `[[origin]]`. Required.
-    pub origin: Spanned<String>,
-    /// `standard` (RFC 9111 heuristics only) or `video` (a TTL table for responses
-    /// without freshness). Default `standard`.
-    #[serde(default = "default_profile")]
-    pub profile: ProfileName,
-    /// Freshness of a response that carries none, s. Default: none (`standard`), 60
-    /// (`video`).
-    #[serde(
-        default,
-        deserialize_with = "optional_lifetime_s",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub default_ttl_s: Option<u64>,
-    /// `include` or `ignore` the query string in the cache key. Default `include`.
-    #[serde(default = "default_query")]
-    pub query: QueryName,
-    /// Slice size for large objects, bytes; 0 = off. Default 4194304.
-    #[serde(default = "default_slice_bytes", deserialize_with = "slice_bytes")]
-    pub slice_bytes: u64,
-    /// Serve stale while revalidating, s past expiry. Default 0.
-    #[serde(default, deserialize_with = "lifetime_s")]
-    pub stale_while_revalidate_s: u64,
-    /// Serve stale when the origin fails, s past expiry. Default 0.
-    #[serde(default, deserialize_with = "lifetime_s")]
-    pub stale_if_error_s: u64,
-    /// HLS segments fetched ahead of a client, 0 = off. Default 0.
-    #[serde(default, deserialize_with = "prefetch_segments")]
-    pub prefetch_segments: u32,
-    /// Slices fetched ahead of a client reading an object front to back, 0 = off.
-    /// Default 0.
-    #[serde(default, deserialize_with = "slice_readahead")]
-    pub slice_readahead: u32,
-    /// `[route.ttl_s]`: extension → freshness, s, for responses that carry none. When
-    /// given it replaces the profile's table entirely. Default: the profile's table
-    /// (none for `standard`).
-    #[serde(
-        default,
-        deserialize_with = "ttl_table",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ttl_s: Option<BTreeMap<String, u64>>,
-}
-
-/// Profile names as written in the file.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum ProfileName {
-    /// RFC 9111 only.
-    Standard,
-    /// The video TTL table.
-    Video,
-}
-
-/// Query-key names as written in the file.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum QueryName {
-    /// The whole query is part of the key.
-    Include,
-    /// The query is left out of the key (still forwarded).
-    Ignore,
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn default_connect_timeout_ms() -> u64 {
-    ms(cacheopts::DEFAULT_CONNECT_TIMEOUT)
-}
-
-fn default_first_byte_timeout_ms() -> u64 {
-    ms(cacheopts::DEFAULT_FIRST_BYTE_TIMEOUT)
-}
-
-fn default_idle_timeout_ms() -> u64 {
-    ms(cacheopts::DEFAULT_ORIGIN_IDLE_TIMEOUT)
-}
-
-fn default_fill_timeout_ms() -> u64 {
-    ms(cacheopts::DEFAULT_FILL_TIMEOUT)
-}
-
-fn default_max_connections() -> u64 {
-    cacheopts::DEFAULT_ORIGIN_MAX_CONNECTIONS as u64
-}
-
-fn default_down_after() -> u32 {
-    cacheopts::DEFAULT_DOWN_AFTER
-}
-
-fn default_down_for_ms() -> u64 {
-    ms(cacheopts::DEFAULT_DOWN_FOR)
-}
-
-fn default_path_prefix() -> String {
-    "/".to_owned()
-}
-
-fn default_profile() -> ProfileName {
-    ProfileName::Standard
-}
-
-fn default_query() -> QueryName {
-    QueryName::Include
-}
-
-fn default_slice_bytes() -> u64 {
-    cacheopts::DEFAULT_SLICE_BYTES
-}
-
-impl OriginSection {
-    /// An origin with every default (the quick start's).
-    pub fn new(name: &str, servers: Vec<ServerUrl>) -> OriginSection {
-        OriginSection {
-            name: Spanned::new(0..0, name.to_owned()),
-            servers,
-            host_header: None,
-            connect_timeout_ms: default_connect_timeout_ms(),
-            first_byte_timeout_ms: default_first_byte_timeout_ms(),
-            idle_timeout_ms: default_idle_timeout_ms(),
-            fill_timeout_ms: default_fill_timeout_ms(),
-            max_connections: default_max_connections(),
-            ca_file: None,
-            down_after: default_down_after(),
-            down_for_ms: default_down_for_ms(),
-        }
-    }
-
-    fn to_options(&self) -> OriginOptions {
-        let mut o = OriginOptions::new(
-            self.name.get_ref(),
-            self.servers.iter().map(|s| s.parsed.clone()).collect(),
-        );
-        o.host_header = self.host_header.clone();
-        o.connect_timeout = Duration::from_millis(self.connect_timeout_ms);
-        o.first_byte_timeout = Duration::from_millis(self.first_byte_timeout_ms);
-        o.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
-        o.fill_timeout = Duration::from_millis(self.fill_timeout_ms);
-        o.max_connections = usize::try_from(self.max_connections).unwrap_or(usize::MAX);
-        o.ca_file = self.ca_file.clone();
-        o.down_after = self.down_after;
-        o.down_for = Duration::from_millis(self.down_for_ms);
-        o
-    }
-}
-
-impl RouteSection {
-    /// A catch-all route to `origin` with every default (the quick start's).
-    pub fn new(origin: &str) -> RouteSection {
-        RouteSection {
-            host: None,
-            path_prefix: default_path_prefix(),
-            origin: Spanned::new(0..0, origin.to_owned()),
-            profile: default_profile(),
-            default_ttl_s: None,
-            query: default_query(),
-            slice_bytes: default_slice_bytes(),
-            stale_while_revalidate_s: 0,
-            stale_if_error_s: 0,
-            prefetch_segments: 0,
-            slice_readahead: 0,
-            ttl_s: None,
-        }
-    }
-
-    fn to_options(&self) -> RouteOptions {
-        let mut r = RouteOptions::new(self.origin.get_ref());
-        r.host = self.host.clone();
-        r.path_prefix = self.path_prefix.clone();
-        // The profile gives the defaults; keys given in the file replace them.
-        let (profile, default_ttl, table) = match self.profile {
-            ProfileName::Standard => (Profile::Standard, None, Vec::new()),
-            ProfileName::Video => (
-                Profile::Video,
-                Some(cacheopts::VIDEO_DEFAULT_TTL),
-                cacheopts::video_ttl_by_extension(),
-            ),
-        };
-        r.profile = profile;
-        r.default_ttl = self.default_ttl_s.map(Duration::from_secs).or(default_ttl);
-        r.ttl_by_extension = match &self.ttl_s {
-            Some(t) => t
-                .iter()
-                .map(|(e, s)| (e.clone(), Duration::from_secs(*s)))
-                .collect(),
-            None => table,
-        };
-        r.query = match self.query {
-            QueryName::Include => QueryKey::Include,
-            QueryName::Ignore => QueryKey::Ignore,
-        };
-        r.slice_bytes = self.slice_bytes;
-        r.stale_while_revalidate = Duration::from_secs(self.stale_while_revalidate_s);
-        r.stale_if_error = Duration::from_secs(self.stale_if_error_s);
-        r.prefetch_segments = self.prefetch_segments;
-        r.slice_readahead = self.slice_readahead;
-        r
-    }
 }
 
 /// Cache mode's part of the file, borrowed from the whole.
@@ -452,15 +149,58 @@ pub struct CacheSections<'a> {
     /// `[cache]`, if present.
     pub cache: Option<&'a CacheSection>,
     /// `[[origin]]`.
-    pub origins: &'a [OriginSection],
+    pub origins: &'a [OriginOptions],
     /// `[[route]]`.
-    pub routes: &'a [RouteSection],
+    pub routes: &'a [RouteOptions],
+}
+
+/// A value of `[[origin]]` or `[[route]]` that a cross-key error is about: the option
+/// types carry no positions, so the file's parser looks its position up when it
+/// reports the error ([`Place::span_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// `name` of the i-th `[[origin]]`.
+    OriginName(usize),
+    /// `origin` of the i-th `[[route]]`.
+    RouteOrigin(usize),
+}
+
+impl Place {
+    /// Where in `text` (the file) this value is written; `None` if it is not there.
+    pub fn span_in(self, text: &str) -> Option<Range<usize>> {
+        /// The file with only the positions of the values a [`Place`] names; every other
+        /// key is ignored (the file was already read once, strictly).
+        #[derive(Deserialize)]
+        struct Positions {
+            #[serde(default)]
+            origin: Vec<Named>,
+            #[serde(default)]
+            route: Vec<Routed>,
+        }
+        #[derive(Deserialize)]
+        struct Named {
+            name: Option<Spanned<toml::Value>>,
+        }
+        #[derive(Deserialize)]
+        struct Routed {
+            origin: Option<Spanned<toml::Value>>,
+        }
+        let p: Positions = toml::from_str(text).ok()?;
+        let spanned = match self {
+            Place::OriginName(i) => p.origin.get(i)?.name.as_ref()?.span(),
+            Place::RouteOrigin(i) => p.route.get(i)?.origin.as_ref()?.span(),
+        };
+        Some(spanned)
+    }
 }
 
 /// A cross-key error, with the position of the value at fault when it came from the file.
 pub struct CrossKeyError {
     /// Where in the file; `None` for errors about the file as a whole.
     pub span: Option<Range<usize>>,
+    /// The value of `[[origin]]` or `[[route]]` at fault, whose position the parser
+    /// looks up.
+    pub place: Option<Place>,
     /// What is wrong, naming the keys.
     pub message: String,
 }
@@ -469,6 +209,15 @@ impl CrossKeyError {
     fn whole(message: String) -> CrossKeyError {
         CrossKeyError {
             span: None,
+            place: None,
+            message,
+        }
+    }
+
+    fn of(place: Place, message: String) -> CrossKeyError {
+        CrossKeyError {
+            span: None,
+            place: Some(place),
             message,
         }
     }
@@ -478,6 +227,7 @@ impl CrossKeyError {
         CrossKeyError {
             // Values made by the quick start have no position.
             span: Some(span).filter(|s| !s.is_empty()),
+            place: None,
             message,
         }
     }
@@ -523,13 +273,10 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
             ));
         }
         for (i, o) in sections.origins.iter().enumerate() {
-            if sections.origins[..i]
-                .iter()
-                .any(|p| p.name.get_ref() == o.name.get_ref())
-            {
-                return Err(CrossKeyError::at(
-                    &o.name,
-                    format!("origin {:?} is defined twice", o.name.get_ref()),
+            if sections.origins[..i].iter().any(|p| p.name == o.name) {
+                return Err(CrossKeyError::of(
+                    Place::OriginName(i),
+                    format!("origin {:?} is defined twice", o.name),
                 ));
             }
         }
@@ -539,23 +286,15 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
                     .to_owned(),
             ));
         }
-        for r in sections.routes {
-            if !sections
-                .origins
-                .iter()
-                .any(|o| o.name.get_ref() == r.origin.get_ref())
-            {
-                let known: Vec<&str> = sections
-                    .origins
-                    .iter()
-                    .map(|o| o.name.get_ref().as_str())
-                    .collect();
-                return Err(CrossKeyError::at(
-                    &r.origin,
+        for (i, r) in sections.routes.iter().enumerate() {
+            if !sections.origins.iter().any(|o| o.name == r.origin) {
+                let known: Vec<&str> = sections.origins.iter().map(|o| o.name.as_str()).collect();
+                return Err(CrossKeyError::of(
+                    Place::RouteOrigin(i),
                     format!(
                         "route {:?}: origin {:?} is not defined (origins: {})",
                         r.path_prefix,
-                        r.origin.get_ref(),
+                        r.origin,
                         known.join(", ")
                     ),
                 ));
@@ -582,27 +321,26 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
             DurabilityName::SyncBeforePublish => Durability::SyncBeforePublish,
             DurabilityName::NoSync => Durability::NoSync,
         };
-        store.high_watermark_percent = cache.high_watermark_percent;
-        store.low_watermark_percent = cache.low_watermark_percent;
+        store.high_watermark_percent = *cache.high_watermark_percent.get_ref();
+        store.low_watermark_percent = *cache.low_watermark_percent.get_ref();
         store.max_object_bytes = cache.max_object_bytes;
         store.open_handles = cache.open_files;
         store.max_publish_backlog = cache.max_publish_backlog;
-        store
-            .validate()
-            .map_err(|e| CrossKeyError::whole(format!("cache mode: {e}")))?;
-        let mut o = CacheOptions::new(
-            store,
-            sections
-                .origins
-                .iter()
-                .map(OriginSection::to_options)
-                .collect(),
-            sections
-                .routes
-                .iter()
-                .map(RouteSection::to_options)
-                .collect(),
-        );
+        store.validate().map_err(|e| {
+            let message = format!("cache mode: {e}");
+            match e {
+                // At the watermark written in the file (the high one first), if any.
+                linerate_cache::ConfigError::Watermarks => {
+                    let high = CrossKeyError::at(&cache.high_watermark_percent, message.clone());
+                    match high.span {
+                        Some(_) => high,
+                        None => CrossKeyError::at(&cache.low_watermark_percent, message),
+                    }
+                }
+                _ => CrossKeyError::whole(message),
+            }
+        })?;
+        let mut o = CacheOptions::new(store, sections.origins.to_vec(), sections.routes.to_vec());
         o.honour_request_cache_control = cache.honour_request_cache_control;
         o.heuristic_fraction = cache.heuristic_fraction;
         o.heuristic_max = Duration::from_secs(cache.heuristic_max_s);
@@ -614,13 +352,60 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
     }
 }
 
+/// What [`check_disk_dirs`] leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirCheck {
+    /// Directories it created stay (`serve`: the store uses them next).
+    Keep,
+    /// Directories it created are removed again (`check-config` changes nothing).
+    Undo,
+}
+
+/// That the store can work in every `[[cache.disk]]` directory: it is a directory, or
+/// can be created as one, and this process can create files in it (checked by
+/// creating and removing one). Run by `serve` before the store opens and by
+/// `check-config`, so a bad path is reported with its disk and key rather than as the
+/// store's lock-file error. Not run on every parse: `linerate drain --config` reads the
+/// same file.
+pub fn check_disk_dirs(cache: &CacheOptions, leave: DirCheck) -> Result<(), String> {
+    for d in &cache.store.disks {
+        let at =
+            |what: String| format!("cache.disk {:?}: path {}: {what}", d.name, d.path.display());
+        // The ancestors that do not exist yet, deepest first, to undo their creation.
+        let missing: Vec<&Path> = d.path.ancestors().take_while(|a| !a.exists()).collect();
+        std::fs::create_dir_all(&d.path)
+            .map_err(|e| at(format!("cannot create the directory: {e}")))?;
+        if !d.path.is_dir() {
+            return Err(at("not a directory".to_owned()));
+        }
+        let probe = d
+            .path
+            .join(format!(".linerate-write-check-{}", std::process::id()));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .map(|_| std::fs::remove_file(&probe));
+        if leave == DirCheck::Undo {
+            for dir in &missing {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        match written {
+            Ok(_) => {}
+            Err(e) => return Err(at(format!("cannot create files in it: {e}"))),
+        }
+    }
+    Ok(())
+}
+
 /// `serve --origin URL... --cache-dir DIR [--cache-size BYTES]`, resolved: it replaces
 /// the file's `[[origin]]`, `[[route]]` and `[[cache.disk]]` with one origin named
 /// `origin` (these servers), one catch-all route to it and one disk named `disk0`.
 #[derive(Debug, Clone)]
 pub struct QuickStart {
     /// The origin's servers.
-    pub servers: Vec<ServerUrl>,
+    pub servers: Vec<OriginServer>,
     /// The cache directory.
     pub dir: PathBuf,
     /// Its capacity, bytes.
@@ -628,8 +413,8 @@ pub struct QuickStart {
 }
 
 impl QuickStart {
-    /// Create `dir` if missing and size it: `size`, or 90 % of the size of the
-    /// filesystem holding it.
+    /// Create `dir` if missing and size it: `size`, or 90 % of the free space of the
+    /// filesystem holding it (said in the log).
     pub fn resolve(
         servers: &[String],
         dir: &Path,
@@ -637,7 +422,7 @@ impl QuickStart {
     ) -> anyhow::Result<QuickStart> {
         let servers = servers
             .iter()
-            .map(|s| ServerUrl::parse(s).map_err(|e| anyhow::anyhow!("--origin {e}")))
+            .map(|s| OriginServer::parse(s).map_err(|e| anyhow::anyhow!("--origin {e}")))
             .collect::<anyhow::Result<Vec<_>>>()?;
         std::fs::create_dir_all(dir)
             .map_err(|e| anyhow::anyhow!("--cache-dir {}: {e}", dir.display()))?;
@@ -652,11 +437,19 @@ impl QuickStart {
         let max_bytes = match size {
             Some(n) => n,
             None => {
-                let n = space.total_bytes / 100 * QUICK_START_SHARE_PERCENT;
+                let n = space.available_bytes / 100 * QUICK_START_SHARE_PERCENT;
+                if n == 0 {
+                    anyhow::bail!(
+                        "--cache-dir {}: the filesystem has no free space (give --cache-size)",
+                        dir.display()
+                    );
+                }
                 tracing::info!(
                     dir = %dir.display(),
                     max_bytes = n,
-                    "cache size: {QUICK_START_SHARE_PERCENT}% of the filesystem (--cache-size to set)"
+                    free_bytes = space.available_bytes,
+                    filesystem_bytes = space.total_bytes,
+                    "cache size: {QUICK_START_SHARE_PERCENT}% of the filesystem's free space (--cache-size to set)"
                 );
                 n
             }
@@ -676,11 +469,11 @@ impl QuickStart {
     pub fn apply(
         &self,
         cache: &mut Option<CacheSection>,
-        origins: &mut Vec<OriginSection>,
-        routes: &mut Vec<RouteSection>,
+        origins: &mut Vec<OriginOptions>,
+        routes: &mut Vec<RouteOptions>,
     ) {
-        *origins = vec![OriginSection::new(QUICK_START_ORIGIN, self.servers.clone())];
-        *routes = vec![RouteSection::new(QUICK_START_ORIGIN)];
+        *origins = vec![OriginOptions::new(QUICK_START_ORIGIN, self.servers.clone())];
+        *routes = vec![RouteOptions::new(QUICK_START_ORIGIN)];
         cache.get_or_insert_with(CacheSection::default).disk = vec![DiskSection {
             name: Spanned::new(0..0, QUICK_START_DISK.to_owned()),
             path: self.dir.clone(),
@@ -689,175 +482,11 @@ impl QuickStart {
     }
 }
 
-/// A size in bytes: an integer, or a string of digits with an optional `K`, `M`, `G` or
-/// `T` suffix (powers of 1024, as in nginx: `"900G"`).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let shift = match t.as_bytes().last().map(u8::to_ascii_uppercase) {
-        Some(b'K') => 10,
-        Some(b'M') => 20,
-        Some(b'G') => 30,
-        Some(b'T') => 40,
-        _ => 0,
-    };
-    let digits = if shift == 0 { t } else { &t[..t.len() - 1] };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "`{s}`: a size in bytes: an integer, or a string such as \"900G\" (suffix K, M, G or T: powers of 1024)"
-        ));
-    }
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1 << shift))
-        .ok_or_else(|| format!("`{s}`: too large"))
-}
-
-fn size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    struct Size;
-    impl serde::de::Visitor<'_> for Size {
-        type Value = u64;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a size in bytes: an integer, or a string such as \"900G\"")
-        }
-        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u64, E> {
-            Ok(v)
-        }
-        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u64, E> {
-            u64::try_from(v).map_err(|_| E::custom("a size cannot be negative"))
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<u64, E> {
-            parse_size(v).map_err(E::custom)
-        }
-    }
-    d.deserialize_any(Size)
-}
-
-fn prefetch_segments<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    let n = u32::deserialize(d)?;
-    if n > cacheopts::MAX_PREFETCH_SEGMENTS {
-        return Err(serde::de::Error::custom(format!(
-            "must be at most {}",
-            cacheopts::MAX_PREFETCH_SEGMENTS
-        )));
-    }
-    Ok(n)
-}
-
-fn slice_readahead<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    let n = u32::deserialize(d)?;
-    if n > cacheopts::MAX_SLICE_READAHEAD {
-        return Err(serde::de::Error::custom(format!(
-            "must be at most {}",
-            cacheopts::MAX_SLICE_READAHEAD
-        )));
-    }
-    Ok(n)
-}
-
-fn positive_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let n = size(d)?;
-    if n == 0 {
-        return Err(serde::de::Error::custom("must be greater than 0"));
-    }
-    Ok(n)
-}
-
-fn slice_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let n = size(d)?;
-    if n != 0 && n < MIN_SLICE_BYTES {
-        return Err(serde::de::Error::custom(format!(
-            "must be 0 (no slicing) or at least {MIN_SLICE_BYTES}"
-        )));
-    }
-    Ok(n)
-}
-
-fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let n = u64::deserialize(d)?;
-    if n == 0 {
-        return Err(serde::de::Error::custom("must be greater than 0"));
-    }
-    Ok(n)
-}
-
-fn timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let n = u64::deserialize(d)?;
-    if n == 0 || n > MAX_TIMEOUT_MS {
-        return Err(serde::de::Error::custom(format!(
-            "must be between 1 and {MAX_TIMEOUT_MS} (ms)"
-        )));
-    }
-    Ok(n)
-}
-
-fn down_for_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let n = u64::deserialize(d)?;
-    if n == 0 || n > MAX_DOWN_FOR_MS {
-        return Err(serde::de::Error::custom(format!(
-            "must be between 1 and {MAX_DOWN_FOR_MS} (ms)"
-        )));
-    }
-    Ok(n)
-}
-
-fn down_after<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    let n = u32::deserialize(d)?;
-    if n == 0 {
-        return Err(serde::de::Error::custom("must be greater than 0"));
-    }
-    Ok(n)
-}
-
-fn lifetime_s<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let n = u64::deserialize(d)?;
-    if n > MAX_LIFETIME_S {
-        return Err(serde::de::Error::custom(format!(
-            "must be at most {MAX_LIFETIME_S} (s, 10 years)"
-        )));
-    }
-    Ok(n)
-}
-
-fn fraction<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let v = f64::deserialize(d)?;
-    if !(0.0..=1.0).contains(&v) {
-        return Err(serde::de::Error::custom("must be between 0.0 and 1.0"));
-    }
-    Ok(v)
-}
-
-/// Names of disks and origins: 1-64 bytes of letters, digits, `-` and `_` (disk names
-/// feed placement, origin names will label metrics).
+/// Disk names ([`optserde::check_name`]), with their position for the cross-key errors.
 fn spanned_name<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<String>, D::Error> {
     let name = Spanned::<String>::deserialize(d)?;
-    let n = name.get_ref();
-    if n.is_empty()
-        || n.len() > 64
-        || !n
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        return Err(serde::de::Error::custom(format!(
-            "name {n:?}: 1-64 letters, digits, `-` or `_`"
-        )));
-    }
+    optserde::check_name(name.get_ref()).map_err(serde::de::Error::custom)?;
     Ok(name)
-}
-
-fn servers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ServerUrl>, D::Error> {
-    let v = Vec::<ServerUrl>::deserialize(d)?;
-    if v.is_empty() {
-        return Err(serde::de::Error::custom(
-            "at least one server URL (\"http://host:port\" or \"https://host\")",
-        ));
-    }
-    Ok(v)
-}
-
-/// RFC 9110 `tchar`: what a `Via` pseudonym and a `Cache-Status` token may hold.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn cache_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -868,104 +497,6 @@ fn cache_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         ));
     }
     Ok(s)
-}
-
-fn host_chars(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._:[]".contains(&b))
-}
-
-fn host_header<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    let s = String::deserialize(d)?;
-    if !host_chars(&s) {
-        return Err(serde::de::Error::custom(
-            "a host[:port] (letters, digits, `-._:[]`)",
-        ));
-    }
-    Ok(Some(s))
-}
-
-fn route_host<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    let s = String::deserialize(d)?.to_ascii_lowercase();
-    let bare = s.strip_prefix("*.").unwrap_or(&s);
-    let ok = if let Some(v6) = bare.strip_prefix('[').and_then(|b| b.strip_suffix(']')) {
-        v6.parse::<std::net::Ipv6Addr>().is_ok() && bare.len() == s.len()
-    } else {
-        !bare.is_empty()
-            && bare.split('.').all(|label| {
-                !label.is_empty()
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            })
-    };
-    if !ok {
-        return Err(serde::de::Error::custom(
-            "a host name without port (`cdn.example.com`, `*.example.com`, an IP address)",
-        ));
-    }
-    Ok(Some(s))
-}
-
-fn path_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    if !s.starts_with('/')
-        || !s
-            .bytes()
-            .all(|b| (0x21..0x7f).contains(&b) && b != b'?' && b != b'#')
-    {
-        return Err(serde::de::Error::custom(
-            "a path starting with `/` (visible ASCII, no spaces, `?` or `#`)",
-        ));
-    }
-    // Requests are routed by their normalised path (`normalize_proxy_target`): a prefix
-    // in another spelling (`/a/./`, `/%7Euser/`) would never match one.
-    match linerate_http::path::normalize_proxy_target(s.as_bytes()) {
-        Ok(n) if n.as_bytes() == s.as_bytes() => Ok(s),
-        Ok(n) => Err(serde::de::Error::custom(format!(
-            "a path in normal form, as requests are matched: write {:?}",
-            String::from_utf8_lossy(n.as_bytes())
-        ))),
-        Err(e) => Err(serde::de::Error::custom(format!(
-            "a path a request could have (this one is refused: {})",
-            e.as_str()
-        ))),
-    }
-}
-
-/// A file extension key of `[route.ttl_s]`: its own type so the error points at the key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Extension(String);
-
-impl<'de> Deserialize<'de> for Extension {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let k = String::deserialize(d)?;
-        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            return Err(serde::de::Error::custom(format!(
-                "extension `{k}`: letters and digits only, no dot"
-            )));
-        }
-        Ok(Extension(k.to_ascii_lowercase()))
-    }
-}
-
-/// A lifetime value of `[route.ttl_s]`.
-struct Lifetime(u64);
-
-impl<'de> Deserialize<'de> for Lifetime {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        lifetime_s(d).map(Lifetime)
-    }
-}
-
-fn ttl_table<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, u64>>, D::Error> {
-    let m = BTreeMap::<Extension, Lifetime>::deserialize(d)?;
-    Ok(Some(m.into_iter().map(|(k, v)| (k.0, v.0)).collect()))
-}
-
-fn optional_lifetime_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    lifetime_s(d).map(Some)
 }
 
 /// Field names for `targeted_cache_control`: tokens (RFC 9110 §5.1), at most 64 bytes,

@@ -1,227 +1,77 @@
-//! `[cluster]`: this node's name and its peers, inline or in a `peers_file` (re-read on
-//! every reload, so SIGHUP applies a new peer list), and the shared secret(s) that
-//! authenticate peer requests, inline (`secret`) or in files (`secret_file`, also
-//! re-read on every reload), into [`linerate_server::ClusterOptions`].
+//! `[cluster]`: the files it names. The section is
+//! [`linerate_server::ClusterOptions`] itself, which reads and checks its keys; here the
+//! peers of a `peers_file` and the secrets of `secret` or `secret_file` are read (at
+//! start and on every reload, so SIGHUP applies a new peer list or a rotated secret),
+//! and the result is checked once, into the [`CheckedCluster`] the server takes.
 //!
 //! A secret is never printed: `check-config` shows `"<redacted>"` in its place, and no
-//! error message quotes it (the inline value is taken as any TOML value and checked
-//! here, so a wrong type is not echoed with its line by the TOML parser).
+//! error message quotes it (the inline value is read whatever its type and checked by
+//! [`linerate_server::clusteropts::InlineSecret::secrets`], so a wrong type is not
+//! echoed with its line by the TOML parser).
 //!
 //! Not here: what the cluster does (`linerate_server`'s `cluster` and `proxy::peer`).
 
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use linerate_server::clusteropts::{
-    self as defaults, ClusterOptions, ClusterSecret, PeerOptions, MAX_SECRETS, NEEDS_SECRET,
+    CheckedCluster, ClusterOptions, ClusterSecret, PeerOptions, SecretFiles, MAX_SECRETS,
+    NEEDS_SECRET,
 };
-use serde::{Deserialize, Serialize, Serializer};
+use serde::Deserialize;
 
-/// What `check-config` prints in place of a secret.
-const REDACTED: &str = "<redacted>";
-
-/// `[cluster]`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClusterSection {
-    /// This node's name; one of the peers.
-    #[serde(rename = "self")]
-    pub self_name: String,
-    /// Every node, this one included (or use `peers_file`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub peers: Vec<PeerEntry>,
-    /// A file listing the peers: TOML (`peers = [{ name, address, weight }]`) or one
-    /// per line (`name address [weight]`, `#` comments). Re-read on reload.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peers_file: Option<PathBuf>,
-    /// Bounded-load factor c. Default 1.25.
-    #[serde(default = "default_load_factor")]
-    pub load_factor: f64,
-    /// Failures in a row before a peer is down. Default 3.
-    #[serde(default = "default_down_after")]
-    pub down_after: u32,
-    /// Successful probes in a row before a down peer is up. Default 2.
-    #[serde(default = "default_up_after")]
-    pub up_after: u32,
-    /// Milliseconds between probes of a down peer. Default 1000.
-    #[serde(default = "default_probe_interval_ms")]
-    pub probe_interval_ms: u64,
-    /// Seconds after start or a membership change during which an owner's miss asks
-    /// the previous owner's cache first; 0 = never. Default 600.
-    #[serde(default = "default_previous_owner_window_s")]
-    pub previous_owner_window_s: u64,
-    /// Milliseconds to connect to a peer. Default 1000.
-    #[serde(default = "default_connect_timeout_ms")]
-    pub connect_timeout_ms: u64,
-    /// Milliseconds to wait for a peer's response head. Default 15000.
-    #[serde(default = "default_first_byte_timeout_ms")]
-    pub first_byte_timeout_ms: u64,
-    /// The shared secret, inline: a string, or a list of two (the first signs, both
-    /// verify: a rotation). At least 32 bytes each. Give this or `secret_file`.
-    /// Kept as any TOML value until checked, so no parse error echoes it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret: Option<InlineSecret>,
-    /// A file holding the shared secret (one trailing newline is not part of it), or a
-    /// list of two files (the first signs). Read at start and on every reload.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_file: Option<SecretFiles>,
-    /// Transition setting: addresses of peers whose unsigned `Linerate-Peer` fields
-    /// (nodes from before authentication) are accepted. Default none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub accept_unsigned_from: Vec<IpAddr>,
-}
-
-/// `secret_file`: one path, or a list (the first signs).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum SecretFiles {
-    /// One file.
-    One(PathBuf),
-    /// One or two files, the first signing.
-    List(Vec<PathBuf>),
-}
-
-/// `secret` as written: any TOML value (checked in [`ClusterSection::to_options`], so
-/// no parse error quotes it). `Debug` and `Serialize` show only its shape.
-#[derive(Clone, Deserialize)]
-#[serde(transparent)]
-pub struct InlineSecret(toml::Value);
-
-impl std::fmt::Debug for InlineSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("InlineSecret(<redacted>)")
-    }
-}
-
-impl Serialize for InlineSecret {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match &self.0 {
-            toml::Value::Array(a) => s.collect_seq(a.iter().map(|_| REDACTED)),
-            _ => s.serialize_str(REDACTED),
-        }
-    }
-}
-
-/// One node, as listed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PeerEntry {
-    /// Its name (the same on every node's list).
-    pub name: String,
-    /// Its cache-mode listener, `ip:port`.
-    pub address: SocketAddr,
-    /// Relative share of the keys. Default 1.
-    #[serde(default = "default_weight")]
-    pub weight: f64,
-}
+/// `[cluster]` as written: the option type itself (the tests' name for it).
+#[cfg(test)]
+pub type ClusterSection = ClusterOptions;
 
 /// A peers file in TOML form.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PeersFile {
-    peers: Vec<PeerEntry>,
+    peers: Vec<PeerOptions>,
 }
 
-fn default_weight() -> f64 {
-    1.0
-}
-fn default_load_factor() -> f64 {
-    defaults::DEFAULT_LOAD_FACTOR
-}
-fn default_down_after() -> u32 {
-    defaults::DEFAULT_DOWN_AFTER
-}
-fn default_up_after() -> u32 {
-    defaults::DEFAULT_UP_AFTER
-}
-fn default_probe_interval_ms() -> u64 {
-    defaults::DEFAULT_PROBE_INTERVAL.as_millis() as u64
-}
-fn default_previous_owner_window_s() -> u64 {
-    defaults::DEFAULT_PREVIOUS_OWNER_WINDOW.as_secs()
-}
-fn default_connect_timeout_ms() -> u64 {
-    defaults::DEFAULT_PEER_CONNECT_TIMEOUT.as_millis() as u64
-}
-fn default_first_byte_timeout_ms() -> u64 {
-    defaults::DEFAULT_PEER_FIRST_BYTE_TIMEOUT.as_millis() as u64
+/// Reading the files `[cluster]` names.
+pub trait LoadCluster {
+    /// The options with `peers_file` and the secrets read now, checked.
+    fn load(&self) -> Result<CheckedCluster, String>;
+
+    /// [`LoadCluster::load`], as plain options (the tests' entry).
+    #[cfg(test)]
+    fn to_options(&self) -> Result<ClusterOptions, String> {
+        self.load().map(CheckedCluster::into_options)
+    }
 }
 
-impl ClusterSection {
-    /// The options, reading `peers_file` now; every check of
-    /// [`ClusterOptions::check`] applied.
-    pub fn to_options(&self) -> Result<ClusterOptions, String> {
-        let entries = match (&self.peers_file, self.peers.is_empty()) {
+impl LoadCluster for ClusterOptions {
+    fn load(&self) -> Result<CheckedCluster, String> {
+        let mut o = self.clone();
+        match (&self.peers_file, self.peers.is_empty()) {
             (Some(_), false) => {
                 return Err("cluster: give peers or peers_file, not both".into());
             }
-            (Some(path), true) => read_peers_file(path)?,
-            (None, _) => self.peers.clone(),
-        };
-        let peers = entries
-            .into_iter()
-            .map(|e| PeerOptions {
-                name: e.name,
-                address: e.address,
-                weight: e.weight,
-            })
-            .collect();
-        let mut o = ClusterOptions::new(&self.self_name, peers);
-        o.secrets = self.secrets()?;
-        o.accept_unsigned_from = self.accept_unsigned_from.clone();
-        o.load_factor = self.load_factor;
-        o.down_after = self.down_after;
-        o.up_after = self.up_after;
-        o.probe_interval = Duration::from_millis(self.probe_interval_ms.max(1));
-        o.previous_owner_window = Duration::from_secs(self.previous_owner_window_s);
-        o.connect_timeout = Duration::from_millis(self.connect_timeout_ms.max(1));
-        o.first_byte_timeout = Duration::from_millis(self.first_byte_timeout_ms.max(1));
-        o.check()?;
-        Ok(o)
+            (Some(path), true) => o.peers = read_peers_file(path)?,
+            (None, _) => {}
+        }
+        o.secrets = secrets(self)?;
+        o.into_checked()
     }
 }
 
-impl ClusterSection {
-    /// The secrets, inline or read from their files now. No message quotes one.
-    fn secrets(&self) -> Result<Vec<ClusterSecret>, String> {
-        let secrets = match (&self.secret, &self.secret_file) {
-            (Some(_), Some(_)) => {
-                return Err("cluster: give secret or secret_file, not both".into());
+/// The secrets, inline or read from their files now. No message quotes one.
+fn secrets(c: &ClusterOptions) -> Result<Vec<ClusterSecret>, String> {
+    match (&c.secret, &c.secret_file) {
+        (Some(_), Some(_)) => Err("cluster: give secret or secret_file, not both".into()),
+        (None, None) => Err(NEEDS_SECRET.into()),
+        (Some(inline), None) => inline.secrets(),
+        (None, Some(SecretFiles::One(path))) => Ok(vec![read_secret_file(path)?]),
+        (None, Some(SecretFiles::List(paths))) => {
+            if paths.is_empty() || paths.len() > MAX_SECRETS {
+                return Err(format!(
+                    "cluster: secret_file lists 1 to {MAX_SECRETS} files (the one that signs first)"
+                ));
             }
-            (None, None) => return Err(NEEDS_SECRET.into()),
-            (Some(InlineSecret(value)), None) => inline_secrets(value)?,
-            (None, Some(SecretFiles::One(path))) => vec![read_secret_file(path)?],
-            (None, Some(SecretFiles::List(paths))) => {
-                if paths.is_empty() || paths.len() > MAX_SECRETS {
-                    return Err(format!(
-                        "cluster: secret_file lists 1 to {MAX_SECRETS} files (the one that signs first)"
-                    ));
-                }
-                paths
-                    .iter()
-                    .map(|p| read_secret_file(p))
-                    .collect::<Result<_, _>>()?
-            }
-        };
-        Ok(secrets)
-    }
-}
-
-/// `secret = "..."` or `secret = ["...", "..."]`.
-fn inline_secrets(value: &toml::Value) -> Result<Vec<ClusterSecret>, String> {
-    let shape =
-        || format!("cluster: secret must be a string or a list of 1 to {MAX_SECRETS} strings");
-    match value {
-        toml::Value::String(s) => Ok(vec![ClusterSecret::new(s.as_bytes().to_vec())]),
-        toml::Value::Array(list) if !list.is_empty() && list.len() <= MAX_SECRETS => list
-            .iter()
-            .map(|v| match v {
-                toml::Value::String(s) => Ok(ClusterSecret::new(s.as_bytes().to_vec())),
-                _ => Err(shape()),
-            })
-            .collect(),
-        _ => Err(shape()),
+            paths.iter().map(|p| read_secret_file(p)).collect()
+        }
     }
 }
 
@@ -240,7 +90,7 @@ fn read_secret_file(path: &Path) -> Result<ClusterSecret, String> {
 }
 
 /// Read a peers file: TOML (`peers = [...]`) or lines of `name address [weight]`.
-fn read_peers_file(path: &std::path::Path) -> Result<Vec<PeerEntry>, String> {
+fn read_peers_file(path: &Path) -> Result<Vec<PeerOptions>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cluster.peers_file {}: {e}", path.display()))?;
     if text.trim_start().starts_with("peers") || text.contains("[[peers]]") {
@@ -275,7 +125,7 @@ fn read_peers_file(path: &std::path::Path) -> Result<Vec<PeerEntry>, String> {
         if words.next().is_some() {
             return Err(bad("expected `name address [weight]`"));
         }
-        out.push(PeerEntry {
+        out.push(PeerOptions {
             name: name.to_string(),
             address,
             weight,

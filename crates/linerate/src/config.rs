@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cacheconfig::{CacheSections, QuickStart};
+use crate::clusterconfig::LoadCluster;
 use linerate_server::cacheopts::CacheOptions;
 use linerate_server::options::{self as defaults, Pinning, ServerOptions, Timeouts};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -17,9 +18,40 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// a typo like `workers = 40000`.
 const MAX_WORKERS: u64 = 1024;
 
-/// The bundled sample library, served when no root is configured. It is found next to
-/// the sources this binary was built from (`cargo run` from a checkout).
+/// The bundled sample library of the checkout this binary was built from: served when
+/// no root is configured, while the binary is still in that checkout (`cargo run`,
+/// `target/release/linerate`); see [`sample_root`].
 pub const SAMPLE_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../sample");
+
+/// The bundled sample library, served when no root is configured. Looked for where it
+/// ships relative to the running binary (a binary moved elsewhere no longer finds, or
+/// names, the build tree): `sample/` beside it (an unpacked release), the install
+/// prefix's `share/linerate/sample` (`bin/linerate`), and, while the binary still lies
+/// in the checkout it was built from, that checkout's `sample/`. `Err`: the places
+/// looked, for the error that asks for `--root`.
+pub fn sample_root() -> Result<PathBuf, Vec<PathBuf>> {
+    let exe = std::env::current_exe()
+        .and_then(|e| e.canonicalize())
+        .unwrap_or_default();
+    let mut places = Vec::new();
+    if let Some(dir) = exe.parent() {
+        places.push(dir.join("sample"));
+        if let Some(prefix) = dir.parent() {
+            places.push(prefix.join("share/linerate/sample"));
+        }
+    }
+    let checkout = Path::new(SAMPLE_ROOT)
+        .parent()
+        .and_then(|p| p.canonicalize().ok());
+    if checkout.is_some_and(|c| exe.starts_with(c)) {
+        places.push(PathBuf::from(SAMPLE_ROOT));
+    }
+    places.iter().find(|p| p.is_dir()).cloned().ok_or(places)
+}
+
+/// What the default root is when no sample library is found: a path that says so (the
+/// server is then refused before it starts, see [`Config::check_root`]).
+const NO_SAMPLE: &str = "<no bundled sample library found: give --root DIR or appliance.root>";
 
 /// The whole file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -28,7 +60,7 @@ pub struct Config {
     /// `[server]`
     pub server: ServerSection,
     /// `[timeouts]`
-    pub timeouts: TimeoutsSection,
+    pub timeouts: Timeouts,
     /// `[appliance]`
     pub appliance: ApplianceSection,
     /// `[cache_control]`
@@ -36,32 +68,32 @@ pub struct Config {
     /// `[admin]`
     pub admin: crate::opsconfig::AdminSection,
     /// `[access_log]`
-    pub access_log: crate::opsconfig::AccessLogSection,
+    pub access_log: linerate_server::operate::AccessLogOptions,
     /// `[tcp]`
     pub tcp: crate::opsconfig::TcpSection,
     /// `[tls]`
-    pub tls: crate::tlsconfig::TlsSection,
+    pub tls: linerate_server::TlsOptions,
     /// `[fill]` (fill jobs, cache mode).
-    pub fill: crate::fillconfig::FillSection,
+    pub fill: linerate_server::fillopts::FillOptions,
     /// `[cache]` (cache mode; see [`crate::cacheconfig`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::cacheconfig::CacheSection>,
     /// `[[origin]]` (cache mode).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub origin: Vec<crate::cacheconfig::OriginSection>,
+    pub origin: Vec<linerate_server::cacheopts::OriginOptions>,
     /// `[[route]]` (cache mode).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub route: Vec<crate::cacheconfig::RouteSection>,
+    pub route: Vec<linerate_server::cacheopts::RouteOptions>,
     /// `[cluster]` (cache mode; see [`crate::clusterconfig`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<crate::clusterconfig::ClusterSection>,
+    pub cluster: Option<toml::Spanned<linerate_server::ClusterOptions>>,
     /// Cache mode's options, converted (and so checked) once when the file was parsed;
     /// `None` when cache mode is off.
     #[serde(skip)]
     cache_options: Option<CacheOptions>,
-    /// `[cluster]` converted (its peers file read) when the file was parsed.
+    /// `[cluster]` with the files it names read, and checked, when the file was parsed.
     #[serde(skip)]
-    cluster_options: Option<linerate_server::ClusterOptions>,
+    cluster_options: Option<linerate_server::clusteropts::CheckedCluster>,
 }
 
 /// `[server]`: listeners and workers.
@@ -103,40 +135,6 @@ impl Default for ServerSection {
     }
 }
 
-/// `[timeouts]`, in milliseconds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TimeoutsSection {
-    /// Whole request head. Default 10000.
-    #[serde(deserialize_with = "positive")]
-    pub request_head_ms: u64,
-    /// Idle keep-alive. Default 60000.
-    #[serde(deserialize_with = "positive")]
-    pub keepalive_ms: u64,
-    /// No send progress. Default 30000.
-    #[serde(deserialize_with = "positive")]
-    pub send_ms: u64,
-    /// Graceful stop. Default 30000.
-    pub shutdown_grace_ms: u64,
-    /// Idle time before a keep-alive connection is parked outside the runtime.
-    /// Default 1000.
-    #[serde(deserialize_with = "positive")]
-    pub park_idle_after_ms: u64,
-}
-
-impl Default for TimeoutsSection {
-    fn default() -> Self {
-        let ms = |d: Duration| d.as_millis() as u64;
-        TimeoutsSection {
-            request_head_ms: ms(defaults::DEFAULT_REQUEST_HEAD_TIMEOUT),
-            keepalive_ms: ms(defaults::DEFAULT_KEEPALIVE_TIMEOUT),
-            send_ms: ms(defaults::DEFAULT_SEND_TIMEOUT),
-            shutdown_grace_ms: ms(defaults::DEFAULT_SHUTDOWN_GRACE),
-            park_idle_after_ms: ms(defaults::DEFAULT_PARK_IDLE_AFTER),
-        }
-    }
-}
-
 /// `[appliance]`: the library served from local disk.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -160,7 +158,7 @@ pub struct ApplianceSection {
 impl Default for ApplianceSection {
     fn default() -> Self {
         ApplianceSection {
-            root: PathBuf::from(SAMPLE_ROOT),
+            root: sample_root().unwrap_or_else(|_| PathBuf::from(NO_SAMPLE)),
             open_file_cache: defaults::DEFAULT_OPEN_FILE_CACHE as u64,
             open_file_cache_valid_ms: defaults::DEFAULT_OPEN_FILE_CACHE_VALID.as_millis() as u64,
             open_file_cache_watch: true,
@@ -220,7 +218,7 @@ impl Config {
             .map_err(<toml::de::Error as serde::de::Error>::custom)?;
         config
             .tls
-            .validate()
+            .check()
             .map_err(<toml::de::Error as serde::de::Error>::custom)?;
         if let Some(key) = config.tcp.unknown_listener(&config.listen_addresses()) {
             return Err(error_at(
@@ -239,9 +237,13 @@ impl Config {
         }
         let cache = config.cache_sections();
         if cache.is_on() {
-            let options = CacheOptions::try_from(cache).map_err(|e| match e.span {
-                Some(span) => error_at(text, span, &e.message),
-                None => <toml::de::Error as serde::de::Error>::custom(e.message),
+            let options = CacheOptions::try_from(cache).map_err(|e| {
+                // The quick start's origins and routes are not the file's.
+                let place = e.place.filter(|_| quick.is_none());
+                match e.span.or_else(|| place.and_then(|p| p.span_in(text))) {
+                    Some(span) => error_at(text, span, &e.message),
+                    None => <toml::de::Error as serde::de::Error>::custom(e.message),
+                }
             })?;
             config.cache_options = Some(options);
         }
@@ -251,7 +253,12 @@ impl Config {
                     "[cluster] needs cache mode ([cache], [[origin]] and [[route]])",
                 ));
             }
-            config.cluster_options = Some(c.to_options().map_err(serde::de::Error::custom)?);
+            if c.get_ref().self_name.is_empty() {
+                // Required, though every other key has a default: said as the TOML
+                // parser says a missing key, at the section's line.
+                return Err(error_at(text, c.span(), "missing field `self`"));
+            }
+            config.cluster_options = Some(c.get_ref().load().map_err(serde::de::Error::custom)?);
         }
         Ok(config)
     }
@@ -301,6 +308,32 @@ impl Config {
         }
     }
 
+    /// In appliance mode, that there is a library to serve: `appliance.root` is a
+    /// directory. The error says how to give one (`--root DIR` or `appliance.root`), and
+    /// where the bundled sample was looked for when the root was left at its default.
+    pub fn check_root(&self) -> Result<(), String> {
+        let root = &self.appliance.root;
+        if self.cache_mode() || root.is_dir() {
+            return Ok(());
+        }
+        if root.as_os_str() == NO_SAMPLE {
+            let looked: Vec<String> = sample_root()
+                .err()
+                .unwrap_or_default()
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            return Err(format!(
+                "no library to serve: the bundled sample library is not where this binary looks for it ({}); give --root DIR (or appliance.root in a --config file), or cache mode with --origin URL --cache-dir DIR",
+                looked.join(", ")
+            ));
+        }
+        Err(format!(
+            "appliance.root {} is not a directory (give the library to serve with --root DIR or appliance.root)",
+            root.display()
+        ))
+    }
+
     /// The effective configuration as TOML (what `check-config` prints).
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot print configuration: {e}\n"))
@@ -322,13 +355,7 @@ impl Config {
         o.backlog = u32::try_from(self.server.backlog).unwrap_or(u32::MAX);
         o.cold_threads_per_disk = self.server.cold_threads_per_disk as usize;
         o.max_discarded_body = self.server.max_discarded_body;
-        o.timeouts = Timeouts {
-            request_head: Duration::from_millis(self.timeouts.request_head_ms),
-            keepalive: Duration::from_millis(self.timeouts.keepalive_ms),
-            send: Duration::from_millis(self.timeouts.send_ms),
-            shutdown_grace: Duration::from_millis(self.timeouts.shutdown_grace_ms),
-        };
-        o.park_idle_after = Duration::from_millis(self.timeouts.park_idle_after_ms);
+        o.timeouts = self.timeouts;
         o.open_file_cache = usize::try_from(self.appliance.open_file_cache).unwrap_or(usize::MAX);
         o.open_file_cache_valid = Duration::from_millis(self.appliance.open_file_cache_valid_ms);
         o.open_file_cache_watch = self.appliance.open_file_cache_watch;
@@ -344,12 +371,12 @@ impl Config {
         o.default_cache_control =
             Some(self.cache_control.default.clone()).filter(|v| !v.is_empty());
         o.admin = self.admin.to_options();
-        o.access_log = self.access_log.to_options();
+        o.access_log = self.access_log.clone();
         o.tcp = self.tcp.to_options();
-        o.tls = self.tls.to_options();
+        o.tls = Some(self.tls.clone()).filter(|t| !t.listen.is_empty());
         o.cache = self.cache_options.clone();
         o.cluster = self.cluster_options.clone();
-        o.fill = self.fill.to_options();
+        o.fill = self.fill.clone();
         o
     }
 }

@@ -6,9 +6,11 @@ mod adminctl;
 mod cacheconfig;
 mod clusterconfig;
 mod config;
+#[cfg(test)]
 mod fillconfig;
 mod fillctl;
 mod opsconfig;
+#[cfg(test)]
 mod tlsconfig;
 
 use std::net::SocketAddr;
@@ -68,6 +70,14 @@ struct ServeArgs {
     /// Worker threads (0 = one per CPU); replaces `server.workers`.
     #[arg(long)]
     workers: Option<u64>,
+    /// Admin API address, `ip:port` or `off`; replaces `admin.listen`.
+    #[arg(long, value_name = "ADDR", value_parser = admin_listen)]
+    admin: Option<String>,
+    /// File holding the admin token (the commands' bearer token; 16+ visible
+    /// characters, one trailing newline ignored); replaces `admin.token` and
+    /// `admin.token_file`. Read at start and on every reload.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
     /// Cache mode quick start: an origin server, `http://host[:port][/base]` or
     /// `https://...` (repeatable: servers of one origin named "origin", with one
     /// catch-all route to it). Replaces the file's `[[origin]]` and `[[route]]`. Needs
@@ -79,13 +89,17 @@ struct ServeArgs {
     #[arg(long, value_name = "DIR", requires = "origin")]
     cache_dir: Option<PathBuf>,
     /// Capacity of `--cache-dir`, bytes (or with a K, M, G or T suffix: powers of 1024).
-    /// Default: 90% of the size of the filesystem holding it.
+    /// Default: 90% of the free space of the filesystem holding it.
     #[arg(long, value_name = "BYTES", value_parser = cache_size, requires = "cache_dir")]
     cache_size: Option<u64>,
 }
 
+fn admin_listen(s: &str) -> Result<String, String> {
+    opsconfig::check_admin_listen(s).map(|()| s.to_owned())
+}
+
 fn origin_url(s: &str) -> Result<String, String> {
-    cacheconfig::ServerUrl::parse(s).map(|_| s.to_owned())
+    linerate_server::OriginServer::parse(s).map(|_| s.to_owned())
 }
 
 fn cache_size(s: &str) -> Result<u64, String> {
@@ -155,19 +169,11 @@ fn serve_with(
     };
     // SIGHUP re-reads the same file with the same command-line overrides.
     let reloader: Option<linerate_server::Reloader> = args.config.clone().map(|path| {
-        let (listen, root, workers) = (args.listen.clone(), args.root.clone(), args.workers);
+        let overrides = Overrides::of(&args);
         let quick = quick.clone();
         Box::new(move || {
             let mut c = Config::load_with(&path, quick.as_ref()).map_err(|e| format!("{e:#}"))?;
-            if !listen.is_empty() {
-                c.server.listen = listen.clone();
-            }
-            if let Some(r) = &root {
-                c.appliance.root = r.clone();
-            }
-            if let Some(w) = workers {
-                c.server.workers = w;
-            }
+            overrides.apply(&mut c)?;
             c.check_listener_overrides()?;
             Ok(c.to_options())
         }) as linerate_server::Reloader
@@ -177,21 +183,24 @@ fn serve_with(
         None => Config::parse_with("", quick.as_ref())
             .map_err(|e| anyhow::anyhow!("command line: {e}"))?,
     };
-    if !args.listen.is_empty() {
-        config.server.listen = args.listen;
-    }
-    if let Some(root) = args.root {
-        config.appliance.root = root;
-    }
-    if let Some(w) = args.workers {
-        config.server.workers = w;
-    }
+    Overrides::of(&args)
+        .apply(&mut config)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     if let Some(path) = &args.config {
         config
             .check_listener_overrides()
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
+    config.check_root().map_err(|e| anyhow::anyhow!("{e}"))?;
     let options = config.to_options();
+    if let Some(cache) = &options.cache {
+        cacheconfig::check_disk_dirs(cache, cacheconfig::DirCheck::Keep).map_err(
+            |e| match &args.config {
+                Some(path) => anyhow::anyhow!("{}: {e}", path.display()),
+                None => anyhow::anyhow!("{e}"),
+            },
+        )?;
+    }
     linerate_server::run_upgradable(options, reloader, successor, systemd, |started| {
         if let Some(admin) = started.admin_addr {
             tracing::info!("admin api at http://{admin}");
@@ -206,16 +215,59 @@ fn serve_with(
     Ok(())
 }
 
+/// What the command line replaces in the configuration, at start and on every reload.
+#[derive(Clone)]
+struct Overrides {
+    listen: Vec<SocketAddr>,
+    root: Option<PathBuf>,
+    workers: Option<u64>,
+    admin: Option<String>,
+    token_file: Option<PathBuf>,
+}
+
+impl Overrides {
+    fn of(args: &ServeArgs) -> Overrides {
+        Overrides {
+            listen: args.listen.clone(),
+            root: args.root.clone(),
+            workers: args.workers,
+            admin: args.admin.clone(),
+            token_file: args.token_file.clone(),
+        }
+    }
+
+    /// Replace what the flags give; `--token-file` is read now.
+    fn apply(&self, c: &mut Config) -> Result<(), String> {
+        if !self.listen.is_empty() {
+            c.server.listen = self.listen.clone();
+        }
+        if let Some(r) = &self.root {
+            c.appliance.root = r.clone();
+        }
+        if let Some(w) = self.workers {
+            c.server.workers = w;
+        }
+        if let Some(a) = &self.admin {
+            c.admin.listen = a.clone();
+        }
+        if let Some(f) = &self.token_file {
+            c.admin
+                .use_token_file(f.clone())
+                .map_err(|e| format!("--token-file: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let config = Config::load(file)?;
-    let root = &config.appliance.root;
     // Cache mode serves from the store, so the appliance root is not needed.
-    if !config.cache_mode() && !root.is_dir() {
-        anyhow::bail!(
-            "{}: appliance.root {} is not a directory",
-            file.display(),
-            root.display()
-        );
+    config
+        .check_root()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    if let Some(cache) = &config.to_options().cache {
+        cacheconfig::check_disk_dirs(cache, cacheconfig::DirCheck::Undo)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     }
     if let Some(tls) = config.to_options().tls {
         // Load every certificate and key now, so a bad file fails the check, not a start.
@@ -230,7 +282,7 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
                 anyhow::anyhow!(
                     "{}: origin {:?}: ca_file {}: {e}",
                     file.display(),
-                    origin.name.get_ref(),
+                    &origin.name,
                     ca.display()
                 )
             })?;

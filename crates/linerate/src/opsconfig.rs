@@ -1,32 +1,20 @@
-//! The operating sections of the configuration file: `[admin]`, `[access_log]` and
-//! `[tcp]` (reference: docs/config.md). Same rules as the rest of the file: unknown keys
-//! and bad values are errors naming the key and line; defaults come from
-//! `linerate_server::operate`.
+//! The operating sections of the configuration file: `[admin]` and `[tcp]` (reference:
+//! docs/config.md); `[access_log]` is [`linerate_server::operate::AccessLogOptions`]
+//! itself. Same rules as the rest of the file: unknown keys and bad values are errors
+//! naming the key and line; defaults come from `linerate_server::operate`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use linerate_server::operate::{
-    self, AccessLogOptions, AdminOptions, ListenerTcp, LogFormat, Metrics, TcpOptions, TcpTuning,
-};
+use linerate_server::operate::{self, AdminOptions, ListenerTcp, Metrics, TcpOptions, TcpTuning};
 use serde::{Deserialize, Deserializer, Serialize};
 use toml::Spanned;
 
 /// Shortest admin token accepted: a guessable token would make the commands public to
 /// anyone who can reach the admin address.
 const MIN_TOKEN_LEN: usize = 16;
-
-/// Smallest access-log buffer: below a page the buffer stops saving syscalls.
-const MIN_LOG_BUFFER: u64 = 4096;
-
-/// Largest access-log buffer per worker: lines lost on a crash grow with it.
-const MAX_LOG_BUFFER: u64 = 16 * 1024 * 1024;
-
-/// Longest flush interval: a log that lags more than a minute is no longer "live".
-const MAX_LOG_FLUSH_MS: u64 = 60_000;
 
 /// `[admin]`: the admin API.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -159,48 +147,6 @@ const NOT_A_STRING: &str = "must be a string (the value is not shown: it is a se
 /// Longest `token_file` read: a token is a line; a larger file is the wrong file.
 const MAX_TOKEN_FILE: u64 = 4096;
 
-/// `[access_log]`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AccessLogSection {
-    /// File appended to; empty = off. Default empty.
-    pub path: PathBuf,
-    /// `combined` or `json`. Default `combined`.
-    pub format: FormatName,
-    /// Share of requests logged, 0.0-1.0. Default 1.0.
-    #[serde(deserialize_with = "share")]
-    pub sample: f64,
-    /// Per-worker buffer, bytes. Default 65536.
-    #[serde(deserialize_with = "log_buffer")]
-    pub buffer_bytes: u64,
-    /// Longest wait before buffered lines are written, ms. Default 1000.
-    #[serde(deserialize_with = "flush_ms")]
-    pub flush_ms: u64,
-}
-
-/// Access-log format names.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum FormatName {
-    /// NCSA combined plus cache status, duration and RTT.
-    Combined,
-    /// One JSON object per line.
-    Json,
-}
-
-impl Default for AccessLogSection {
-    fn default() -> Self {
-        let o = AccessLogOptions::default();
-        AccessLogSection {
-            path: PathBuf::new(),
-            format: FormatName::Combined,
-            sample: o.sample,
-            buffer_bytes: o.buffer_bytes as u64,
-            flush_ms: o.flush_every.as_millis() as u64,
-        }
-    }
-}
-
 /// `[tcp]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -293,6 +239,14 @@ impl AdminSection {
         Ok(())
     }
 
+    /// Take the token from `path` instead of `token` or `token_file` (`serve
+    /// --token-file`), read now.
+    pub fn use_token_file(&mut self, path: PathBuf) -> Result<(), String> {
+        self.token = Token::default();
+        self.token_file = Some(path);
+        self.load_token_file()
+    }
+
     /// The token in effect: `token`, or what `token_file` held.
     pub fn effective_token(&self) -> &Token {
         if self.token_file.is_some() {
@@ -314,22 +268,6 @@ impl AdminSection {
             } else {
                 Metrics::Off
             },
-        }
-    }
-}
-
-impl AccessLogSection {
-    /// Typed options.
-    pub fn to_options(&self) -> AccessLogOptions {
-        AccessLogOptions {
-            path: Some(self.path.clone()).filter(|p| !p.as_os_str().is_empty()),
-            format: match self.format {
-                FormatName::Combined => LogFormat::Combined,
-                FormatName::Json => LogFormat::Json,
-            },
-            sample: self.sample,
-            buffer_bytes: self.buffer_bytes as usize,
-            flush_every: Duration::from_millis(self.flush_ms),
         }
     }
 }
@@ -405,10 +343,16 @@ fn congestion_override<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>
 
 fn admin_listen<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
+    check_admin_listen(&s).map_err(serde::de::Error::custom)?;
+    Ok(s)
+}
+
+/// `admin.listen` (and `serve --admin`): `"ip:port"` or `"off"`.
+pub fn check_admin_listen(s: &str) -> Result<(), String> {
     if s == "off" || s.parse::<SocketAddr>().is_ok() {
-        Ok(s)
+        Ok(())
     } else {
-        Err(serde::de::Error::custom("must be \"ip:port\" or \"off\""))
+        Err("must be \"ip:port\" or \"off\"".to_owned())
     }
 }
 
@@ -441,26 +385,6 @@ fn share<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let v = f64::deserialize(d)?;
     if !(0.0..=1.0).contains(&v) {
         return Err(serde::de::Error::custom("must be between 0.0 and 1.0"));
-    }
-    Ok(v)
-}
-
-fn log_buffer<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let v = u64::deserialize(d)?;
-    if !(MIN_LOG_BUFFER..=MAX_LOG_BUFFER).contains(&v) {
-        return Err(serde::de::Error::custom(format!(
-            "must be between {MIN_LOG_BUFFER} and {MAX_LOG_BUFFER}"
-        )));
-    }
-    Ok(v)
-}
-
-fn flush_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let v = u64::deserialize(d)?;
-    if v == 0 || v > MAX_LOG_FLUSH_MS {
-        return Err(serde::de::Error::custom(format!(
-            "must be between 1 and {MAX_LOG_FLUSH_MS}"
-        )));
     }
     Ok(v)
 }

@@ -1259,3 +1259,59 @@ fn a_range_past_the_end_of_an_unstored_object_costs_one_origin_request() {
     );
     server.stop();
 }
+
+/// Issue 22 part 4: `linerate stats` on an idle cache-mode server does not call it an
+/// appliance (its hit ratio is null until the first lookup, which the view read as
+/// appliance mode); it says no lookups happened yet and lists the cache's disk.
+#[test]
+fn stats_of_an_idle_cache_says_cache_mode_not_appliance() {
+    let origin = Origin::start(|_| origin::ok(b"x", &[]));
+    let cache = CacheConfig::new(&origin).start();
+    let out = std::process::Command::new(support::binary())
+        .args([
+            "stats",
+            "--once",
+            "--admin",
+            &cache.server.admin_addr().to_string(),
+        ])
+        .output()
+        .unwrap();
+    let view = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!view.contains("appliance"), "{view}");
+    assert!(view.contains("no lookups yet"), "{view}");
+    assert_eq!(origin.total(), 0);
+    assert!(cache.stop().success());
+}
+
+/// Issue 22 part 4: cache mode's start-up line names what it fronts (its origins with
+/// their servers, its routes in order, its disks), not an appliance `root=` it never
+/// serves, and no warning about the appliance-only `open_file_cache` appears.
+#[test]
+fn cache_mode_start_up_log_names_origins_and_routes() {
+    let origin = Origin::start(|_| origin::ok(b"x", &[]));
+    let cache = CacheConfig::new(&origin)
+        .route("host = \"cdn.example\"\npath_prefix = \"/vod/\"\norigin = \"o\"")
+        .start();
+    let server = &cache.server;
+    support::eventually("the start-up line", || server.logged("starting"));
+    let log = server.log.lock().unwrap().clone();
+    let line = log.iter().find(|l| l.contains("starting")).unwrap();
+    assert!(line.contains("mode=\"cache\""), "{line}");
+    assert!(
+        line.contains(&format!("origins=o={}", origin.url())),
+        "{line}"
+    );
+    assert!(line.contains("routes=cdn.example/vod/->o"), "{line}");
+    assert!(line.contains("disks=d0="), "{line}");
+    assert!(!line.contains("root="), "{line}");
+    assert!(
+        !log.iter().any(|l| l.contains("open_file_cache")),
+        "{log:?}"
+    );
+    assert!(cache.stop().success());
+}

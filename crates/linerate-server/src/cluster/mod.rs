@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::admin::control::{Control, RunState};
 use crate::cacheopts::{OriginOptions, OriginServer};
-use crate::clusteropts::{ClusterOptions, HOP_HEADER};
+use crate::clusteropts::{CheckedCluster, ClusterOptions, HOP_HEADER};
 use crate::origin::{Origin, OriginShared};
 
 /// How often the keeper looks for a reload or a stop between probes.
@@ -330,9 +330,9 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    /// The cluster of `opts` (checked by the caller), every peer up.
-    pub(crate) fn new(opts: ClusterOptions) -> Result<Arc<Cluster>, String> {
-        opts.check()?;
+    /// The cluster of `opts`, every peer up.
+    pub(crate) fn new(opts: CheckedCluster) -> Result<Arc<Cluster>, String> {
+        let opts = opts.into_options();
         warn_unsigned(&opts);
         let membership = build(opts, None, 1)?;
         Ok(Arc::new(Cluster {
@@ -408,8 +408,8 @@ impl Cluster {
 
     /// Put new options in force (a reload). Peers that keep their name and address keep
     /// their state; the previous-owner window restarts when the node set changed.
-    pub(crate) fn apply(&self, opts: ClusterOptions) -> Result<(), String> {
-        opts.check()?;
+    pub(crate) fn apply(&self, opts: CheckedCluster) -> Result<(), String> {
+        let opts = opts.into_options();
         let old = self.membership();
         if old.opts == opts {
             return Ok(());
@@ -653,6 +653,10 @@ mod tests {
     use super::*;
     use crate::clusteropts::PeerOptions;
 
+    fn checked(o: ClusterOptions) -> CheckedCluster {
+        o.into_checked().unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn opts(me: &str, names: &[&str]) -> ClusterOptions {
         let peers = names
             .iter()
@@ -680,7 +684,7 @@ mod tests {
         let names = ["a", "b", "c"];
         let views: Vec<Arc<Cluster>> = names
             .iter()
-            .map(|n| Cluster::new(opts(n, &names)).unwrap_or_else(|e| panic!("{e}")))
+            .map(|n| Cluster::new(checked(opts(n, &names))).unwrap_or_else(|e| panic!("{e}")))
             .collect();
         for k in 0..300 {
             let key = format!("http://h/{k}");
@@ -694,7 +698,7 @@ mod tests {
 
     #[test]
     fn down_after_three_up_after_probes_and_skipped_while_down() {
-        let c = Cluster::new(opts("a", &["a", "b"])).unwrap_or_else(|e| panic!("{e}"));
+        let c = Cluster::new(checked(opts("a", &["a", "b"]))).unwrap_or_else(|e| panic!("{e}"));
         let m = c.membership();
         let b = m.peers[1].clone().unwrap_or_else(|| unreachable!());
         // A key b owns.
@@ -735,7 +739,7 @@ mod tests {
         });
         let mut o = opts("a", &["a", "b"]);
         o.peers[1].address = addr;
-        let c = Cluster::new(o).unwrap_or_else(|e| panic!("{e}"));
+        let c = Cluster::new(checked(o)).unwrap_or_else(|e| panic!("{e}"));
         let m = c.membership();
         let b = m.peers[1].clone().unwrap_or_else(|| unreachable!());
         for _ in 0..3 {
@@ -755,7 +759,8 @@ mod tests {
 
     #[test]
     fn bounded_load_passes_an_overloaded_owner_over() {
-        let c = Cluster::new(opts("a", &["a", "b", "c"])).unwrap_or_else(|e| panic!("{e}"));
+        let c =
+            Cluster::new(checked(opts("a", &["a", "b", "c"]))).unwrap_or_else(|e| panic!("{e}"));
         let m = c.membership();
         let key = (0..)
             .map(|k| format!("http://h/{k}"))
@@ -787,9 +792,11 @@ mod tests {
 
     #[test]
     fn a_new_node_asks_the_previous_owner_and_a_reload_keeps_peer_state() {
-        let c = Cluster::new(opts("d", &["a", "b", "c", "d"])).unwrap_or_else(|e| panic!("{e}"));
+        let c = Cluster::new(checked(opts("d", &["a", "b", "c", "d"])))
+            .unwrap_or_else(|e| panic!("{e}"));
         let m = c.membership();
-        let three = Cluster::new(opts("a", &["a", "b", "c"])).unwrap_or_else(|e| panic!("{e}"));
+        let three =
+            Cluster::new(checked(opts("a", &["a", "b", "c"]))).unwrap_or_else(|e| panic!("{e}"));
         let mut asked = 0;
         for k in 0..200 {
             let key = format!("http://h/{k}");
@@ -803,7 +810,7 @@ mod tests {
         let a = m.peers[0].clone().unwrap_or_else(|| unreachable!());
         let mut o = m.opts.clone();
         o.peers[1].weight = 2.0;
-        c.apply(o).unwrap_or_else(|e| panic!("{e}"));
+        c.apply(checked(o)).unwrap_or_else(|e| panic!("{e}"));
         let m2 = c.membership();
         assert_eq!(m2.generation, 2);
         assert!(Arc::ptr_eq(
@@ -837,12 +844,12 @@ mod tests {
         // b is 127.0.0.2 (opts numbers ports, not addresses: give b its own).
         o.peers[1].address = "127.0.0.2:80".parse().unwrap_or_else(|_| unreachable!());
         o.accept_unsigned_from = vec!["127.0.0.2".parse().unwrap_or_else(|_| unreachable!())];
-        let a = Cluster::new(o.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let a = Cluster::new(checked(o.clone())).unwrap_or_else(|e| panic!("{e}"));
         let signer = {
             let mut b = o.clone();
             b.self_name = "b".into();
             b.accept_unsigned_from.clear();
-            Cluster::new(b).unwrap_or_else(|e| panic!("{e}"))
+            Cluster::new(checked(b)).unwrap_or_else(|e| panic!("{e}"))
         };
         let target = b"http://video.test/x";
         let signed = signer
@@ -909,7 +916,7 @@ mod tests {
         other.self_name = "b".into();
         other.accept_unsigned_from.clear();
         other.secrets = vec![crate::clusteropts::ClusterSecret::new(vec![b'o'; 32])];
-        let other = Cluster::new(other).unwrap_or_else(|e| panic!("{e}"));
+        let other = Cluster::new(checked(other)).unwrap_or_else(|e| panic!("{e}"));
         let wrong = other
             .membership()
             .sign(&auth::Covered::with_fields(b"GET", target, Some(b"video.test"), &[]).to("a"));
@@ -929,14 +936,14 @@ mod tests {
     #[test]
     fn a_reload_applies_new_secrets() {
         let o = opts("a", &["a", "b"]);
-        let c = Cluster::new(o.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let c = Cluster::new(checked(o.clone())).unwrap_or_else(|e| panic!("{e}"));
         let covered = auth::Covered::with_fields(b"GET", b"/x", Some(b"h"), &[]);
         let old = c.membership().sign(&covered);
         let mut rotated = o.clone();
         rotated
             .secrets
             .insert(0, crate::clusteropts::ClusterSecret::new(vec![b'n'; 40]));
-        c.apply(rotated).unwrap_or_else(|e| panic!("{e}"));
+        c.apply(checked(rotated)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.membership().generation, 2);
         let new = c.membership().sign(&covered);
         assert_ne!(old, new, "the first (new) secret signs");

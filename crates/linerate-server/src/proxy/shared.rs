@@ -216,7 +216,7 @@ impl ProxyShared {
     pub(crate) fn new(
         opts: CacheOptions,
         lock: Option<linerate_cache::StoreLock>,
-        cluster: Option<crate::clusteropts::ClusterOptions>,
+        cluster: Option<crate::clusteropts::CheckedCluster>,
     ) -> Result<Arc<ProxyShared>, String> {
         let cluster = cluster.map(crate::cluster::Cluster::new).transpose()?;
         let store = match lock {
