@@ -433,11 +433,21 @@ async fn store(
         Answer::WholeAsPart { total } => Some(total),
         _ => resp.content_length(),
     };
-    let begun = if pw.disk_writes.inline() {
+    // Writes on the worker on a standalone cache only: in a cluster, with them, a herd
+    // made more origin requests than one per slice (cluster.rs herd, 13-24 for 12; the
+    // interplay with peer de-duplication is not understood yet), so a cluster node
+    // hands its writes to the fill threads as before.
+    let on_worker = px.cluster.is_none();
+    let begun = if on_worker && pw.disk_writes.inline() {
         // Create the temporary file here (see `DiskWrites`).
         let t = std::time::Instant::now();
         let r = px.store.begin_write(store_key, meta, expected);
         pw.disk_writes.took(t.elapsed(), &px.write_counts);
+        // Let the requests that came meanwhile run while the claim is still `Pending`,
+        // as they did when the create was a hand-off: they join this fill as its
+        // followers. Without these yields (here and after each append) a cluster herd
+        // made 13-24 origin requests for 12 slices (cluster.rs herd).
+        tokio::task::yield_now().await;
         Some(r)
     } else {
         px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
@@ -505,10 +515,14 @@ async fn store(
                 // A page-cache `pwrite`, here while they are quick; on the fill
                 // threads (the writer and buffer travel there and back) after a slow
                 // one (`DiskWrites`).
-                let appended = if pw.disk_writes.inline() {
+                let appended = if on_worker && pw.disk_writes.inline() {
                     let t = std::time::Instant::now();
                     let r = writer.append(&buf);
                     pw.disk_writes.took(t.elapsed(), &px.write_counts);
+                    // The followers (clients, peers) run between chunks, as they did
+                    // when each append was a hand-off: a fill whose origin never makes
+                    // it wait would otherwise run to its end before anyone joins it.
+                    tokio::task::yield_now().await;
                     Some((writer, buf, r))
                 } else {
                     px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
@@ -594,7 +608,10 @@ async fn store(
             }
         }
     }
+    // The body is complete: the origin connection goes back, and a peer it came from
+    // stops counting it in flight (its bounded load) before the publish is waited for.
     drop(resp);
+    drop(source);
     // The body is complete: its readers (the clients) are told so now and finish; the
     // disk's publisher flushes it with the others that completed meanwhile (group
     // commit), then renames and indexes it. The fill, and so its claim, ends then.
