@@ -443,11 +443,6 @@ async fn store(
         let t = std::time::Instant::now();
         let r = px.store.begin_write(store_key, meta, expected);
         pw.disk_writes.took(t.elapsed(), &px.write_counts);
-        // Let the requests that came meanwhile run while the claim is still `Pending`,
-        // as they did when the create was a hand-off: they join this fill as its
-        // followers. Without these yields (here and after each append) a cluster herd
-        // made 13-24 origin requests for 12 slices (cluster.rs herd).
-        tokio::task::yield_now().await;
         Some(r)
     } else {
         px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
@@ -519,10 +514,6 @@ async fn store(
                     let t = std::time::Instant::now();
                     let r = writer.append(&buf);
                     pw.disk_writes.took(t.elapsed(), &px.write_counts);
-                    // The followers (clients, peers) run between chunks, as they did
-                    // when each append was a hand-off: a fill whose origin never makes
-                    // it wait would otherwise run to its end before anyone joins it.
-                    tokio::task::yield_now().await;
                     Some((writer, buf, r))
                 } else {
                     px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
