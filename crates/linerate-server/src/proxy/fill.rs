@@ -433,12 +433,7 @@ async fn store(
         Answer::WholeAsPart { total } => Some(total),
         _ => resp.content_length(),
     };
-    // Writes on the worker on a standalone cache only: in a cluster, with them, a herd
-    // made more origin requests than one per slice (cluster.rs herd, 13-24 for 12; the
-    // interplay with peer de-duplication is not understood yet), so a cluster node
-    // hands its writes to the fill threads as before.
-    let on_worker = px.cluster.is_none();
-    let begun = if on_worker && pw.disk_writes.inline() {
+    let begun = if pw.disk_writes.inline() {
         // Create the temporary file here (see `DiskWrites`).
         let t = std::time::Instant::now();
         let r = px.store.begin_write(store_key, meta, expected);
@@ -510,7 +505,7 @@ async fn store(
                 // A page-cache `pwrite`, here while they are quick; on the fill
                 // threads (the writer and buffer travel there and back) after a slow
                 // one (`DiskWrites`).
-                let appended = if on_worker && pw.disk_writes.inline() {
+                let appended = if pw.disk_writes.inline() {
                     let t = std::time::Instant::now();
                     let r = writer.append(&buf);
                     pw.disk_writes.took(t.elapsed(), &px.write_counts);

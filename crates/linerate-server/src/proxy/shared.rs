@@ -117,8 +117,7 @@ const POOL_FOR: Duration = Duration::from_secs(1);
 /// throttling writers, memory reclaim) send its writes to the fill threads for
 /// [`POOL_FOR`], counted. A disk that cannot keep up
 /// at all is the store's business: it refuses new objects while its publish backlog is
-/// over its bound (`behind`). A cluster node does not write on its workers (see
-/// `fill::store`).
+/// over its bound (`behind`).
 #[derive(Debug, Default)]
 pub(crate) struct DiskWrites {
     pool_until: std::cell::Cell<Option<Instant>>,
