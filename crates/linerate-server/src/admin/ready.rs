@@ -2,7 +2,9 @@
 //! Kubernetes readiness probe or a load balancer asks. Stricter than `/health`
 //! (liveness: is the process serving at all): a cache whose index is still loading, or
 //! whose store is being handed to the next process of an upgrade, is alive but not
-//! ready.
+//! ready. Fill coverage is a warm-up condition: it holds only until the process first
+//! answered ready (`api` keeps that fact), so a job submitted later never takes a
+//! serving node out of its load balancer.
 //!
 //! One pure function over a few facts, so more conditions (fill coverage, peers) are one
 //! more field and one more arm. Not here: gathering the facts (`api`) or `/health`'s
@@ -49,7 +51,8 @@ pub(crate) enum NotReady {
     NoDiskInService,
     /// A disk in service has not finished loading its index: hits would be misses.
     IndexLoading,
-    /// The fill jobs that count toward readiness hold less than `[fill] ready_coverage`.
+    /// Before the first ready answer: the unfinished fill jobs that count toward
+    /// readiness hold less than `[fill] ready_coverage`.
     FillCoverage,
 }
 
