@@ -643,6 +643,57 @@ fn ready_waits_for_fill_coverage_until_first_ready() {
     assert_eq!(origin.total(), 6);
 }
 
+/// An upgrade does not take a serving node out of the load balancer either: the new
+/// process takes over from one that was ready, so the unfinished `ready` job it
+/// restores does not hold its `/ready` back (a process started afresh would wait).
+#[test]
+fn an_upgrade_keeps_a_ready_node_ready() {
+    /// The process an upgrade started (no child of ours): stopped on drop.
+    struct Successor(u32);
+    impl Drop for Successor {
+        fn drop(&mut self) {
+            let pid = self.0.to_string();
+            let _ = std::process::Command::new("kill").arg(&pid).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while std::path::Path::new(&format!("/proc/{pid}")).exists()
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let origin = sized_origin(10, Arc::new(AtomicU64::new(0)));
+    let cache = start(&origin, "ready_coverage = 1.0");
+    let ready = || admin_raw(cache.admin_addr(), "GET", "/ready", "", None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ready().0 != 200 {
+        assert!(Instant::now() < deadline, "never ready: {:?}", ready());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let now = local_minute();
+    let later = json!({ "urls": urls("/l/", 3), "ready": true,
+        "window": { "start": hhmm(now + 120), "end": hhmm(now + 180) } });
+    assert_eq!(submit(&cache, "later", &later).0, 201);
+    wait_state(&cache, "later", &["waiting-window"], Duration::from_secs(5));
+    assert_eq!(ready().0, 200);
+    let (status, body) = admin(&cache, "POST", "/upgrade", None);
+    assert_eq!(status, 200, "{body}");
+    let successor = Successor(body["pid"].as_u64().unwrap() as u32);
+    assert_ne!(successor.0, cache.pid());
+    // The new process answers on the same admin address, with the job restored.
+    wait_state(
+        &cache,
+        "later",
+        &["waiting-window"],
+        Duration::from_secs(10),
+    );
+    let (status, body) = ready();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["fill_coverage"], 0.0);
+    assert_eq!(origin.total(), 0);
+    drop(successor);
+}
+
 /// A `ready` job that finished with a failure (a 404) no longer holds readiness back:
 /// the object it could not fetch will not be fetched, and before, `/ready` stayed 503
 /// until the job was deleted. The 404 is asked for once.
