@@ -15,12 +15,13 @@
 //! Verification: an object counts as done when the answer is `200` with the whole body
 //! (`Content-Length` bytes, or a complete chunked body) and the store then holds the
 //! key. Anything else is a failure with its reason (`status 404`, `truncated`,
-//! `not stored`, `connect`, ...), counted once, when the object gives up. Only a failure
-//! that may go another way is tried again (`run::retryable`: a `5xx`, `408` or `429`, a
-//! timeout, a connection that failed or was cut, a store that refused the write for a
-//! passing reason), up to `[fill] retries` times, after a backoff (1 s, then doubling,
-//! at most `run::RETRY_MAX`) during which the job's other objects go on; a `404`, a
-//! `410`, a response the cache may not store or pins that leave no room fail at once.
+//! `not stored`, `connect`, ...), counted once, when the object gives up. Only a
+//! failure that may go another way is tried again (`run::retryable`: a `5xx`, `408` or
+//! `429`, a timeout, a connection that failed or was cut, a store that refused the
+//! write for a passing reason or dropped it at once), up to `[fill] retries` times,
+//! after a backoff (1 s, then doubling, at most `run::RETRY_MAX`) during which the
+//! job's other objects go on; a `404`, a `410`, a response the cache may not store or
+//! pins that leave no room fail at once.
 //!
 //! Ordering between jobs: higher `priority` first; objects start while fewer than
 //! `[fill] concurrency` are in flight, the job's and the global token buckets have

@@ -385,9 +385,10 @@ const DROPPED: &str = "dropped";
 
 /// Whether a failure may go another way on another try: the origin's or the server's
 /// passing trouble (`5xx`; `408` and `429`, which ask for a later try), a timeout, a
-/// connection that failed or was cut, a store busy, a stored answer dropped. Not: `404`, `410` and every other
-/// status (the origin said what it has), a response the cache may not store, pins that
-/// leave no room, a response that is not HTTP, a playlist that cannot be read.
+/// connection that failed or was cut, a store busy, a stored answer dropped. Not:
+/// `404`, `410` and every other status (the origin said what it has), a response the
+/// cache may not store, pins that leave no room, a response that is not HTTP, a
+/// playlist that cannot be read.
 fn retryable(reason: &str) -> bool {
     if let Some(code) = reason.strip_prefix("status ") {
         return code
