@@ -16,7 +16,7 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 /// fills than this are in flight.
 pub const DEFAULT_YIELD_ABOVE: usize = 8;
 
-/// Default `[fill] retries`: further tries of an object that failed.
+/// Default `[fill] retries`: further tries of an object whose failure may pass.
 pub const DEFAULT_RETRIES: u32 = 2;
 
 /// The `[fill]` section.
@@ -30,11 +30,14 @@ pub struct FillOptions {
     pub rate_bytes_per_s: u64,
     /// Client-driven fills in flight above which no fill-job object starts.
     pub yield_above: usize,
-    /// Further tries of a failed object (each failure is counted by reason once, when
-    /// the object gives up).
+    /// Further tries of an object whose failure may pass (a `5xx`, a timeout, a cut
+    /// connection or body, a store busy), each after a backoff; a `404`, `410`, an
+    /// answer the cache may not store or pins that leave no room fail at once. Each
+    /// failure is counted by reason once, when the object gives up.
     pub retries: u32,
-    /// Share (0.0..=1.0) of the objects of jobs marked `"ready": true` that must be held
-    /// before `/ready` answers 200. 0 = fill jobs never hold readiness back.
+    /// Share (0.0..=1.0) of the objects of unfinished jobs marked `"ready": true` that
+    /// must be held before `/ready` first answers 200 (after that, fill no longer holds
+    /// readiness back). 0 = fill jobs never hold readiness back.
     #[serde(deserialize_with = "optserde::share")]
     pub ready_coverage: f64,
     /// Where jobs are kept across restarts; `None`: the first disk's directory.

@@ -452,6 +452,7 @@ fn run_controlled(
             stats,
             cache.clone(),
             local_addrs.first().copied(),
+            start.successor.is_some(),
         );
         admin_thread = Some(
             std::thread::Builder::new()

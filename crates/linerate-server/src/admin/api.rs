@@ -89,6 +89,9 @@ pub(crate) struct Admin {
     fills: Option<Arc<Fills>>,
     /// The bound on refusal log lines.
     refusals: RefCell<LogBudget>,
+    /// `/ready` has answered 200 (or this process took over from one that served: an
+    /// upgrade). From then on fill coverage no longer holds readiness back.
+    been_ready: std::cell::Cell<bool>,
 }
 
 /// Totals at one sampling instant, for rates.
@@ -107,6 +110,7 @@ impl Admin {
         stats: Vec<Arc<WorkerStats>>,
         cache: Option<Arc<crate::proxy::ProxyShared>>,
         server: Option<SocketAddr>,
+        upgraded: bool,
     ) -> Admin {
         Admin {
             control,
@@ -116,6 +120,7 @@ impl Admin {
             fills: None,
             rates: RefCell::new(Rates::default()),
             refusals: RefCell::new(LogBudget::new(REFUSALS_LOGGED_PER_S)),
+            been_ready: std::cell::Cell::new(upgraded),
         }
     }
 
@@ -481,11 +486,13 @@ fn route(
             text
         }),
         "/ready" => {
-            // Fill coverage counts only when the operator asked for it.
+            // Fill coverage counts only when the operator asked for it, and only until
+            // this node first answered ready.
             let need = admin.control.options().fill.ready_coverage;
             let fill = (need > 0.0).then(|| crate::admin::ready::FillFacts {
                 coverage: admin.fills.as_ref().map_or(1.0, |f| f.coverage()),
                 need,
+                waits: !admin.been_ready.get(),
             });
             let (status, body) = crate::admin::ready::reply(&crate::admin::ready::ReadyFacts {
                 mode: facts.mode,
@@ -493,6 +500,9 @@ fn route(
                 store_lent: admin.cache.as_ref().is_some_and(|c| c.store.is_lent()),
                 fill,
             });
+            if status == 200 && !admin.been_ready.replace(true) && fill.is_some() {
+                tracing::info!("first ready: fill coverage no longer holds readiness back");
+            }
             Reply::new(status, "application/json", body)
         }
         "/health" => {

@@ -2,7 +2,9 @@
 //! Kubernetes readiness probe or a load balancer asks. Stricter than `/health`
 //! (liveness: is the process serving at all): a cache whose index is still loading, or
 //! whose store is being handed to the next process of an upgrade, is alive but not
-//! ready.
+//! ready. Fill coverage is a warm-up condition: it holds only until the process first
+//! answered ready (`api` keeps that fact), so a job submitted later never takes a
+//! serving node out of its load balancer.
 //!
 //! One pure function over a few facts, so more conditions (fill coverage, peers) are one
 //! more field and one more arm. Not here: gathering the facts (`api`) or `/health`'s
@@ -24,13 +26,18 @@ pub(crate) struct ReadyFacts<'a> {
     pub(crate) fill: Option<FillFacts>,
 }
 
-/// How much of what the readiness-counting fill jobs plan is held, and how much must be.
+/// How much of what the readiness-counting fill jobs plan is held, how much must be,
+/// and whether it still counts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FillFacts {
-    /// Share held, 0.0 to 1.0 (1.0 with no such job).
+    /// Share held, 0.0 to 1.0 (1.0 with no such job; see `Fills::coverage`).
     pub(crate) coverage: f64,
     /// `[fill] ready_coverage`.
     pub(crate) need: f64,
+    /// Whether coverage holds readiness back: only until this node first answered
+    /// ready. A job submitted to a node already serving fills it without taking it out
+    /// of the load balancer.
+    pub(crate) waits: bool,
 }
 
 /// Why this process is not ready; the first that applies, in this order.
@@ -44,7 +51,8 @@ pub(crate) enum NotReady {
     NoDiskInService,
     /// A disk in service has not finished loading its index: hits would be misses.
     IndexLoading,
-    /// The fill jobs that count toward readiness hold less than `[fill] ready_coverage`.
+    /// Before the first ready answer: the unfinished fill jobs that count toward
+    /// readiness hold less than `[fill] ready_coverage`.
     FillCoverage,
 }
 
@@ -78,7 +86,7 @@ pub(crate) fn decide(f: &ReadyFacts<'_>) -> Result<(), NotReady> {
             return Err(NotReady::IndexLoading);
         }
     }
-    if f.fill.is_some_and(|x| x.coverage < x.need) {
+    if f.fill.is_some_and(|x| x.waits && x.coverage < x.need) {
         return Err(NotReady::FillCoverage);
     }
     Ok(())
@@ -185,11 +193,25 @@ mod tests {
     fn fill_coverage_counts_only_when_asked_for_and_last() {
         let up = [disk(DiskState::InService, true)];
         let with = |coverage, need| ReadyFacts {
-            fill: Some(FillFacts { coverage, need }),
+            fill: Some(FillFacts {
+                coverage,
+                need,
+                waits: true,
+            }),
             ..facts(RunState::Serving, Some(&up), false)
         };
         assert_eq!(decide(&with(0.5, 0.9)), Err(NotReady::FillCoverage));
         assert_eq!(decide(&with(0.9, 0.9)), Ok(()));
+        // Once the node has been ready, coverage is shown but holds nothing back.
+        let after = ReadyFacts {
+            fill: Some(FillFacts {
+                coverage: 0.5,
+                need: 0.9,
+                waits: false,
+            }),
+            ..facts(RunState::Serving, Some(&up), false)
+        };
+        assert_eq!(decide(&after), Ok(()));
         assert_eq!(
             reply(&with(0.25, 1.0)),
             (

@@ -14,8 +14,14 @@
 //!
 //! Verification: an object counts as done when the answer is `200` with the whole body
 //! (`Content-Length` bytes, or a complete chunked body) and the store then holds the
-//! key. Anything else is retried `[fill] retries` times and then counted failed, once,
-//! by its reason (`status 404`, `truncated`, `not stored`, `connect`, ...).
+//! key. Anything else is a failure with its reason (`status 404`, `truncated`,
+//! `not stored`, `connect`, ...), counted once, when the object gives up. Only a
+//! failure that may go another way is tried again (`run::retryable`: a `5xx`, `408` or
+//! `429`, a timeout, a connection that failed or was cut, a store that refused the
+//! write for a passing reason or dropped it at once), up to `[fill] retries` times,
+//! after a backoff (1 s, then doubling, at most `run::RETRY_MAX`) during which the
+//! job's other objects go on; a `404`, a `410`, a response the cache may not store or
+//! pins that leave no room fail at once.
 //!
 //! Ordering between jobs: higher `priority` first; objects start while fewer than
 //! `[fill] concurrency` are in flight, the job's and the global token buckets have
@@ -72,7 +78,8 @@ pub(crate) struct Spec {
     pub priority: i64,
     /// Keep the objects from eviction until the job is deleted.
     pub pinned: bool,
-    /// Counts toward `/ready` (`[fill] ready_coverage`).
+    /// Counts toward `/ready` (`[fill] ready_coverage`) until it finishes, and only
+    /// before the node first answered ready.
     pub ready: bool,
     /// Local-time window; outside it the job waits and makes no requests.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -103,7 +110,7 @@ pub(crate) enum State {
     Paused,
     /// Every object is held.
     Done,
-    /// Finished, and some objects failed (after their retries).
+    /// Finished, and some objects failed (those worth retrying after their retries).
     Failed,
     /// Cancelled by the operator.
     Cancelled,
@@ -148,7 +155,7 @@ pub(crate) struct Counters {
     pub done: u64,
     /// Already held when their turn came: no request made.
     pub skipped_present: u64,
-    /// Gave up after retries.
+    /// Gave up (at once, or after retries when the failure was worth retrying).
     pub failed: u64,
     /// Failures by reason.
     pub failed_reasons: BTreeMap<String, u64>,
@@ -209,8 +216,13 @@ struct Job {
     window: Option<Window>,
     /// Set by the operator (pause) or by the end of the plan.
     state: State,
-    /// Objects not yet started, in order; failed ones are pushed back for a retry.
+    /// Objects not yet started, in order; a retry due goes to the front.
     todo: VecDeque<Item>,
+    /// Objects waiting for their retry, by when it is due (and a sequence number, so
+    /// two due at one instant are both kept): not in `todo`, so they hold up nothing.
+    waiting: BTreeMap<(Instant, u64), Item>,
+    /// Sequence for `waiting`'s keys.
+    waiting_seq: u64,
     in_flight: usize,
     counters: Counters,
     /// Credit of the job's own rate cap.
@@ -391,6 +403,8 @@ impl Fills {
                 ..Counters::default()
             },
             todo,
+            waiting: BTreeMap::new(),
+            waiting_seq: 0,
             in_flight: 0,
             bucket: Bucket::new(Instant::now()),
             recent: VecDeque::new(),
@@ -490,13 +504,19 @@ impl Fills {
         }
     }
 
-    /// Share of the objects of `"ready": true` jobs that are held (done or skipped as
-    /// present); 1.0 when there are none. A job whose playlists are not read yet has
-    /// not planned their segments, so coverage can fall when they are.
+    /// Share of the objects of the `"ready": true` jobs not finished yet (queued,
+    /// waiting for their window, running or paused) that are held (done or skipped as
+    /// present); 1.0 when there are none. A finished job (done, failed or cancelled)
+    /// no longer counts: what failed in it will not be fetched, and would otherwise
+    /// hold readiness back until the job is deleted. A job whose playlists are not read
+    /// yet has not planned their segments, so coverage can fall when they are.
     pub(crate) fn coverage(&self) -> f64 {
         let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         let (mut planned, mut held) = (0u64, 0u64);
-        for j in jobs.values().filter(|j| j.spec.ready) {
+        for j in jobs
+            .values()
+            .filter(|j| j.spec.ready && !j.state.finished())
+        {
             planned += j.counters.planned;
             held += j.counters.done + j.counters.skipped_present;
         }
@@ -540,7 +560,7 @@ impl Fills {
             ),
             (
                 "failed",
-                "Objects fill jobs gave up on, after retries.",
+                "Objects fill jobs gave up on (after retries, when worth retrying).",
                 t.failed,
             ),
             ("bytes", "Body bytes fetched by fill jobs.", t.bytes),
@@ -640,6 +660,7 @@ fn view(j: &Job, now: Instant) -> serde_json::Value {
         "failed_reasons": c.failed_reasons,
         "bytes": c.bytes,
         "in_flight": j.in_flight,
+        "retrying": j.waiting.len(),
         "rate_bytes_per_s": rate.round(),
         "eta_s": eta,
         "objects_listed": j.spec.urls.len() + j.spec.manifests.len(),

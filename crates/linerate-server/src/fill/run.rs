@@ -37,6 +37,12 @@ const MAX_LISTING: usize = linerate_http::dash::MAX_MPD_BYTES;
 /// Recent completions kept per job for its rate.
 const RECENT: usize = 4096;
 
+/// Wait before an object's first retry; each further retry waits twice the last.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+
+/// Longest wait before a retry (a large `[fill] retries` does not wait for hours).
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
 /// What an object's fetch needs to know about its job.
 struct Start {
     server: SocketAddr,
@@ -58,6 +64,8 @@ struct Fetched {
     bytes: u64,
     /// The body, for playlists.
     body: Option<Vec<u8>>,
+    /// The answer's `Cache-Status` says `stored`: the server began writing it.
+    stored: bool,
 }
 
 impl Fills {
@@ -115,9 +123,16 @@ impl Fills {
             } else {
                 State::Queued
             };
+            // Retries whose backoff is over go first.
+            while let Some(entry) = job.waiting.first_entry() {
+                if entry.key().0 > now {
+                    break;
+                }
+                job.todo.push_front(entry.remove());
+            }
             loop {
                 let Some(item) = job.todo.front() else {
-                    if job.in_flight == 0 {
+                    if job.in_flight == 0 && job.waiting.is_empty() {
                         job.state = if job.counters.failed > 0 {
                             State::Failed
                         } else {
@@ -221,8 +236,13 @@ impl Fills {
             pinned,
             expected,
         } = start;
+        // The store's refusals so far: one more by the time the answer is read (ours,
+        // or a client's meanwhile) says a write may have been refused for room not yet
+        // made or a publish backlog, which a later try can pass.
+        let refusals = self.refusals();
         let mut result = get(server, &item.host, &item.target, item.playlist).await;
         let bytes = result.as_ref().map_or(0, |f| f.bytes);
+        let stored = result.as_ref().is_ok_and(|f| f.stored);
         let mut pinned_keys = Vec::new();
         if result.is_ok() {
             // Verify: the store holds it now (an answer the cache would not store,
@@ -245,6 +265,10 @@ impl Fills {
                     tracing::debug!(target = %item.target, "fill: a 200 the store does not hold");
                     result = Err(if self.no_space(bytes) {
                         "no space".into()
+                    } else if self.refusals() != refusals || self.px.store.is_lent() {
+                        STORE_BUSY.into()
+                    } else if stored {
+                        DROPPED.into()
                     } else {
                         "not stored".into()
                     });
@@ -313,8 +337,11 @@ impl Fills {
             }
             Err(reason) => {
                 item.tries += 1;
-                if item.tries <= retries && !job.state.finished() {
-                    job.todo.push_back(item);
+                if retryable(&reason) && item.tries <= retries && !job.state.finished() {
+                    let due = Instant::now() + backoff(item.tries);
+                    tracing::debug!(job = %name, target = %item.target, %reason, tries = item.tries, "fill object retried later");
+                    job.waiting_seq += 1;
+                    job.waiting.insert((due, job.waiting_seq), item);
                 } else {
                     tracing::debug!(job = %name, target = %item.target, %reason, "fill object failed");
                     count_failure(job, &mut totals, &reason);
@@ -326,12 +353,60 @@ impl Fills {
 
 impl Fills {
     /// Whether pinned objects leave no room for `bytes` more: what is pinned cannot be
-    /// evicted, so past the high watermark a write is refused rather than making room.
+    /// evicted, and the store admits a write only within its capacity, so no later try
+    /// can store it while the pins stay. (`bytes` is the body alone, less than the
+    /// object's charge, so an object that would fit is never called one that cannot.)
     fn no_space(&self, bytes: u64) -> bool {
         let capacity: u64 = self.px.store.stats().iter().map(|d| d.capacity_bytes).sum();
-        let high = capacity / 100 * u64::from(self.px.opts.store.high_watermark_percent);
-        self.px.store.pinned_bytes().saturating_add(bytes) > high
+        self.px.store.pinned_bytes().saturating_add(bytes) > capacity
     }
+
+    /// Writes the store has refused so far for want of room or for a publish backlog,
+    /// all disks: passing conditions (eviction makes room, the backlog drains).
+    fn refusals(&self) -> u64 {
+        self.px
+            .store
+            .stats()
+            .iter()
+            .map(|d| d.admissions_refused + d.behind_refused)
+            .sum()
+    }
+}
+
+/// The reason of a 200 the store refused for a passing reason (see `Fills::refusals`;
+/// or the store was lent to the next process of an upgrade).
+const STORE_BUSY: &str = "store busy";
+
+/// The reason of a 200 the server began storing (`Cache-Status: ...; stored`) that the
+/// store no longer held when checked: evicted at once (a filesystem short of space
+/// makes the store evict ahead of its watermarks), purged, or a write that failed at
+/// its end.
+const DROPPED: &str = "dropped";
+
+/// Whether a failure may go another way on another try: the origin's or the server's
+/// passing trouble (`5xx`; `408` and `429`, which ask for a later try), a timeout, a
+/// connection that failed or was cut, a store busy, a stored answer dropped. Not:
+/// `404`, `410` and every other status (the origin said what it has), a response the
+/// cache may not store, pins that leave no room, a response that is not HTTP, a
+/// playlist that cannot be read.
+fn retryable(reason: &str) -> bool {
+    if let Some(code) = reason.strip_prefix("status ") {
+        return code
+            .parse::<u16>()
+            .is_ok_and(|c| (500..600).contains(&c) || c == 408 || c == 429);
+    }
+    matches!(
+        reason,
+        "timeout" | "connect" | "connection lost" | "truncated" | STORE_BUSY | DROPPED
+    )
+}
+
+/// Wait before retry number `tries` (1 for the first): 1 s, 2 s, 4 s ... at most
+/// [`RETRY_MAX`].
+fn backoff(tries: u32) -> Duration {
+    RETRY_FIRST
+        .saturating_mul(1u32 << tries.saturating_sub(1).min(16))
+        .min(RETRY_MAX)
 }
 
 fn is_playlist(target: &str) -> bool {
@@ -384,9 +459,13 @@ async fn get(server: SocketAddr, host: &str, target: &str, keep: bool) -> Result
         .ok_or_else(|| "bad response".to_owned())?;
     let mut length = None;
     let mut chunked = false;
+    let mut stored = false;
     for l in lines {
         if let Some((n, v)) = l.split_once(':') {
-            if n.eq_ignore_ascii_case("content-length") {
+            if n.eq_ignore_ascii_case("cache-status") {
+                // RFC 9211: `stored` is a parameter of a cache's member.
+                stored |= v.split([';', ',']).any(|p| p.trim() == "stored");
+            } else if n.eq_ignore_ascii_case("content-length") {
                 length = v.trim().parse::<u64>().ok();
             } else if n.eq_ignore_ascii_case("transfer-encoding") {
                 chunked = v.to_ascii_lowercase().contains("chunked");
@@ -402,6 +481,7 @@ async fn get(server: SocketAddr, host: &str, target: &str, keep: bool) -> Result
         return Ok(Fetched {
             bytes,
             body: keep.then_some(body),
+            stored,
         });
     }
     let Some(length) = length else {
@@ -431,6 +511,7 @@ async fn get(server: SocketAddr, host: &str, target: &str, keep: bool) -> Result
     Ok(Fetched {
         bytes: got,
         body: keep.then_some(body),
+        stored,
     })
 }
 
@@ -490,5 +571,53 @@ async fn read_chunked(
             buf.drain(..at);
             at = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_passing_failures_are_retried() {
+        for r in [
+            "status 500",
+            "status 502",
+            "status 503",
+            "status 504",
+            "status 408",
+            "status 429",
+            "timeout",
+            "connect",
+            "connection lost",
+            "truncated",
+            STORE_BUSY,
+            DROPPED,
+        ] {
+            assert!(retryable(r), "{r}");
+        }
+        for r in [
+            "status 404",
+            "status 410",
+            "status 403",
+            "status 301",
+            "status 206",
+            "no space",
+            "not stored",
+            "bad response",
+            "unframed",
+            "manifest too large",
+        ] {
+            assert!(!retryable(r), "{r}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_bounded() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(2), Duration::from_secs(2));
+        assert_eq!(backoff(3), Duration::from_secs(4));
+        assert_eq!(backoff(7), RETRY_MAX);
+        assert_eq!(backoff(u32::MAX), RETRY_MAX);
     }
 }
