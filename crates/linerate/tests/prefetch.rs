@@ -1219,14 +1219,19 @@ fn slice_readahead_prefetches_the_next_slices_of_a_front_to_back_reader() {
         slice_ranges(file.len() as u64),
         "each slice once"
     );
-    assert_eq!(
-        metric(&cache, "linerate_cache_prefetch_issued_total"),
-        2 * (slices - 1)
+    // The reader streams from the cache as fast as the slices arrive (its response
+    // ends when a body is complete, not after the flush), so it may reach a slice
+    // before the read-ahead asks for it and fetch that one itself: each slice is still
+    // asked of the origin once (above), at least one is read ahead, and every slice read
+    // ahead is used.
+    let issued = metric(&cache, "linerate_cache_prefetch_issued_total");
+    assert!(
+        (slices..=2 * (slices - 1)).contains(&issued),
+        "read ahead while streaming: {} of {}",
+        issued - (slices - 1),
+        slices - 1
     );
-    assert_eq!(
-        metric(&cache, "linerate_cache_prefetch_used_total"),
-        2 * (slices - 1)
-    );
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), issued);
     assert_eq!(origin.total(), 2 * slices as usize);
     origin.assert_no_panics();
 }
