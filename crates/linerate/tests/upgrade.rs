@@ -516,17 +516,28 @@ fn a_new_process_that_fails_before_ready_leaves_the_old_one_serving_and_storing(
     assert!(why.contains("channel closed"), "{why}");
 
     // 3. The new process fails after the old one lent it the store: its configuration
-    //    adds a disk it cannot create (below a regular file).
-    let blocker = cache.dir().join("not-a-dir");
-    std::fs::write(&blocker, b"").unwrap();
+    //    adds a disk whose lock another process holds (this test). A disk it cannot
+    //    create at all is refused earlier now, when the new process checks its
+    //    configuration, before any lend.
+    let d1 = cache.dir().join("d1");
+    std::fs::create_dir_all(&d1).unwrap();
+    let held = std::fs::File::create(d1.join(linerate_cache::lease::LOCK_FILE)).unwrap();
+    {
+        use std::os::fd::AsFd;
+        assert_eq!(
+            linerate_sys::fs::try_lock_exclusive(held.as_fd()).unwrap(),
+            linerate_sys::fs::Locked::Yes
+        );
+    }
     let bad_disk = format!(
         "{good}\n[[cache.disk]]\nname = \"d1\"\npath = {:?}\nmax_bytes = 1073741824\n",
-        blocker.join("d1").to_str().unwrap()
+        d1.to_str().unwrap()
     );
     std::fs::write(cache.config_path(), bad_disk).unwrap();
     let why = upgrade(admin_addr, "").unwrap_err();
-    assert!(why.contains("lock file"), "{why}");
+    assert!(why.contains("in use by another process"), "{why}");
     wait_logged(&cache, "store taken back: writing again");
+    drop(held);
 
     // After all three the same process serves, is ready, and stores: a new object costs
     // one origin request, then hits; the warm one still hits.
