@@ -59,7 +59,10 @@ if ! command -v ffmpeg >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ffmpeg >/dev/null 2>&1 \
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ffmpeg >/dev/null; }
 fi
-cargo test -p linerate --test prefetch -- --ignored
+# One at a time: each plays in real time and asserts which segments were prefetched
+# before ffmpeg asked for them; five players and five servers at once on a 2-core CI
+# machine made that timing, not the cache, decide (1 of 3 parallel runs failed here).
+cargo test -p linerate --test prefetch -- --ignored --test-threads=1
 if [ "${KTLS_VM:-1}" != 0 ]; then
     # The kernel-TLS path, for real: a stock Debian kernel with tls.ko in a small qemu
     # VM (this machine's kernel has no CONFIG_TLS). About a minute once the kernel and

@@ -658,6 +658,29 @@ fn signed_segment_uris_are_prefetched_as_named_query_ignore() {
 }
 
 /// The `ffmpeg` binary; `None` when it is not installed.
+/// `ffmpeg -re` reads `url` as a player does, in real time, every stream copied to
+/// nowhere; fails the test with ffmpeg's errors if it does not play to the end.
+fn play_in_real_time(ffmpeg: &std::path::Path, url: &str) {
+    let out = std::process::Command::new(ffmpeg)
+        .args([
+            "-nostdin",
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-re",
+            "-i",
+        ])
+        .arg(url)
+        .args(["-map", "0", "-c", "copy", "-f", "null", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ffmpeg failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn ffmpeg() -> Option<std::path::PathBuf> {
     let out = std::process::Command::new("which")
         .arg("ffmpeg")
@@ -714,24 +737,7 @@ fn ffmpeg_plays_hls_from_prefetched_segments() {
         "http://{}/v/index.m3u8",
         cache.connect().peer_addr().unwrap()
     );
-    let out = std::process::Command::new(ffmpeg)
-        .args([
-            "-nostdin",
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-re",
-            "-i",
-        ])
-        .arg(&url)
-        .args(["-map", "0", "-c", "copy", "-f", "null", "-"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ffmpeg failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    play_in_real_time(&ffmpeg, &url);
     settle();
     let segments: Vec<String> = (0..4).map(|i| format!("/v/segment_00{i}.ts")).collect();
     for p in std::iter::once("/v/index.m3u8").chain(segments.iter().map(String::as_str)) {
@@ -742,9 +748,12 @@ fn ffmpeg_plays_hls_from_prefetched_segments() {
         metric(&cache, "linerate_cache_prefetch_playlists_read_total"),
         1
     );
-    // Segments 1, 2 and 3 prefetched, and each served from its prefetch.
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 3);
-    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 3);
+    // Segments 2 and 3 prefetched (and 1 too, unless ffmpeg asked for it, while still
+    // probing the first, before the first's answer started any prefetch: then it was
+    // the client's own miss), and each prefetched one served from its prefetch.
+    let issued = metric(&cache, "linerate_cache_prefetch_issued_total");
+    assert!((2..=3).contains(&issued), "issued {issued}");
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), issued);
     // What ffmpeg was answered, segment by segment: ranged (206), and from the cache
     // after the first.
     let deadline = Instant::now() + WAIT;
@@ -1334,24 +1343,7 @@ fn ffmpeg_plays_byte_range_hls_from_prefetched_slices() {
         "http://{}/v/index.m3u8",
         cache.connect().peer_addr().unwrap()
     );
-    let out = std::process::Command::new(ffmpeg)
-        .args([
-            "-nostdin",
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-re",
-            "-i",
-        ])
-        .arg(&url)
-        .args(["-map", "0", "-c", "copy", "-f", "null", "-"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ffmpeg failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    play_in_real_time(&ffmpeg, &url);
     settle();
     assert_eq!(origin.count("/v/index.m3u8"), 1, "{:?}", origin.requests());
     assert_eq!(
