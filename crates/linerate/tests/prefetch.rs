@@ -12,9 +12,10 @@ mod support;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use support::kit::{CacheConfig, CacheStatus, Variant};
+use support::kit::{Cache, CacheConfig, CacheStatus, Variant};
 use support::origin::{self, Origin, RangeSupport, Reply, Request};
 use support::{read_to_close, Server};
 
@@ -681,6 +682,26 @@ fn play_in_real_time(ffmpeg: &std::path::Path, url: &str) {
     );
 }
 
+/// A cache in front of `origin` whose route is sliced and prefetches 2 segments ahead
+/// (8 prefetches at once), logging each response to an access log: the cache, the
+/// directory holding the log (removed when dropped) and the log's path.
+fn sliced_prefetch_with_access_log(origin: &Origin) -> (Cache, tempfile::TempDir, PathBuf) {
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("access.log");
+    let cache = CacheConfig::new(origin)
+        .route(&format!(
+            "slice_bytes = {}\nprefetch_segments = 2",
+            support::kit::SLICE
+        ))
+        .cache("prefetch_in_flight = 8")
+        .extra(&format!(
+            "[access_log]\npath = {:?}\nflush_ms = 50\n",
+            log.to_str().unwrap()
+        ))
+        .start();
+    (cache, logs, log)
+}
+
 fn ffmpeg() -> Option<std::path::PathBuf> {
     let out = std::process::Command::new("which")
         .arg("ffmpeg")
@@ -1326,19 +1347,7 @@ fn ffmpeg_plays_byte_range_hls_from_prefetched_slices() {
             _ => origin::status(404, &[]),
         }
     });
-    let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("access.log");
-    let cache = CacheConfig::new(&origin)
-        .route(&format!(
-            "slice_bytes = {}\nprefetch_segments = 2",
-            support::kit::SLICE
-        ))
-        .cache("prefetch_in_flight = 8")
-        .extra(&format!(
-            "[access_log]\npath = {:?}\nflush_ms = 50\n",
-            log.to_str().unwrap()
-        ))
-        .start();
+    let (cache, _logs, log) = sliced_prefetch_with_access_log(&origin);
     let url = format!(
         "http://{}/v/index.m3u8",
         cache.connect().peer_addr().unwrap()
@@ -1489,41 +1498,12 @@ fn ffmpeg_plays_single_file_dash_from_prefetched_slices() {
         ),
         _ => origin::status(404, &[]),
     });
-    let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("access.log");
-    let cache = CacheConfig::new(&origin)
-        .route(&format!(
-            "slice_bytes = {}\nprefetch_segments = 2",
-            support::kit::SLICE
-        ))
-        .cache("prefetch_in_flight = 8")
-        .extra(&format!(
-            "[access_log]\npath = {:?}\nflush_ms = 50\n",
-            log.to_str().unwrap()
-        ))
-        .start();
+    let (cache, _logs, log) = sliced_prefetch_with_access_log(&origin);
     let url = format!(
         "http://{}/d/manifest.mpd",
         cache.connect().peer_addr().unwrap()
     );
-    let out = std::process::Command::new(ffmpeg().unwrap())
-        .args([
-            "-nostdin",
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-re",
-            "-i",
-        ])
-        .arg(&url)
-        .args(["-map", "0", "-c", "copy", "-f", "null", "-"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ffmpeg failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    play_in_real_time(&ffmpeg().unwrap(), &url);
     settle();
     let path = "/d/manifest-stream0.mp4";
     assert_eq!(
