@@ -128,7 +128,16 @@ impl Store {
                 shard.inflight.get(&hash.0).cloned(),
             )
         };
-        if let Some(e) = entry {
+        // A write whose body is complete and only waits for its disk's publisher is the
+        // newest response for the key: it wins over the copy it is about to replace (the
+        // client that fetched it may ask again before the publish, and must not get the
+        // older copy back).
+        let published_soon = inflight.as_ref().is_some_and(|w| {
+            w.followable
+                && *w.key == *key
+                && matches!(*w.tx.borrow(), crate::progress::Progress::Complete { .. })
+        });
+        if let Some(e) = entry.filter(|_| !published_soon) {
             return inner.lookup_entry(key, &e, true);
         }
         Self::follow_inflight(inner, key, hash, inflight)

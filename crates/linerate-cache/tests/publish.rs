@@ -123,3 +123,35 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
     panic!("timed out: {what}");
 }
+
+/// Guards the newest response winning while it waits for its flush: a key stored as
+/// "old" and written again as "new" answers "new" to a plain lookup as soon as the new
+/// body is complete, before the (slow) publish; the older copy is never served again.
+#[test]
+fn a_complete_write_waiting_for_its_publish_wins_over_the_stored_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = Arc::new(FaultyIo::new());
+    let store = Store::open_with_io(config(dir.path(), &[("d0", 64 * MIB)]), io.clone()).unwrap();
+    put(&store, b"k", b"old");
+    io.set_sync_delay(Some(Duration::from_millis(300)));
+    let mut w = store.begin_write(b"k", meta(), Some(3)).unwrap();
+    w.append(b"new").unwrap();
+    let Lookup::Hit(h) = store.lookup(b"k") else {
+        panic!("the stored copy answers while the new body is incomplete")
+    };
+    assert_eq!(h.body_len(), Some(3));
+    let (tx, rx) = mpsc::channel();
+    w.finish_later(Box::new(move |r| tx.send(r.is_ok()).unwrap()));
+    match store.lookup(b"k") {
+        Lookup::Filling(h) => {
+            let mut body = vec![0; 3];
+            use std::os::unix::fs::FileExt;
+            h.file.read_exact_at(&mut body, h.body_offset).unwrap();
+            assert_eq!(body, b"new");
+        }
+        other => panic!("the complete new write must answer, got {}", other.as_str()),
+    }
+    assert!(rx.recv_timeout(Duration::from_secs(10)).unwrap());
+    io.set_sync_delay(None);
+    check_hit(&store, b"k", b"new").unwrap();
+}
