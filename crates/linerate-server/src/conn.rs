@@ -51,6 +51,9 @@ enum Ending {
     Stopping,
     /// Idle long enough to leave the runtime, until this keep-alive deadline.
     Parked(Instant),
+    /// The client sent the HTTP/2 connection preface (h2c with prior knowledge, RFC
+    /// 9113 §3.3): the connection continues as HTTP/2.
+    Http2,
 }
 
 impl Ending {
@@ -64,6 +67,7 @@ impl Ending {
             Ending::Aborted => "aborted",
             Ending::Stopping => "stopping",
             Ending::Parked(_) => "parked",
+            Ending::Http2 => "http2",
         }
     }
 
@@ -71,7 +75,7 @@ impl Ending {
     fn close_reason(self) -> CloseReason {
         match self {
             Ending::Done => CloseReason::Done,
-            Ending::Idle | Ending::Parked(_) => CloseReason::Idle,
+            Ending::Idle | Ending::Parked(_) | Ending::Http2 => CloseReason::Idle,
             Ending::HeadTimeout => CloseReason::HeadTimeout,
             Ending::ClientClosed => CloseReason::ClientClosed,
             Ending::BadRequest => CloseReason::BadRequest,
@@ -96,7 +100,7 @@ pub(crate) enum Outcome {
 /// TLS handshake's last flight can carry the first request).
 pub(crate) async fn serve(
     worker: &Rc<Worker>,
-    mode: &Mode,
+    mode: &Rc<Mode>,
     io: Transport,
     first: bool,
     buf: Vec<u8>,
@@ -132,6 +136,10 @@ pub(crate) async fn serve(
         congestion,
     };
     let ending = conn.run(first).await;
+    if ending == Ending::Http2 {
+        let buf = std::mem::take(&mut conn.buf);
+        return Box::pin(crate::http2::serve(worker, mode, conn.io, buf)).await;
+    }
     worker.give_buffer(std::mem::take(&mut conn.buf));
     if let Ending::Parked(deadline) = ending {
         if let Transport::Plain(stream) = conn.io {
@@ -153,7 +161,7 @@ pub(crate) async fn serve(
 struct Conn<'w> {
     worker: &'w Rc<Worker>,
     /// What answers the requests.
-    mode: &'w Mode,
+    mode: &'w Rc<Mode>,
     /// The client's address, when the mode or the access log needs it.
     peer_ip: Option<std::net::IpAddr>,
     io: Transport,
@@ -186,6 +194,11 @@ impl Conn<'_> {
         loop {
             if self.buf.is_empty() {
                 if let Some(ending) = self.wait_for_request(first).await {
+                    return ending;
+                }
+            }
+            if first && self.io.parkable() && self.worker.live().options.http2 {
+                if let Some(ending) = self.h2c_preface().await {
                     return ending;
                 }
             }
@@ -283,6 +296,7 @@ impl Conn<'_> {
                         body,
                         peer: self.peer_ip,
                         secure,
+                        http2: false,
                         interim: crate::exchange::Interim::new(&mut self.io, self.worker, http11),
                     };
                     let response = self.mode.respond(self.worker, request).await;
@@ -436,6 +450,27 @@ impl Conn<'_> {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return Some(Ending::ClientClosed),
+            }
+        }
+    }
+
+    /// On a connection's first bytes: `Some(Ending::Http2)` when they are the HTTP/2
+    /// preface (read until it is whole or differs from it), `None` for HTTP/1.
+    async fn h2c_preface(&mut self) -> Option<Ending> {
+        const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        let deadline = Instant::now() + self.worker.live().options.timeouts.request_head;
+        loop {
+            let n = self.buf.len().min(PREFACE.len());
+            if self.buf[..n] != PREFACE[..n] {
+                return None;
+            }
+            if n == PREFACE.len() {
+                return Some(Ending::Http2);
+            }
+            match self.read_more(deadline).await {
+                Read::Data => {}
+                Read::Eof | Read::Failed => return Some(Ending::ClientClosed),
+                Read::TimedOut => return Some(Ending::HeadTimeout),
             }
         }
     }

@@ -225,7 +225,13 @@ fn spawn_tls_connection(worker: &Rc<Worker>, mode: &Rc<Mode>, stream: tokio::net
         // accept loop's task should not carry that inline; the connection's future
         // is boxed for the same reason.
         let why = match Box::pin(crate::tls::accept::accept(&w, stream)).await {
-            Some((io, early)) => {
+            Some((io, early, true)) => {
+                match Box::pin(crate::http2::serve(&w, &mode, io, early)).await {
+                    crate::conn::Outcome::Closed(why) => why,
+                    crate::conn::Outcome::Parked => CloseReason::Idle,
+                }
+            }
+            Some((io, early, false)) => {
                 match Box::pin(crate::conn::serve(&w, &mode, io, true, early)).await {
                     crate::conn::Outcome::Closed(why) => why,
                     // TLS connections never park (see `transport`).
