@@ -20,6 +20,7 @@ pub mod conditional;
 pub mod dash;
 pub mod date;
 pub mod forward;
+pub mod h2;
 pub mod hls;
 pub mod mime;
 pub mod multipart;
