@@ -24,6 +24,7 @@ pub mod dash;
 pub mod date;
 pub mod forward;
 pub mod framing;
+pub mod h2;
 pub mod hls;
 pub mod mime;
 pub mod multipart;
