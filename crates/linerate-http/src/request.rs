@@ -774,7 +774,7 @@ fn set_once<'b>(slot: &mut Option<&'b [u8]>, value: &'b [u8]) -> Result<(), Requ
 /// `/`, `@`, `?`, `#`, whitespace and non-ASCII out of anything that might later key a
 /// cache or a log line. An empty value is valid (RFC 9112 §3.2, for targets without an
 /// authority).
-fn is_valid_host(value: &[u8]) -> bool {
+pub(crate) fn is_valid_host(value: &[u8]) -> bool {
     value.iter().all(|&b| {
         b.is_ascii_alphanumeric()
             || matches!(

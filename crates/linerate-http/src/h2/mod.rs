@@ -29,6 +29,7 @@
 //! of RFC 7541 Appendix C, ported h2spec cases and two fuzz targets
 //! (`fuzz/fuzz_targets/{h2_frame,hpack_decode}.rs`).
 
+pub mod conn;
 pub mod frame;
 // pub mod hpack;
 // mod huffman;
