@@ -30,5 +30,5 @@
 //! (`fuzz/fuzz_targets/{h2_frame,hpack_decode}.rs`).
 
 pub mod frame;
-// pub mod hpack;
-// mod huffman;
+pub mod hpack;
+mod huffman;
