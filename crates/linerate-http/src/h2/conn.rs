@@ -53,7 +53,7 @@ use crate::framing::ContentLength;
 use crate::request::{is_valid_host, Method};
 use crate::syntax::is_token;
 
-use self::hpack_seam::{DecodeError, Decoder, Encoder};
+use super::hpack::{DecodeError, Decoder, Encoder};
 
 /// How many closed streams are remembered (id and how they closed), to tell a frame on
 /// a stream we reset (ignored, §5.1) from one on a stream that ended normally
@@ -1300,128 +1300,6 @@ impl Builder {
             content_length,
             bytes: self.bytes,
         })
-    }
-}
-
-/// HPACK behind the three calls this module makes, until `h2::hpack` lands: literal
-/// fields without indexing and without Huffman coding only (RFC 7541 §6.2.2), which is
-/// what the tests' client sends; anything else is a compression error.
-mod hpack_seam {
-    /// Why a block was not decoded in full (the `h2::hpack` shape).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub(super) enum DecodeError {
-        Compression(&'static str),
-        ListTooLarge,
-    }
-
-    #[derive(Debug)]
-    pub(super) struct Decoder;
-
-    impl Decoder {
-        pub(super) fn new(_max_table_size: usize) -> Decoder {
-            Decoder
-        }
-
-        pub(super) fn decode(
-            &mut self,
-            block: &[u8],
-            max_list_size: usize,
-            mut field: impl FnMut(&[u8], &[u8]),
-        ) -> Result<(), DecodeError> {
-            let mut at = 0;
-            let mut list = 0usize;
-            let mut over = false;
-            while at < block.len() {
-                if block[at] != 0 {
-                    return Err(DecodeError::Compression("unsupported_representation"));
-                }
-                at += 1;
-                let name = string(block, &mut at)?;
-                let value = string(block, &mut at)?;
-                list += name.len() + value.len() + 32;
-                if list > max_list_size {
-                    over = true;
-                } else {
-                    field(name, value);
-                }
-            }
-            if over {
-                Err(DecodeError::ListTooLarge)
-            } else {
-                Ok(())
-            }
-        }
-    }
-
-    fn string<'b>(block: &'b [u8], at: &mut usize) -> Result<&'b [u8], DecodeError> {
-        let first = *block
-            .get(*at)
-            .ok_or(DecodeError::Compression("truncated"))?;
-        if first & 0x80 != 0 {
-            return Err(DecodeError::Compression("huffman"));
-        }
-        *at += 1;
-        let mut len = usize::from(first & 0x7f);
-        if len == 0x7f {
-            let mut shift = 0;
-            loop {
-                let b = *block
-                    .get(*at)
-                    .ok_or(DecodeError::Compression("truncated"))?;
-                *at += 1;
-                len += usize::from(b & 0x7f) << shift;
-                shift += 7;
-                if b & 0x80 == 0 {
-                    break;
-                }
-                if shift > 28 {
-                    return Err(DecodeError::Compression("integer_too_long"));
-                }
-            }
-        }
-        let s = block
-            .get(*at..*at + len)
-            .ok_or(DecodeError::Compression("truncated"))?;
-        *at += len;
-        Ok(s)
-    }
-
-    #[derive(Debug)]
-    pub(super) struct Encoder;
-
-    impl Encoder {
-        pub(super) fn new() -> Encoder {
-            Encoder
-        }
-
-        pub(super) fn set_max_table_size(&mut self, _n: usize) {}
-
-        pub(super) fn encode<'f>(
-            &mut self,
-            fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
-            out: &mut Vec<u8>,
-        ) {
-            for (n, v) in fields {
-                out.push(0);
-                literal(n, out);
-                literal(v, out);
-            }
-        }
-    }
-
-    fn literal(s: &[u8], out: &mut Vec<u8>) {
-        if s.len() < 0x7f {
-            out.push(s.len() as u8);
-        } else {
-            out.push(0x7f);
-            let mut rest = s.len() - 0x7f;
-            while rest >= 0x80 {
-                out.push((rest as u8 & 0x7f) | 0x80);
-                rest >>= 7;
-            }
-            out.push(rest as u8);
-        }
-        out.extend_from_slice(s);
     }
 }
 

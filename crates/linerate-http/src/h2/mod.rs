@@ -31,5 +31,5 @@
 
 pub mod conn;
 pub mod frame;
-// pub mod hpack;
-// mod huffman;
+pub mod hpack;
+mod huffman;
