@@ -31,7 +31,7 @@ use std::fs::File;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use linerate_http::h2::conn::{Connection, Event, Limits};
+use linerate_http::h2::conn::{Connection, Event, Limits, RequestHead2};
 use linerate_http::h2::frame::ErrorCode;
 use linerate_http::range::ByteRange;
 use linerate_http::request::FieldBuf;
@@ -51,6 +51,10 @@ use crate::transport::Transport;
 
 /// Bytes read from the socket at once.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// Received bytes held while the state machine is not consuming (its output is full
+/// because the client does not read): reading stops here, and TCP holds the client.
+const MAX_BUFFERED: usize = 256 * 1024;
 
 /// Body bytes a stream's task queues ahead of the connection (file ranges cost no
 /// memory; byte strings do: relayed origin bytes, multipart heads).
@@ -203,18 +207,25 @@ impl H2<'_> {
         // The preface and first request must come within the head timeout.
         let mut idle_since = Instant::now();
         let mut first = true;
-        if !self.buf.is_empty() {
-            if let Err(why) = self.receive() {
-                let _ = self.flush().await;
-                return why;
-            }
-        }
         loop {
+            // Bytes the state machine left (it stops consuming while its output is
+            // full, until that is written below).
+            if !self.buf.is_empty() {
+                if let Err(why) = self.receive() {
+                    let _ = self.flush().await;
+                    return why;
+                }
+            }
             if self.flush().await.is_err() {
                 return CloseReason::Aborted;
             }
             match self.send_some().await {
-                Ok(true) => continue,
+                Ok(true) => {
+                    // Let the streams' tasks queue more (and the worker's other
+                    // connections run) between turns.
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 Ok(false) => {}
                 Err(e) => {
                     tracing::debug!(error = %e, kind = e.as_str(), "h2 connection aborted");
@@ -242,7 +253,7 @@ impl H2<'_> {
                     timeouts.keepalive
                 };
             tokio::select! {
-                r = self.io.readable() => {
+                r = self.io.readable(), if self.buf.len() < MAX_BUFFERED => {
                     if r.is_err() {
                         return CloseReason::ClientClosed;
                     }
@@ -321,7 +332,7 @@ impl H2<'_> {
     }
 
     /// Start a stream's task for a request the state machine accepted.
-    fn start(&mut self, id: u32, head: &linerate_http::h2::conn::RequestHead) {
+    fn start(&mut self, id: u32, head: &RequestHead2) {
         if self.going_away {
             self.conn.reset_stream(id, ErrorCode::REFUSED_STREAM);
             return;
@@ -330,23 +341,37 @@ impl H2<'_> {
         // name or value an HTTP/1.1 head could not carry (CR, LF, NUL, uppercase,
         // connection-specific fields), so this cannot smuggle a second request.
         let mut raw = Vec::with_capacity(256);
-        raw.extend_from_slice(head.method());
+        raw.extend_from_slice(head.method_token().as_bytes());
         raw.push(b' ');
         raw.extend_from_slice(head.path());
-        raw.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-        raw.extend_from_slice(head.authority());
-        raw.extend_from_slice(b"\r\n");
+        raw.extend_from_slice(b" HTTP/1.1\r\n");
+        if let Some(authority) = head.authority() {
+            raw.extend_from_slice(b"host: ");
+            raw.extend_from_slice(authority);
+            raw.extend_from_slice(b"\r\n");
+        }
         let (mut urgency, mut incremental) = (3, false);
+        let mut cookies: Vec<&[u8]> = Vec::new();
         for (name, value) in head.fields() {
-            if name == b"host" {
-                continue; // :authority (or host) is already the Host field
-            }
-            if name == b"priority" {
-                (urgency, incremental) = priority(value);
+            match name {
+                // :authority (or host) is already the Host field.
+                b"host" => continue,
+                // Split cookie fields are one field again (RFC 9113 §8.2.3).
+                b"cookie" => {
+                    cookies.push(value);
+                    continue;
+                }
+                b"priority" => (urgency, incremental) = priority(value),
+                _ => {}
             }
             raw.extend_from_slice(name);
             raw.extend_from_slice(b": ");
             raw.extend_from_slice(value);
+            raw.extend_from_slice(b"\r\n");
+        }
+        if !cookies.is_empty() {
+            raw.extend_from_slice(b"cookie: ");
+            raw.extend_from_slice(&cookies.join(&b"; "[..]));
             raw.extend_from_slice(b"\r\n");
         }
         raw.extend_from_slice(b"\r\n");
@@ -553,7 +578,9 @@ impl H2<'_> {
                 }
                 out.queued -= n as u64;
                 let end = out.done && out.chunks.is_empty() && out.failed.is_none();
-                let header = self.conn.data_frame(id, n, end);
+                let Some(header) = self.conn.data_frame(id, n, end) else {
+                    break;
+                };
                 // The frame header rides with the bytes before it.
                 match batch.last_mut() {
                     Some(Chunk::Bytes(b)) => b.extend_from_slice(&header),
@@ -583,13 +610,14 @@ impl H2<'_> {
             }
             if !ended && out.done && out.chunks.is_empty() && out.failed.is_none() {
                 // Everything sent: an empty DATA frame carries the END_STREAM flag.
-                let header = self.conn.data_frame(id, 0, true);
-                match batch.last_mut() {
-                    Some(Chunk::Bytes(b)) => b.extend_from_slice(&header),
-                    _ => {
-                        let mut b = std::mem::take(&mut headers);
-                        b.extend_from_slice(&header);
-                        batch.push(Chunk::Bytes(b));
+                if let Some(header) = self.conn.data_frame(id, 0, true) {
+                    match batch.last_mut() {
+                        Some(Chunk::Bytes(b)) => b.extend_from_slice(&header),
+                        _ => {
+                            let mut b = std::mem::take(&mut headers);
+                            b.extend_from_slice(&header);
+                            batch.push(Chunk::Bytes(b));
+                        }
                     }
                 }
                 ended = true;
