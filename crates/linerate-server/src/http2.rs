@@ -313,8 +313,19 @@ impl H2<'_> {
                 Event::Request {
                     stream,
                     head,
-                    end_stream: _,
-                } => self.start(stream, &head),
+                    end_stream,
+                } => {
+                    if !end_stream && self.mode.forwarded_body_limit(head.method()).is_some() {
+                        // Cache mode forwards this method's body to the origin, which
+                        // this HTTP/2 layer does not do yet: RFC 9113 §7's answer for
+                        // "ask me over HTTP/1.1", which browsers and curl retry on.
+                        self.conn.reset_stream(stream, ErrorCode::HTTP_1_1_REQUIRED);
+                        continue;
+                    }
+                    // Other bodies are discarded, as HTTP/1.1 discards them (the
+                    // state machine returns their flow-control credit).
+                    self.start(stream, &head)
+                }
                 Event::RequestTooLarge { stream } => {
                     self.start_refused(stream, Refusal::HeadTooLarge);
                 }
@@ -492,14 +503,12 @@ impl H2<'_> {
                 self.finish(id, s, true);
             }
         }
-        // Failed bodies: reset (the client must not take a cut body for a whole one).
+        // Failed bodies: reset at once, whatever is still queued (the client must not
+        // take a cut body for a whole one, and the rest would not complete it).
         let failed: Vec<u32> = self
             .streams
             .iter()
-            .filter(|(_, s)| {
-                let o = s.out.borrow();
-                o.failed.is_some() && o.chunks.is_empty()
-            })
+            .filter(|(_, s)| s.out.borrow().failed.is_some())
             .map(|(&id, _)| id)
             .collect();
         for id in failed {

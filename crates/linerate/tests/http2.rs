@@ -46,6 +46,7 @@ enum Got {
         code: ErrorCode,
     },
     GoAway {
+        last_stream: u32,
         code: ErrorCode,
     },
     Other,
@@ -137,7 +138,9 @@ impl Raw {
                         end: end_stream,
                     },
                     Frame::RstStream { stream, code } => Got::Reset { stream, code },
-                    Frame::GoAway { code, .. } => Got::GoAway { code },
+                    Frame::GoAway {
+                        last_stream, code, ..
+                    } => Got::GoAway { last_stream, code },
                     Frame::Settings { ack: false, .. } => {
                         let mut ack = Vec::new();
                         frame::write_settings_ack(&mut ack);
@@ -182,7 +185,7 @@ impl Raw {
                     }
                 }
                 Got::Reset { stream, code } => panic!("stream {stream} reset: {code:?}"),
-                Got::GoAway { code } => panic!("GOAWAY {code:?}"),
+                Got::GoAway { code, .. } => panic!("GOAWAY {code:?}"),
                 Got::Other => {}
             }
         }
@@ -491,7 +494,7 @@ fn rapid_reset_is_refused() {
     let _ = raw.s.write_all(&burst);
     let mut calm = false;
     while let Some(got) = raw.next() {
-        if let Got::GoAway { code } = got {
+        if let Got::GoAway { code, .. } = got {
             calm = code == ErrorCode::ENHANCE_YOUR_CALM;
             break;
         }
@@ -552,4 +555,138 @@ fn alpn_h2_over_tls_and_off_switch() {
         assert_eq!(String::from_utf8(meta).unwrap(), format!("{want} 200"));
         assert!(std::fs::read(&out).unwrap() == body);
     }
+}
+
+/// A graceful stop (SIGTERM; drain and upgrade hand-over take the same path) sends
+/// GOAWAY NO_ERROR naming the last stream it took, lets that stream finish whole, then
+/// closes the connection.
+#[test]
+fn stopping_sends_goaway_and_finishes_open_streams() {
+    let body = content(4 * 1024 * 1024, 10);
+    let (_lib, srv) = appliance(&[("seg.ts", &body)], "");
+    let mut raw = Raw::connect(srv.addr, &[(4, 1000)], 64 << 20);
+    let req = raw.get(1, "/seg.ts", &[]);
+    raw.send(&req);
+    let mut got = Vec::new();
+    while got.is_empty() {
+        if let Some(Got::Data { data, .. }) = raw.next() {
+            got.extend_from_slice(&data);
+        }
+    }
+    srv.signal("TERM");
+    loop {
+        match raw.next().expect("closed before GOAWAY") {
+            Got::GoAway { last_stream, code } => {
+                assert_eq!((last_stream, code), (1, ErrorCode::NO_ERROR));
+                break;
+            }
+            Got::Data { data, .. } => got.extend_from_slice(&data),
+            _ => {}
+        }
+    }
+    let mut more = Vec::new();
+    frame::write_window_update(&mut more, 1, 64 << 20);
+    raw.send(&more);
+    loop {
+        match raw.next() {
+            Some(Got::Data { data, end, .. }) => {
+                got.extend_from_slice(&data);
+                if end {
+                    break;
+                }
+            }
+            Some(_) => {}
+            None => panic!("closed before the open stream ended"),
+        }
+    }
+    assert!(got == body, "the open stream was cut by the stop");
+    while let Some(g) = raw.next() {
+        assert!(matches!(g, Got::Other), "after the end: {g:?}");
+    }
+    srv.stop_waiting();
+}
+
+/// A body the origin cuts short is never ended as whole: the stream is reset
+/// (INTERNAL_ERROR) after the bytes that came, and the object is not stored.
+#[test]
+fn a_cut_origin_body_resets_the_stream() {
+    let body = content(8 * 1024 * 1024, 11);
+    let b2 = body.clone();
+    let origin = Origin::start(move |_| Reply::Short {
+        headers: origin::owned(&[("cache-control", "max-age=60")]),
+        body: b2.clone(),
+        send: 4 * 1024 * 1024,
+    });
+    let cache = CacheConfig::new(&origin).start();
+    let mut raw = Raw::connect(cache.server.addr, &[(4, 16 << 20)], 64 << 20);
+    let req = raw.get(1, "/cut.mp4", &[]);
+    raw.send(&req);
+    let mut got = Vec::new();
+    let code = loop {
+        match raw.next().expect("closed") {
+            Got::Data { data, end, .. } => {
+                assert!(!end, "a cut body was ended as whole");
+                got.extend_from_slice(&data);
+            }
+            Got::Reset { stream: 1, code } => break code,
+            _ => {}
+        }
+    };
+    assert_eq!(code, ErrorCode::INTERNAL_ERROR);
+    assert!(got.len() < body.len() && body.starts_with(&got));
+    // Not stored: the next request goes to the origin again (and is cut again: a reset
+    // after a 200 head, or a 502 when the cut is seen before the head goes out).
+    let req = raw.get(3, "/cut.mp4", &[]);
+    raw.send(&req);
+    let mut status = 0;
+    loop {
+        match raw.next().expect("closed before stream 3 ended") {
+            Got::Reset { stream: 3, .. } => break,
+            Got::Headers { stream: 3, fields, end } => {
+                status = fields.iter().find(|(n, _)| n == ":status").unwrap().1.parse().unwrap();
+                assert!(!(end && status == 200));
+            }
+            Got::Data { stream: 3, end: true, .. } => {
+                assert_eq!(status, 502, "the second cut body was ended as whole");
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(origin.count("/cut.mp4"), 2);
+}
+
+/// A request with a body that cache mode would forward (POST) is answered with
+/// RST_STREAM HTTP_1_1_REQUIRED (clients retry over HTTP/1.1) and never reaches the
+/// origin without its body; a GET without body on the same connection is served.
+#[test]
+fn a_forwarded_request_body_asks_for_http1() {
+    let origin = Origin::start(|_| origin::ok(b"fine", &[("cache-control", "max-age=60")]));
+    let cache = CacheConfig::new(&origin).start();
+    let mut raw = Raw::connect(cache.server.addr, &[], 0);
+    let mut block = Vec::new();
+    for (n, v) in [(":method", "POST"), (":scheme", "http"), (":authority", "test"), (":path", "/api")] {
+        block.push(0x00);
+        block.push(n.len() as u8);
+        block.extend_from_slice(n.as_bytes());
+        block.push(v.len() as u8);
+        block.extend_from_slice(v.as_bytes());
+    }
+    let mut out = Vec::new();
+    frame::write_headers(&mut out, 1, &block, false, frame::DEFAULT_MAX_FRAME_SIZE);
+    frame::write_data(&mut out, 1, b"payload", true);
+    out.extend(raw.get(3, "/ok.ts", &[]));
+    raw.send(&out);
+    let mut reset = None;
+    let mut ok = None;
+    while reset.is_none() || ok.is_none() {
+        match raw.next().expect("closed") {
+            Got::Reset { stream: 1, code } => reset = Some(code),
+            Got::Data { stream: 3, data, end: true } => ok = Some(data),
+            _ => {}
+        }
+    }
+    assert_eq!(reset, Some(ErrorCode::HTTP_1_1_REQUIRED));
+    assert_eq!(ok.as_deref(), Some(&b"fine"[..]));
+    assert_eq!(origin.count("/api"), 0);
 }
