@@ -612,6 +612,14 @@ impl Connection {
         self.goaway_sent = Some(self.last_processed);
     }
 
+    /// Whether the client has acknowledged our SETTINGS. The machine has no clock: a
+    /// server that wants SETTINGS_TIMEOUT (§6.5.3) checks this after its handshake
+    /// timeout and, when still false, calls [`Connection::go_away`] with
+    /// `SETTINGS_TIMEOUT` and closes.
+    pub fn settings_acked(&self) -> bool {
+        self.settings_acked
+    }
+
     /// No stream is open and no header block half-read: the connection may be closed
     /// (after a GOAWAY) or timed out as idle.
     pub fn is_idle(&self) -> bool {
@@ -860,7 +868,9 @@ impl Connection {
         let stream = p.stream;
         match p.what {
             Disposition::Ignore => {
-                self.remember(stream, Closed::ResetByUs);
+                if self.closed_as(stream) != Some(Closed::ResetByUs) {
+                    self.remember(stream, Closed::ResetByUs);
+                }
                 Ok(())
             }
             Disposition::StreamError(code, why) => self.stream_error(stream, code, why),

@@ -353,7 +353,12 @@ fn h2spec_4_2_data_over_max_frame_size() {
 fn h2spec_4_2_headers_over_max_frame_size() {
     let (mut c, mut client) = ready();
     // Refused on its length, before the block is looked at.
-    client.raw(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &[0; 16_385]);
+    client.raw(
+        kind::HEADERS,
+        flag::END_HEADERS | flag::END_STREAM,
+        1,
+        &[0; 16_385],
+    );
     conn_error(&mut c, &mut client, ErrorCode::FRAME_SIZE_ERROR);
 }
 
@@ -1637,10 +1642,12 @@ fn data_past_the_stream_window_is_a_stream_error() {
     client.headers(1, POST, false).data(1, &[0; 16_384], false);
     send(&mut c, &mut client).unwrap();
     events(&mut c);
+    assert!(!c.settings_acked());
     client
         .raw(kind::SETTINGS, flag::ACK, 0, b"")
         .headers(3, POST, false);
     send(&mut c, &mut client).unwrap();
+    assert!(c.settings_acked());
     // One frame past the window (credit goes back as data comes, so it takes one).
     client.data(3, &[0; 10_001], false);
     stream_error(&mut c, &mut client, 3, ErrorCode::FLOW_CONTROL_ERROR);
