@@ -866,7 +866,12 @@ impl Connection {
             }
         };
         let stream = p.stream;
-        match p.what {
+        // A GOAWAY sent while this head was arriving covers it too.
+        let what = match (p.what, self.goaway_sent) {
+            (Disposition::NewStream, Some(last)) if stream > last => Disposition::Ignore,
+            (what, _) => what,
+        };
+        match what {
             Disposition::Ignore => {
                 if self.closed_as(stream) != Some(Closed::ResetByUs) {
                     self.remember(stream, Closed::ResetByUs);

@@ -1819,6 +1819,24 @@ fn go_away_names_the_last_stream_and_ignores_later_ones() {
     assert!(c.is_idle());
 }
 
+/// A GOAWAY the server sends while a request head is still arriving (HEADERS without
+/// END_HEADERS read, CONTINUATION not yet) covers that stream too.
+#[test]
+fn go_away_covers_a_head_still_arriving() {
+    let (mut c, mut client) = ready();
+    let b = client.block(GET);
+    let (a, z) = b.split_at(4);
+    client.raw(kind::HEADERS, flag::END_STREAM, 1, a);
+    send(&mut c, &mut client).unwrap();
+    c.go_away(ErrorCode::NO_ERROR, b"");
+    let out = drain(&mut c);
+    assert_eq!(out[0].payload[..4], 0u32.to_be_bytes());
+    client.raw(kind::CONTINUATION, flag::END_HEADERS, 1, z);
+    send(&mut c, &mut client).unwrap();
+    assert!(events(&mut c).is_empty());
+    assert!(c.is_idle());
+}
+
 #[test]
 fn goaway_from_the_client_is_an_event() {
     let (mut c, mut client) = ready();
