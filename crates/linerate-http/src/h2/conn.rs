@@ -489,6 +489,11 @@ impl Connection {
                     *at += n;
                 }
                 Err(FrameError::Connection(code, why)) => return Err(self.fail(code, why)),
+                // A stream error on a stream never opened (a bad PRIORITY frame): RST_STREAM
+                // must not be sent for an idle stream (§6.4), so it ends the connection.
+                Err(FrameError::Stream(id, code, why)) if self.is_idle_stream(id) => {
+                    return Err(self.fail(code, why));
+                }
                 Err(FrameError::Stream(id, code, why)) => {
                     // parse only reports a stream error on a whole frame: skip it.
                     self.count_frame();
