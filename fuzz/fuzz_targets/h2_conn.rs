@@ -75,6 +75,10 @@ fuzz_target!(|data: &[u8]| {
                 Event::Reset { stream, .. } => {
                     assert!(open.remove(&stream).is_some(), "reset of {stream}");
                 }
+                Event::PriorityUpdate { stream, priority } => {
+                    assert!(open.contains_key(&stream), "priority update on {stream}");
+                    assert!(priority.urgency <= 7);
+                }
                 Event::WindowOpened | Event::GoAway { .. } => {}
             }
         }

@@ -117,7 +117,9 @@ fn serve(mut sock: TcpStream, body: u64) -> std::io::Result<()> {
                     left.remove(&stream);
                 }
                 Event::GoAway { .. } => peer_done = true,
-                Event::Data { .. } | Event::WindowOpened => {}
+                // A real server reorders its DATA by priority (RFC 9218); this one sends
+                // streams in id order.
+                Event::Data { .. } | Event::WindowOpened | Event::PriorityUpdate { .. } => {}
             }
         }
         if peer_done && conn.is_idle() {
