@@ -25,8 +25,11 @@
 //! - flow control both ways (§5.2, §6.9): our receive windows (data past them:
 //!   FLOW_CONTROL_ERROR), the peer's send windows (WINDOW_UPDATE, INITIAL_WINDOW_SIZE
 //!   applied to every open stream, overflow past 2^31-1);
-//! - SETTINGS acknowledged, PING answered, PRIORITY accepted and ignored (§5.3.2),
-//!   PUSH_PROMISE from a client refused (§8.4), GOAWAY both ways (§6.8);
+//! - SETTINGS acknowledged, PING answered, PRIORITY accepted and ignored (§5.3.2;
+//!   we send SETTINGS_NO_RFC7540_PRIORITIES), RFC 9218 priorities handed to the server
+//!   (the `priority` field as [`RequestHead2::priority`], PRIORITY_UPDATE as
+//!   [`Event::PriorityUpdate`], or kept for a stream not opened yet), PUSH_PROMISE from
+//!   a client refused (§8.4), GOAWAY both ways (§6.8);
 //! - request heads (§8.2, §8.3): lowercase names, no connection-specific fields,
 //!   pseudo-header fields first, once, known and complete, values without NUL/CR/LF or
 //!   surrounding whitespace, `content-length` equal to the DATA received (§8.1.1, with
@@ -51,9 +54,10 @@ use super::frame::{
 };
 use crate::framing::ContentLength;
 use crate::request::{is_valid_host, Method};
-use crate::syntax::is_token;
+use crate::syntax::{combine_lines, is_token};
 
 use super::hpack::{DecodeError, Decoder, Encoder};
+use super::priority::{self, Priority};
 
 /// How many closed streams are remembered (id and how they closed), to tell a frame on
 /// a stream we reset (ignored, §5.1) from one on a stream that ended normally
@@ -61,6 +65,9 @@ use super::hpack::{DecodeError, Decoder, Encoder};
 /// streams are treated as ended normally. 256 entries are 2 KiB and cover 2.5 times the
 /// default concurrent-stream limit.
 pub const CLOSED_MEMORY: usize = 256;
+
+/// `SETTINGS_NO_RFC7540_PRIORITIES` (RFC 9218 §2.1), which we send as 1.
+pub const SETTINGS_NO_RFC7540_PRIORITIES: u16 = 0x9;
 
 /// The limits of one connection: what we advertise in SETTINGS and what we hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +110,7 @@ pub struct Limits {
     /// Default 200: a browser cancelling every one of 100 open streams stays below.
     pub max_resets_per_window: u32,
     /// Most frames per flood window that cost us work but do nothing for a request:
-    /// SETTINGS, PING, PRIORITY, DATA without data or END_STREAM, CONTINUATION without
+    /// SETTINGS, PING, PRIORITY, PRIORITY_UPDATE, DATA without data or END_STREAM, CONTINUATION without
     /// a fragment, WINDOW_UPDATE and RST_STREAM on closed streams, GOAWAY and unknown
     /// frame types. More: GOAWAY ENHANCE_YOUR_CALM. Default 500.
     pub max_control_frames_per_window: u32,
@@ -192,6 +199,15 @@ pub enum Event {
     /// streams that were waiting on [`Connection::send_window`]. At most one per
     /// `recv` call.
     WindowOpened,
+    /// The client changed the priority of an open stream (RFC 9218 PRIORITY_UPDATE): the
+    /// scheduler reorders its DATA. A PRIORITY_UPDATE that arrives before its stream's
+    /// request is applied to [`RequestHead2::priority`] instead.
+    PriorityUpdate {
+        /// The stream.
+        stream: u32,
+        /// Its new priority.
+        priority: Priority,
+    },
     /// The client sent GOAWAY: it opens no more streams. Finish the open ones, then
     /// close.
     GoAway {
@@ -220,6 +236,7 @@ pub struct RequestHead2 {
     path: Span,
     fields: Vec<(Span, Span)>,
     content_length: Option<u64>,
+    priority: Priority,
 }
 
 impl RequestHead2 {
@@ -260,6 +277,13 @@ impl RequestHead2 {
     /// is held to it (§8.1.1).
     pub fn content_length(&self) -> Option<u64> {
         self.content_length
+    }
+
+    /// The response's priority (RFC 9218): the `priority` field (its lines joined),
+    /// unless a PRIORITY_UPDATE for the stream came first, which wins (§7); the defaults
+    /// (urgency 3, not incremental) without either.
+    pub fn priority(&self) -> Priority {
+        self.priority
     }
 
     /// Every regular field (`host` included), in order: (lowercase name, value). A
@@ -355,6 +379,9 @@ pub struct Connection {
     goaway_sent: Option<u32>,
     streams: BTreeMap<u32, Stream>,
     closed: VecDeque<(u32, Closed)>,
+    /// PRIORITY_UPDATEs for streams not opened yet, newest last, at most
+    /// `max_concurrent_streams` (RFC 9218 §7.1).
+    early_priorities: VecDeque<(u32, Priority)>,
     /// The header block being collected, and its bytes.
     pending: Option<Pending>,
     block: Vec<u8>,
@@ -393,6 +420,8 @@ impl Connection {
                 limits.max_concurrent_streams,
             ),
             (setting::MAX_HEADER_LIST_SIZE, limits.max_header_list_size),
+            // RFC 9218 §2.1: we ignore RFC 7540 priorities; RFC 9218 ones are used.
+            (SETTINGS_NO_RFC7540_PRIORITIES, 1),
         ];
         if limits.initial_window != DEFAULT_WINDOW {
             params.push((setting::INITIAL_WINDOW_SIZE, limits.initial_window));
@@ -420,6 +449,7 @@ impl Connection {
             goaway_sent: None,
             streams: BTreeMap::new(),
             closed: VecDeque::with_capacity(CLOSED_MEMORY),
+            early_priorities: VecDeque::new(),
             pending: None,
             block: Vec::new(),
             peer_initial_window: DEFAULT_WINDOW,
@@ -485,10 +515,22 @@ impl Connection {
                 Ok(None) => return Ok(()),
                 Ok(Some((f, n))) => {
                     self.count_frame();
-                    self.on_frame(f)?;
+                    match f {
+                        // RFC 9218 §7.1; `parse` leaves its payload to us.
+                        Frame::Unknown {
+                            kind: frame::kind::PRIORITY_UPDATE,
+                            stream,
+                        } => self.on_priority_update(stream, &rest[HEADER_LEN..n])?,
+                        f => self.on_frame(f)?,
+                    }
                     *at += n;
                 }
                 Err(FrameError::Connection(code, why)) => return Err(self.fail(code, why)),
+                // A stream error on a stream never opened (a bad PRIORITY frame): RST_STREAM
+                // must not be sent for an idle stream (§6.4), so it ends the connection.
+                Err(FrameError::Stream(id, code, why)) if self.is_idle_stream(id) => {
+                    return Err(self.fail(code, why));
+                }
                 Err(FrameError::Stream(id, code, why)) => {
                     // parse only reports a stream error on a whole frame: skip it.
                     self.count_frame();
@@ -610,6 +652,14 @@ impl Connection {
         }
         frame::write_goaway(&mut self.out, self.last_processed, code, debug);
         self.goaway_sent = Some(self.last_processed);
+    }
+
+    /// Whether the client has acknowledged our SETTINGS. The machine has no clock: a
+    /// server that wants SETTINGS_TIMEOUT (§6.5.3) checks this after its handshake
+    /// timeout and, when still false, calls [`Connection::go_away`] with
+    /// `SETTINGS_TIMEOUT` and closes.
+    pub fn settings_acked(&self) -> bool {
+        self.settings_acked
     }
 
     /// No stream is open and no header block half-read: the connection may be closed
@@ -858,9 +908,16 @@ impl Connection {
             }
         };
         let stream = p.stream;
-        match p.what {
+        // A GOAWAY sent while this head was arriving covers it too.
+        let what = match (p.what, self.goaway_sent) {
+            (Disposition::NewStream, Some(last)) if stream > last => Disposition::Ignore,
+            (what, _) => what,
+        };
+        match what {
             Disposition::Ignore => {
-                self.remember(stream, Closed::ResetByUs);
+                if self.closed_as(stream) != Some(Closed::ResetByUs) {
+                    self.remember(stream, Closed::ResetByUs);
+                }
                 Ok(())
             }
             Disposition::StreamError(code, why) => self.stream_error(stream, code, why),
@@ -895,7 +952,13 @@ impl Connection {
                     self.events.push_back(Event::RequestTooLarge { stream });
                     return Ok(());
                 }
-                match head.finish(p.end_stream) {
+                let early = self
+                    .early_priorities
+                    .iter()
+                    .position(|&(id, _)| id == stream)
+                    .and_then(|i| self.early_priorities.remove(i))
+                    .map(|(_, p)| p);
+                match head.finish(p.end_stream, early) {
                     Ok(head) => {
                         self.open(stream, p.end_stream, head.content_length);
                         self.events.push_back(Event::Request {
@@ -942,6 +1005,37 @@ impl Connection {
                 received: 0,
             },
         );
+    }
+
+    fn on_priority_update(&mut self, stream: u32, payload: &[u8]) -> Result<(), ConnError> {
+        let (prioritized, value) = match frame::priority_update(stream, payload) {
+            Ok(p) => p,
+            Err(e) => return Err(self.fail(e.code(), e.as_str())),
+        };
+        self.control()?;
+        // §7.1: a push stream (even: ours) cannot be prioritized by the client.
+        if prioritized % 2 == 0 {
+            return Err(self.fail(ErrorCode::PROTOCOL_ERROR, "priority_update_for_push_stream"));
+        }
+        let priority = priority::parse(value);
+        if self.streams.contains_key(&prioritized) {
+            self.events.push_back(Event::PriorityUpdate {
+                stream: prioritized,
+                priority,
+            });
+        } else if prioritized > self.max_stream {
+            // Before its request: kept (the newest per stream) for when it opens, as
+            // many as streams may be open.
+            self.early_priorities.retain(|&(id, _)| id != prioritized);
+            if self.early_priorities.len() >= self.limits.max_concurrent_streams as usize {
+                self.early_priorities.pop_front();
+            }
+            if self.limits.max_concurrent_streams > 0 {
+                self.early_priorities.push_back((prioritized, priority));
+            }
+        }
+        // A closed stream: nothing to reorder.
+        Ok(())
     }
 
     fn on_rst_stream(&mut self, stream: u32, code: ErrorCode) -> Result<(), ConnError> {
@@ -1230,7 +1324,11 @@ impl Builder {
         Ok(())
     }
 
-    fn finish(self, end_stream: bool) -> Result<RequestHead2, &'static str> {
+    fn finish(
+        self,
+        end_stream: bool,
+        early_priority: Option<Priority>,
+    ) -> Result<RequestHead2, &'static str> {
         if let Some(why) = self.error {
             return Err(why);
         }
@@ -1290,7 +1388,17 @@ impl Builder {
         if end_stream && content_length.is_some_and(|n| n > 0) {
             return Err("content_length_mismatch");
         }
+        // RFC 9218 §4, §7: a PRIORITY_UPDATE that came first wins over the field.
+        let priority = early_priority.unwrap_or_else(|| {
+            let lines = self
+                .fields
+                .iter()
+                .filter(|&&(n, _)| self.get(n) == b"priority")
+                .map(|&(_, v)| self.get(v));
+            priority::parse(&combine_lines(lines))
+        });
         Ok(RequestHead2 {
+            priority,
             method,
             method_token: method_span,
             scheme,

@@ -59,7 +59,8 @@ pub mod kind {
     pub const WINDOW_UPDATE: u8 = 0x8;
     /// CONTINUATION (§6.10).
     pub const CONTINUATION: u8 = 0x9;
-    /// PRIORITY_UPDATE (RFC 9218 §7.1): parsed as [`super::Frame::Unknown`] for now.
+    /// PRIORITY_UPDATE (RFC 9218 §7.1): parsed as [`super::Frame::Unknown`]; read its
+    /// payload with [`super::priority_update`].
     pub const PRIORITY_UPDATE: u8 = 0x10;
 }
 
@@ -258,8 +259,8 @@ pub enum Frame<'a> {
         /// END_HEADERS.
         end_headers: bool,
     },
-    /// A frame of a type this endpoint does not know (including PRIORITY_UPDATE, RFC
-    /// 9218, for now): ignored by the caller (§4.1, §5.5).
+    /// A frame of a type this endpoint does not know: ignored by the caller (§4.1,
+    /// §5.5). PRIORITY_UPDATE (RFC 9218) comes as this too, for [`priority_update`].
     Unknown {
         /// The type.
         kind: u8,
@@ -548,6 +549,33 @@ pub fn parse(buf: &[u8], max_frame_size: u32) -> Result<Option<(Frame<'_>, usize
         _ => Frame::Unknown { kind, stream },
     };
     Ok(Some((frame, total)))
+}
+
+/// The payload of a PRIORITY_UPDATE frame (RFC 9218 §7.1), which [`parse`] returns as
+/// [`Frame::Unknown`] with kind [`kind::PRIORITY_UPDATE`]; its payload is
+/// `&buf[HEADER_LEN..consumed]`. `(prioritized stream, Priority Field Value)`, the value
+/// for [`super::priority::parse`]. Sent on a stream other than 0 or naming stream 0:
+/// connection error PROTOCOL_ERROR; shorter than 4 bytes: FRAME_SIZE_ERROR. Whether the
+/// prioritized stream may be named (not a push stream, within the concurrency limit) is
+/// the caller's.
+pub fn priority_update(stream: u32, payload: &[u8]) -> Result<(u32, &[u8]), FrameError> {
+    if stream != 0 {
+        return Err(conn(ErrorCode::PROTOCOL_ERROR, "priority_update_on_stream"));
+    }
+    if payload.len() < 4 {
+        return Err(conn(
+            ErrorCode::FRAME_SIZE_ERROR,
+            "priority_update_too_short",
+        ));
+    }
+    let prioritized = be32(payload) & MAX_WINDOW;
+    if prioritized == 0 {
+        return Err(conn(
+            ErrorCode::PROTOCOL_ERROR,
+            "priority_update_for_stream_0",
+        ));
+    }
+    Ok((prioritized, &payload[4..]))
 }
 
 /// A frame header (§4.1). `len` is cut to 24 bits and `stream` to 31: callers keep
@@ -1414,6 +1442,48 @@ mod tests {
         assert_eq!(one(&buf), Frame::PushPromise { stream: 1 });
         let buf = fr(kind::PUSH_PROMISE, flag::END_HEADERS, 0, &[0, 0, 0, 2]);
         conn_err(&buf, ErrorCode::PROTOCOL_ERROR, "push_promise_on_stream_0");
+    }
+
+    /// RFC 9218 §7.1: PRIORITY_UPDATE comes back as Unknown, its payload read by
+    /// priority_update with the frame's own rules.
+    #[test]
+    fn priority_update_frame() {
+        let buf = fr(kind::PRIORITY_UPDATE, 0, 0, b"\0\0\0\x05u=0, i");
+        let (f, n) = parse(&buf, MAX).unwrap().unwrap();
+        assert_eq!(
+            f,
+            Frame::Unknown {
+                kind: kind::PRIORITY_UPDATE,
+                stream: 0
+            }
+        );
+        assert_eq!(
+            priority_update(0, &buf[HEADER_LEN..n]),
+            Ok((5, &b"u=0, i"[..]))
+        );
+        // Reserved bit ignored; empty field value allowed.
+        assert_eq!(priority_update(0, b"\x80\0\0\x07"), Ok((7, &b""[..])));
+        assert_eq!(
+            priority_update(1, b"\0\0\0\x05u=0"),
+            Err(FrameError::Connection(
+                ErrorCode::PROTOCOL_ERROR,
+                "priority_update_on_stream"
+            ))
+        );
+        assert_eq!(
+            priority_update(0, b"\0\0\0"),
+            Err(FrameError::Connection(
+                ErrorCode::FRAME_SIZE_ERROR,
+                "priority_update_too_short"
+            ))
+        );
+        assert_eq!(
+            priority_update(0, b"\x80\0\0\0u=1"),
+            Err(FrameError::Connection(
+                ErrorCode::PROTOCOL_ERROR,
+                "priority_update_for_stream_0"
+            ))
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! HTTP/2's wire layer (RFC 9113 §4-§6, RFC 7541), sans-I/O like the rest of the crate:
-//! bytes in, values out, no socket, no clock.
+//! HTTP/2's wire layer (RFC 9113 §4-§6, RFC 7541, RFC 9218), sans-I/O like the rest of
+//! the crate: bytes in, values out, no socket, no clock.
 //!
 //! Here:
 //! - [`frame`]: the connection preface, the 9-byte frame header, parsing one frame from a
@@ -9,6 +9,8 @@
 //!   the 9 bytes to send before the caller's own `sendfile` of the payload (zero copy).
 //! - [`hpack`]: field-block decoding and encoding (RFC 7541) with the Huffman code of its
 //!   Appendix B (`huffman`).
+//! - [`priority`]: the Priority Field Value of RFC 9218 (the `priority` field and the
+//!   PRIORITY_UPDATE frame, whose payload [`frame::priority_update`] reads).
 //!
 //! Not here: the connection state machine (`h2::conn`: stream states, flow-control
 //! windows, SETTINGS acknowledgement, the order HEADERS/CONTINUATION must arrive in, the
@@ -33,3 +35,4 @@ pub mod conn;
 pub mod frame;
 pub mod hpack;
 mod huffman;
+pub mod priority;

@@ -106,6 +106,12 @@ impl Client {
         self.raw(kind::PRIORITY, 0, stream, &p)
     }
 
+    fn priority_update(&mut self, on: u32, prioritized: u32, value: &[u8]) -> &mut Client {
+        let mut p = prioritized.to_be_bytes().to_vec();
+        p.extend_from_slice(value);
+        self.raw(kind::PRIORITY_UPDATE, 0, on, &p)
+    }
+
     fn ping(&mut self, ack: bool, data: [u8; 8]) -> &mut Client {
         frame::write_ping(&mut self.out, ack, data);
         self
@@ -353,7 +359,12 @@ fn h2spec_4_2_data_over_max_frame_size() {
 fn h2spec_4_2_headers_over_max_frame_size() {
     let (mut c, mut client) = ready();
     // Refused on its length, before the block is looked at.
-    client.raw(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM, 1, &[0; 16_385]);
+    client.raw(
+        kind::HEADERS,
+        flag::END_HEADERS | flag::END_STREAM,
+        1,
+        &[0; 16_385],
+    );
     conn_error(&mut c, &mut client, ErrorCode::FRAME_SIZE_ERROR);
 }
 
@@ -575,9 +586,15 @@ fn h2spec_5_3_1_headers_depends_on_itself() {
 
 #[test]
 fn h2spec_5_3_1_priority_depends_on_itself() {
+    // On an open stream: a stream error.
+    let (mut c, mut client) = ready();
+    client.headers(1, POST, false).priority(1, 1);
+    stream_error(&mut c, &mut client, 1, ErrorCode::PROTOCOL_ERROR);
+    // On an idle one RST_STREAM may not be sent (§6.4): the connection ends, with the
+    // same code (h2spec takes either).
     let (mut c, mut client) = ready();
     client.priority(1, 1);
-    stream_error(&mut c, &mut client, 1, ErrorCode::PROTOCOL_ERROR);
+    conn_error(&mut c, &mut client, ErrorCode::PROTOCOL_ERROR);
 }
 
 #[test]
@@ -699,8 +716,14 @@ fn h2spec_6_3_priority_on_stream_0() {
 #[test]
 fn h2spec_6_3_priority_of_wrong_length() {
     let (mut c, mut client) = ready();
-    client.raw(kind::PRIORITY, 0, 1, &[0, 0, 0, 3, 15, 0]);
+    client
+        .get(1)
+        .raw(kind::PRIORITY, 0, 1, &[0, 0, 0, 3, 15, 0]);
     stream_error(&mut c, &mut client, 1, ErrorCode::FRAME_SIZE_ERROR);
+    // On an idle stream: a connection error (no RST_STREAM for idle streams, §6.4).
+    let (mut c, mut client) = ready();
+    client.raw(kind::PRIORITY, 0, 3, &[0, 0, 0, 1, 15, 0]);
+    conn_error(&mut c, &mut client, ErrorCode::FRAME_SIZE_ERROR);
 }
 
 #[test]
@@ -1637,10 +1660,12 @@ fn data_past_the_stream_window_is_a_stream_error() {
     client.headers(1, POST, false).data(1, &[0; 16_384], false);
     send(&mut c, &mut client).unwrap();
     events(&mut c);
+    assert!(!c.settings_acked());
     client
         .raw(kind::SETTINGS, flag::ACK, 0, b"")
         .headers(3, POST, false);
     send(&mut c, &mut client).unwrap();
+    assert!(c.settings_acked());
     // One frame past the window (credit goes back as data comes, so it takes one).
     client.data(3, &[0; 10_001], false);
     stream_error(&mut c, &mut client, 3, ErrorCode::FLOW_CONTROL_ERROR);
@@ -1809,6 +1834,24 @@ fn go_away_names_the_last_stream_and_ignores_later_ones() {
     assert!(!c.is_idle());
     assert!(c.send_headers(1, &[(b":status", b"200")], true));
     assert!(c.send_headers(3, &[(b":status", b"200")], true));
+    assert!(c.is_idle());
+}
+
+/// A GOAWAY the server sends while a request head is still arriving (HEADERS without
+/// END_HEADERS read, CONTINUATION not yet) covers that stream too.
+#[test]
+fn go_away_covers_a_head_still_arriving() {
+    let (mut c, mut client) = ready();
+    let b = client.block(GET);
+    let (a, z) = b.split_at(4);
+    client.raw(kind::HEADERS, flag::END_STREAM, 1, a);
+    send(&mut c, &mut client).unwrap();
+    c.go_away(ErrorCode::NO_ERROR, b"");
+    let out = drain(&mut c);
+    assert_eq!(out[0].payload[..4], 0u32.to_be_bytes());
+    client.raw(kind::CONTINUATION, flag::END_HEADERS, 1, z);
+    send(&mut c, &mut client).unwrap();
+    assert!(events(&mut c).is_empty());
     assert!(c.is_idle());
 }
 
@@ -2069,4 +2112,136 @@ fn memory_of_closed_streams_is_bounded() {
     }
     assert_eq!(c.closed.len(), CLOSED_MEMORY);
     assert!(c.is_idle());
+}
+
+// ---- RFC 9218 priorities ----
+
+#[test]
+fn we_announce_no_rfc7540_priorities() {
+    let mut c = Connection::new(Limits::default());
+    let ours = drain(&mut c);
+    let params: Vec<(u16, u32)> = frame::settings_params(&ours[0].payload).collect();
+    assert!(
+        params.contains(&(SETTINGS_NO_RFC7540_PRIORITIES, 1)),
+        "{params:?}"
+    );
+    assert!(params.contains(&(setting::MAX_CONCURRENT_STREAMS, 100)));
+}
+
+#[test]
+fn priority_field_gives_the_request_priority() {
+    let (mut c, mut client) = ready();
+    client
+        .headers(
+            1,
+            &with(&[(b"priority", b"u=0"), (b"priority", b"i")]),
+            true,
+        )
+        .get(3);
+    send(&mut c, &mut client).unwrap();
+    let ev = events(&mut c);
+    let Event::Request { head, .. } = &ev[0] else {
+        panic!()
+    };
+    assert_eq!(
+        head.priority(),
+        Priority {
+            urgency: 0,
+            incremental: true
+        }
+    );
+    let Event::Request { head, .. } = &ev[1] else {
+        panic!()
+    };
+    assert_eq!(head.priority(), Priority::default());
+}
+
+#[test]
+fn priority_update_on_an_open_stream_is_an_event() {
+    let (mut c, mut client) = ready();
+    client.get(1).priority_update(0, 1, b"u=6, i");
+    send(&mut c, &mut client).unwrap();
+    let ev = events(&mut c);
+    assert_eq!(
+        ev[1],
+        Event::PriorityUpdate {
+            stream: 1,
+            priority: Priority {
+                urgency: 6,
+                incremental: true
+            }
+        }
+    );
+    // On a closed stream: nothing to do.
+    assert!(c.send_headers(1, &[(b":status", b"204")], true));
+    client.priority_update(0, 1, b"u=0");
+    send(&mut c, &mut client).unwrap();
+    assert!(events(&mut c).is_empty());
+}
+
+/// RFC 9218 §7.1: a PRIORITY_UPDATE before its request is kept and wins over the
+/// request's own `priority` field; only as many as streams may be open are kept.
+#[test]
+fn priority_update_before_the_request_is_applied() {
+    let limits = Limits {
+        max_concurrent_streams: 2,
+        ..Limits::default()
+    };
+    let (mut c, mut client) = ready_with(limits);
+    client
+        .priority_update(0, 1, b"u=1")
+        .priority_update(0, 3, b"u=5")
+        .priority_update(0, 5, b"u=7")
+        .priority_update(0, 5, b"u=6");
+    send(&mut c, &mut client).unwrap();
+    assert_eq!(c.early_priorities.len(), 2, "bounded");
+    client
+        .headers(3, &with(&[(b"priority", b"u=0")]), true)
+        .get(5);
+    send(&mut c, &mut client).unwrap();
+    let urgencies: Vec<u8> = events(&mut c)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Request { head, .. } => Some(head.priority().urgency),
+            _ => None,
+        })
+        .collect();
+    // 3: the update (5) over the field (0); 5: the newest update (6).
+    assert_eq!(urgencies, vec![5, 6]);
+    assert!(c.early_priorities.is_empty());
+}
+
+#[test]
+fn priority_update_errors() {
+    // Sent on a stream, or naming stream 0 or a push (even) stream: PROTOCOL_ERROR.
+    for (on, prioritized) in [(1, 1), (0, 0), (0, 2)] {
+        let (mut c, mut client) = ready();
+        client.get(1).priority_update(on, prioritized, b"u=1");
+        conn_error(&mut c, &mut client, ErrorCode::PROTOCOL_ERROR);
+    }
+    let (mut c, mut client) = ready();
+    client.raw(kind::PRIORITY_UPDATE, 0, 0, &[0, 0, 1]);
+    conn_error(&mut c, &mut client, ErrorCode::FRAME_SIZE_ERROR);
+    // Values that cannot be used are the defaults (RFC 9218 §4), not an error.
+    let (mut c, mut client) = ready();
+    client.get(1).priority_update(0, 1, b"u=9, ???");
+    send(&mut c, &mut client).unwrap();
+    assert_eq!(
+        events(&mut c)[1],
+        Event::PriorityUpdate {
+            stream: 1,
+            priority: Priority::default()
+        }
+    );
+}
+
+#[test]
+fn priority_update_flood() {
+    assert_eq!(
+        flood(|c| {
+            c.priority_update(0, 1, b"u=1");
+        })
+        .reason,
+        "control_frame_flood"
+    );
 }
