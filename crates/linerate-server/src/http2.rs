@@ -35,7 +35,7 @@ use linerate_http::h2::conn::{Connection, Event, Limits, RequestHead2};
 use linerate_http::h2::frame::ErrorCode;
 use linerate_http::range::ByteRange;
 use linerate_http::request::FieldBuf;
-use linerate_http::{parse_request, ParseOutcome, StatusCode};
+use linerate_http::{parse_request, ParseOutcome};
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
@@ -63,6 +63,11 @@ const QUEUE_AHEAD: u64 = 2 * 1024 * 1024;
 /// Most DATA payload bytes one stream sends in one turn before the scheduler looks
 /// again: a playlist that became ready waits at most this behind a segment.
 const TURN_BYTES: u32 = 256 * 1024;
+
+/// Body bytes (not file ranges) a stream's task may hold in memory ahead of the
+/// connection: relayed origin bytes and multipart heads. A client that stops reading
+/// holds at most this (plus one piece) per stream, for at most the send timeout.
+const HELD_BYTES: u64 = 64 * 1024;
 
 /// Urgency given to playlists, manifests and LL-HLS parts (RFC 9218 §4.1: 0 is the
 /// most urgent, 3 the default).
@@ -107,15 +112,20 @@ impl Chunk {
     }
 }
 
+/// Response fields: lowercase names, `:status` first.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// A stream's response as its task hands it to the connection.
 #[derive(Default)]
 struct Out {
     /// The response's fields (`:status` first), until sent as HEADERS.
-    fields: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    fields: Option<Fields>,
     headers_sent: bool,
     chunks: VecDeque<Chunk>,
     /// Bytes in `chunks`.
     queued: u64,
+    /// Of those, bytes held in memory (byte chunks).
+    held: u64,
     /// No more chunks will come.
     done: bool,
     /// The body could not be completed: the stream is reset, never ended cleanly.
@@ -125,6 +135,8 @@ struct Out {
     /// RFC 9218 urgency (0-7) and incremental flag.
     urgency: u8,
     incremental: bool,
+    /// A playlist or manifest (sent at [`PLAYLIST_URGENCY`] at least).
+    playlist: bool,
     /// For the access log and counters.
     status: u16,
     cache: Option<CacheStatus>,
@@ -204,9 +216,13 @@ struct H2<'w> {
 impl H2<'_> {
     async fn run(&mut self) -> CloseReason {
         let timeouts = self.worker.live().options.timeouts;
-        // The preface and first request must come within the head timeout.
-        let mut idle_since = Instant::now();
+        // The preface and first request must come within the head timeout, and the
+        // client must acknowledge our SETTINGS within it (RFC 9113 §6.5.3).
+        let opened = Instant::now();
+        let mut idle_since = opened;
         let mut first = true;
+        // Since when every stream with bytes to send has waited on flow control.
+        let mut blocked_since: Option<Instant> = None;
         loop {
             // Bytes the state machine left (it stops consuming while its output is
             // full, until that is written below).
@@ -252,6 +268,23 @@ impl H2<'_> {
                 } else {
                     timeouts.keepalive
                 };
+            // A client that opens no window for the send timeout is treated as one
+            // that stopped reading (HTTP/1.1's send timeout): its streams hold file
+            // ranges and up to [`HELD_BYTES`] each, and no longer.
+            if self.waiting_on_window() {
+                let since = *blocked_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= timeouts.send {
+                    tracing::debug!("h2 client opened no window for the send timeout");
+                    self.conn.go_away(ErrorCode::NO_ERROR, b"send timeout");
+                    let _ = self.flush().await;
+                    return CloseReason::Aborted;
+                }
+            } else {
+                blocked_since = None;
+            }
+            let window_deadline = blocked_since.map_or(idle_deadline, |t| t + timeouts.send);
+            let settings_deadline = opened + timeouts.request_head;
+            let settings_pending = !self.conn.settings_acked();
             tokio::select! {
                 r = self.io.readable(), if self.buf.len() < MAX_BUFFERED => {
                     if r.is_err() {
@@ -277,6 +310,14 @@ impl H2<'_> {
                     return if first { CloseReason::HeadTimeout } else { CloseReason::Idle };
                 }
                 _ = self.worker.stopped(), if !stopping => {}
+                _ = sleep_until(window_deadline), if blocked_since.is_some() => {}
+                _ = sleep_until(settings_deadline), if settings_pending => {
+                    if !self.conn.settings_acked() {
+                        self.conn.go_away(ErrorCode::SETTINGS_TIMEOUT, b"");
+                        let _ = self.flush().await;
+                        return CloseReason::HeadTimeout;
+                    }
+                }
             }
         }
     }
@@ -335,6 +376,18 @@ impl H2<'_> {
                         self.finish(stream, s, false);
                     }
                 }
+                Event::PriorityUpdate { stream, priority } => {
+                    if let Some(s) = self.streams.get(&stream) {
+                        let mut o = s.out.borrow_mut();
+                        // A playlist keeps at least its own urgency (see `queue_response`).
+                        o.urgency = if o.playlist {
+                            priority.urgency.min(PLAYLIST_URGENCY)
+                        } else {
+                            priority.urgency
+                        };
+                        o.incremental = priority.incremental;
+                    }
+                }
                 Event::Data { .. } | Event::WindowOpened => {}
                 Event::GoAway { .. } => self.going_away = true,
             }
@@ -361,7 +414,7 @@ impl H2<'_> {
             raw.extend_from_slice(authority);
             raw.extend_from_slice(b"\r\n");
         }
-        let (mut urgency, mut incremental) = (3, false);
+        let priority = head.priority();
         let mut cookies: Vec<&[u8]> = Vec::new();
         for (name, value) in head.fields() {
             match name {
@@ -372,7 +425,6 @@ impl H2<'_> {
                     cookies.push(value);
                     continue;
                 }
-                b"priority" => (urgency, incremental) = priority(value),
                 _ => {}
             }
             raw.extend_from_slice(name);
@@ -396,8 +448,8 @@ impl H2<'_> {
             None
         };
         let out = Rc::new(RefCell::new(Out {
-            urgency,
-            incremental,
+            urgency: priority.urgency,
+            incremental: priority.incremental,
             ..Out::default()
         }));
         let room = Rc::new(Notify::new());
@@ -526,6 +578,14 @@ impl H2<'_> {
         Ok(true)
     }
 
+    /// Some stream has body bytes queued and none of them has window to send them.
+    fn waiting_on_window(&self) -> bool {
+        self.streams.iter().any(|(&id, s)| {
+            let o = s.out.borrow();
+            o.headers_sent && o.queued > 0 && self.conn.send_window(id) == 0
+        }) && self.pick().is_none()
+    }
+
     /// The stream to send next: lowest urgency with bytes (or an end) to send and window
     /// for them; within one urgency, the incremental stream that waited longest, else
     /// the lowest stream id.
@@ -586,6 +646,9 @@ impl H2<'_> {
                     out.chunks.pop_front();
                 }
                 out.queued -= n as u64;
+                if matches!(piece, Chunk::Bytes(_)) {
+                    out.held -= n as u64;
+                }
                 let end = out.done && out.chunks.is_empty() && out.failed.is_none();
                 let Some(header) = self.conn.data_frame(id, n, end) else {
                     break;
@@ -631,7 +694,7 @@ impl H2<'_> {
                 }
                 ended = true;
             }
-            if out.blocked && out.queued < QUEUE_AHEAD / 2 {
+            if out.blocked && out.queued < QUEUE_AHEAD / 2 && out.held < HELD_BYTES {
                 out.blocked = false;
                 s.room.notify_one();
             }
@@ -684,10 +747,13 @@ impl H2<'_> {
                 suppressed: 0,
             };
             self.worker.date.with(|date| {
-                self.worker
-                    .log
-                    .borrow_mut()
-                    .record(self.peer, date, pending, &done, &self.worker.stats)
+                self.worker.log.borrow_mut().record(
+                    self.peer,
+                    date,
+                    pending,
+                    &done,
+                    &self.worker.stats,
+                )
             });
         }
         if !complete {
@@ -721,26 +787,6 @@ fn split_front(chunk: &mut Chunk, n: u64) -> Chunk {
     }
 }
 
-/// RFC 9218 §4: the `priority` field's urgency (`u=0`..`u=7`, default 3) and
-/// incremental flag (`i`, `i=?1`). Unknown or malformed members are ignored (§4).
-fn priority(value: &[u8]) -> (u8, bool) {
-    let (mut urgency, mut incremental) = (3, false);
-    for member in value.split(|&b| b == b',') {
-        let member = member.trim_ascii();
-        let (key, val) = match member.iter().position(|&b| b == b'=') {
-            Some(i) => (&member[..i], Some(&member[i + 1..])),
-            None => (member, None),
-        };
-        match (key, val) {
-            (b"u", Some([d])) if (b'0'..=b'7').contains(d) => urgency = d - b'0',
-            (b"i", None) | (b"i", Some(b"?1")) => incremental = true,
-            (b"i", Some(b"?0")) => incremental = false,
-            _ => {}
-        }
-    }
-    (urgency, incremental)
-}
-
 /// A stream's task: build the request, ask the mode, queue the response.
 #[allow(clippy::too_many_arguments)]
 async fn produce(
@@ -766,9 +812,11 @@ async fn produce(
             };
             mode.respond(&worker, request).await
         }
-        Ok(ParseOutcome::Partial) => {
-            response::refused(&worker, Refusal::HeadTooLarge, linerate_http::Persistence::KeepAlive)
-        }
+        Ok(ParseOutcome::Partial) => response::refused(
+            &worker,
+            Refusal::HeadTooLarge,
+            linerate_http::Persistence::KeepAlive,
+        ),
         Err(e) => {
             let why = Refusal::of_head(e, &raw);
             response::refused(&worker, why, linerate_http::Persistence::KeepAlive)
@@ -798,6 +846,7 @@ fn queue_response(out: &Rc<RefCell<Out>>, response: Response, refusal: Option<Re
         .any(|(n, v)| n == b"content-type" && is_playlist(v))
     {
         o.urgency = o.urgency.min(PLAYLIST_URGENCY);
+        o.playlist = true;
     }
     o.status = response.status.code();
     o.cache = Some(response.cache);
@@ -805,6 +854,7 @@ fn queue_response(out: &Rc<RefCell<Out>>, response: Response, refusal: Option<Re
     o.fields = Some(fields);
     if !rest.is_empty() {
         o.queued += rest.len() as u64;
+        o.held += rest.len() as u64;
         o.chunks.push_back(Chunk::Bytes(rest));
     }
     if matches!(response.body, Body::Empty) {
@@ -885,7 +935,13 @@ async fn queue_file(
             start: offset,
             len: upto - offset,
         };
-        push(out, room, wake, Chunk::File(file.clone(), window, hot.clone())).await;
+        push(
+            out,
+            room,
+            wake,
+            Chunk::File(file.clone(), window, hot.clone()),
+        )
+        .await;
         offset = upto;
     }
     Ok(())
@@ -896,8 +952,12 @@ async fn push(out: &Rc<RefCell<Out>>, room: &Notify, wake: &Notify, chunk: Chunk
     loop {
         {
             let mut o = out.borrow_mut();
-            if o.queued < QUEUE_AHEAD {
+            let bytes = matches!(chunk, Chunk::Bytes(_));
+            if o.queued < QUEUE_AHEAD && (!bytes || o.held < HELD_BYTES) {
                 o.queued += chunk.len();
+                if bytes {
+                    o.held += chunk.len();
+                }
                 o.chunks.push_back(chunk);
                 break;
             }
@@ -921,7 +981,7 @@ fn is_playlist(value: &[u8]) -> bool {
 /// Split an HTTP/1.1 response head (as the handlers write it) into HTTP/2 fields
 /// (`:status` first, names lowercased, the connection-specific fields of RFC 9113
 /// §8.2.2 dropped) and the bytes after the head.
-fn h1_head_to_fields(head: &[u8]) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<u8>) {
+fn h1_head_to_fields(head: &[u8]) -> (Fields, Vec<u8>) {
     let end = head
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -952,25 +1012,9 @@ fn h1_head_to_fields(head: &[u8]) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<u8>) {
     (fields, rest)
 }
 
-/// Whether a response's status says its body is empty whatever it carries.
-#[allow(dead_code)]
-fn bodiless(status: StatusCode) -> bool {
-    matches!(status.code(), 204 | 304) || status.code() < 200
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn priority_field() {
-        assert_eq!(priority(b""), (3, false));
-        assert_eq!(priority(b"u=0"), (0, false));
-        assert_eq!(priority(b"u=5, i"), (5, true));
-        assert_eq!(priority(b"i=?0, u=1"), (1, false));
-        assert_eq!(priority(b"u=9"), (3, false), "out of range: ignored");
-        assert_eq!(priority(b"u=x, foo=bar"), (3, false));
-    }
 
     #[test]
     fn head_to_fields() {

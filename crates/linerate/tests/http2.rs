@@ -28,6 +28,9 @@ struct Raw {
     dec: hpack::Decoder,
 }
 
+/// Each stream's status and body.
+type Answers = HashMap<u32, (u16, Vec<u8>)>;
+
 /// A frame as received, owned.
 #[derive(Debug)]
 enum Got {
@@ -95,7 +98,13 @@ impl Raw {
             field(n, v);
         }
         let mut out = Vec::new();
-        frame::write_headers(&mut out, stream, &block, true, frame::DEFAULT_MAX_FRAME_SIZE);
+        frame::write_headers(
+            &mut out,
+            stream,
+            &block,
+            true,
+            frame::DEFAULT_MAX_FRAME_SIZE,
+        );
         out
     }
 
@@ -162,12 +171,19 @@ impl Raw {
 
     /// Read until every stream in `streams` has ended: each one's status, body and the
     /// order in which they ended.
-    fn responses(&mut self, streams: &[u32]) -> (HashMap<u32, (u16, Vec<u8>)>, Vec<u32>) {
+    fn responses(&mut self, streams: &[u32]) -> (Answers, Vec<u32>) {
         let mut out: HashMap<u32, (u16, Vec<u8>)> = HashMap::new();
         let mut ended = Vec::new();
         while ended.len() < streams.len() {
-            match self.next().expect("connection closed before the responses ended") {
-                Got::Headers { stream, fields, end } => {
+            match self
+                .next()
+                .expect("connection closed before the responses ended")
+            {
+                Got::Headers {
+                    stream,
+                    fields,
+                    end,
+                } => {
                     let status = fields
                         .iter()
                         .find(|(n, _)| n == ":status")
@@ -204,7 +220,10 @@ fn curl(args: &[&str]) -> (String, Vec<u8>) {
         "curl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (String::from_utf8_lossy(&out.stderr).into_owned(), out.stdout)
+    (
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.stdout,
+    )
 }
 
 /// `curl --http2-prior-knowledge` of `url`: (HTTP version, status, body).
@@ -280,7 +299,11 @@ fn appliance_answers_over_h2c_as_over_http1() {
     let (_, code, body) = curl_h2c(&format!("{base}/v/big.mp4"), &["-I"]);
     assert_eq!(code, 200);
     assert!(String::from_utf8_lossy(&body).contains("content-length: 3145735"));
-    let etag = srv.get("/v/big.mp4", &[]).header("etag").unwrap().to_owned();
+    let etag = srv
+        .get("/v/big.mp4", &[])
+        .header("etag")
+        .unwrap()
+        .to_owned();
     let inm = format!("if-none-match: {etag}");
     let (_, code, body) = curl_h2c(&format!("{base}/v/big.mp4"), &["-H", &inm]);
     assert_eq!((code, body.len()), (304, 0));
@@ -363,19 +386,22 @@ fn data_never_exceeds_the_window() {
             got.extend_from_slice(&data);
         }
     }
-    assert_eq!(got.len(), 6000, "the update should release exactly 5000 bytes");
-    raw.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(
+        got.len(),
+        6000,
+        "the update should release exactly 5000 bytes"
+    );
+    raw.s
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let mut rest = Vec::new();
     frame::write_window_update(&mut rest, 1, 1 << 20);
     raw.send(&rest);
     let mut end = false;
     while !end {
-        match raw.next().expect("closed") {
-            Got::Data { data, end: e, .. } => {
-                got.extend_from_slice(&data);
-                end = e;
-            }
-            _ => {}
+        if let Got::Data { data, end: e, .. } = raw.next().expect("closed") {
+            got.extend_from_slice(&data);
+            end = e;
         }
     }
     assert!(got == body);
@@ -398,11 +424,24 @@ fn a_playlist_is_not_queued_behind_a_segment() {
     let mut seg_done = false;
     while !(seg_done && seg_before_playlist.is_some()) {
         match raw.next().expect("closed") {
-            Got::Data { stream: 1, data, end } => {
+            Got::Data {
+                stream: 1,
+                data,
+                end,
+            } => {
                 seg_got.extend_from_slice(&data);
                 seg_done = end;
             }
-            Got::Data { stream: 3, end: true, .. } | Got::Headers { stream: 3, end: true, .. } => {
+            Got::Data {
+                stream: 3,
+                end: true,
+                ..
+            }
+            | Got::Headers {
+                stream: 3,
+                end: true,
+                ..
+            } => {
                 seg_before_playlist = Some(seg_got.len());
             }
             _ => {}
@@ -521,7 +560,10 @@ fn h2c_can_be_turned_off() {
     // And on: the same bytes start HTTP/2.
     let (_lib2, srv2) = appliance(&[("a.ts", b"abc")], "");
     let (version, code, body) = curl_h2c(&format!("http://{}/a.ts", srv2.addr), &[]);
-    assert_eq!((version.as_str(), code, body.as_slice()), ("2", 200, &b"abc"[..]));
+    assert_eq!(
+        (version.as_str(), code, body.as_slice()),
+        ("2", 200, &b"abc"[..])
+    );
 }
 
 /// Over TLS, ALPN picks h2 when the client offers it (curl), and `[tls] http2 = false`
@@ -642,11 +684,25 @@ fn a_cut_origin_body_resets_the_stream() {
     loop {
         match raw.next().expect("closed before stream 3 ended") {
             Got::Reset { stream: 3, .. } => break,
-            Got::Headers { stream: 3, fields, end } => {
-                status = fields.iter().find(|(n, _)| n == ":status").unwrap().1.parse().unwrap();
+            Got::Headers {
+                stream: 3,
+                fields,
+                end,
+            } => {
+                status = fields
+                    .iter()
+                    .find(|(n, _)| n == ":status")
+                    .unwrap()
+                    .1
+                    .parse()
+                    .unwrap();
                 assert!(!(end && status == 200));
             }
-            Got::Data { stream: 3, end: true, .. } => {
+            Got::Data {
+                stream: 3,
+                end: true,
+                ..
+            } => {
                 assert_eq!(status, 502, "the second cut body was ended as whole");
                 break;
             }
@@ -665,7 +721,12 @@ fn a_forwarded_request_body_asks_for_http1() {
     let cache = CacheConfig::new(&origin).start();
     let mut raw = Raw::connect(cache.server.addr, &[], 0);
     let mut block = Vec::new();
-    for (n, v) in [(":method", "POST"), (":scheme", "http"), (":authority", "test"), (":path", "/api")] {
+    for (n, v) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":authority", "test"),
+        (":path", "/api"),
+    ] {
         block.push(0x00);
         block.push(n.len() as u8);
         block.extend_from_slice(n.as_bytes());
@@ -682,11 +743,52 @@ fn a_forwarded_request_body_asks_for_http1() {
     while reset.is_none() || ok.is_none() {
         match raw.next().expect("closed") {
             Got::Reset { stream: 1, code } => reset = Some(code),
-            Got::Data { stream: 3, data, end: true } => ok = Some(data),
+            Got::Data {
+                stream: 3,
+                data,
+                end: true,
+            } => ok = Some(data),
             _ => {}
         }
     }
     assert_eq!(reset, Some(ErrorCode::HTTP_1_1_REQUIRED));
     assert_eq!(ok.as_deref(), Some(&b"fine"[..]));
     assert_eq!(origin.count("/api"), 0);
+}
+
+/// Slow read: a client that opens streams and then no window holds only what the
+/// limits allow, for the send timeout: then GOAWAY and the connection closes, and the
+/// server serves the next client.
+#[test]
+fn a_client_that_opens_no_window_is_closed_after_the_send_timeout() {
+    let body = content(4 * 1024 * 1024, 12);
+    let lib = library(&[("seg.ts", &body)]);
+    let srv = Server::start(lib.path(), "[timeouts]\nsend_ms = 1000\n");
+    // Stream windows of 0: nothing may be sent until the client says so, and it never does.
+    let mut raw = Raw::connect(srv.addr, &[(4, 0)], 0);
+    let mut reqs = Vec::new();
+    for i in 0..50u32 {
+        reqs.extend(raw.get(1 + 2 * i, "/seg.ts", &[]));
+    }
+    raw.send(&reqs);
+    let started = Instant::now();
+    let mut data = 0;
+    let mut away = None;
+    while let Some(got) = raw.next() {
+        match got {
+            Got::Data { data: d, .. } => data += d.len(),
+            Got::GoAway { code, .. } => away = Some(code),
+            _ => {}
+        }
+    }
+    let took = started.elapsed();
+    assert_eq!(data, 0, "DATA sent with a window of 0");
+    assert_eq!(away, Some(ErrorCode::NO_ERROR));
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(8),
+        "closed after {took:?}"
+    );
+    let (version, code, b) = curl_h2c(&format!("http://{}/seg.ts", srv.addr), &[]);
+    assert_eq!((version.as_str(), code), ("2", 200));
+    assert!(b == body);
 }
