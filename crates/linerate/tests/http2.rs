@@ -603,3 +603,27 @@ fn a_client_that_opens_no_window_is_closed_after_the_send_timeout() {
     assert_eq!((version.as_str(), code), ("2", 200));
     assert!(b == body);
 }
+
+/// The access log names the protocol: an HTTP/2 request's line ends `HTTP/2.0`, with
+/// its status and bytes; an HTTP/1.1 request beside it keeps `HTTP/1.1`.
+#[test]
+fn the_access_log_says_http2() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let lib = library(&[("a.ts", b"abcdef")]);
+    let srv = Server::start(
+        lib.path(),
+        &format!(
+            "[access_log]\npath = {:?}\nflush_ms = 50\n",
+            log.to_str().unwrap()
+        ),
+    );
+    let (version, code, _) = curl_h2c(&format!("http://{}/a.ts?via=h2", srv.addr), &[]);
+    assert_eq!((version.as_str(), code), ("2", 200));
+    assert_eq!(srv.get("/a.ts?via=h1", &[]).status, 200);
+    support::eventually("both requests logged", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("\"GET /a.ts?via=h2 HTTP/2.0\" 200")
+            && text.contains("\"GET /a.ts?via=h1 HTTP/1.1\" 200")
+    });
+}
