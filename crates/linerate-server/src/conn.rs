@@ -95,7 +95,8 @@ pub(crate) enum Outcome {
 }
 
 /// Serve one connection until it closes or parks. `first`: no request has been served
-/// on it yet (the head timeout applies to the wait, not the keep-alive timeout).
+/// on it yet (the head timeout applies to the wait, not the keep-alive timeout). `h2c`:
+/// the HTTP/2 preface as its first bytes makes it an HTTP/2 connection (`http2`).
 /// `io` is the connection's transport; `buf` holds request bytes already received (a
 /// TLS handshake's last flight can carry the first request).
 pub(crate) async fn serve(
@@ -103,6 +104,7 @@ pub(crate) async fn serve(
     mode: &Rc<Mode>,
     io: Transport,
     first: bool,
+    h2c: bool,
     buf: Vec<u8>,
 ) -> Outcome {
     // Sampling is decided per connection task: a connection resumed from parking is a
@@ -135,7 +137,7 @@ pub(crate) async fn serve(
         rtt_us: None,
         congestion,
     };
-    let ending = conn.run(first).await;
+    let ending = conn.run(first, h2c).await;
     if ending == Ending::Http2 {
         let buf = std::mem::take(&mut conn.buf);
         return Box::pin(crate::http2::serve(worker, mode, conn.io, buf)).await;
@@ -190,14 +192,14 @@ enum Read {
 }
 
 impl Conn<'_> {
-    async fn run(&mut self, mut first: bool) -> Ending {
+    async fn run(&mut self, mut first: bool, h2c: bool) -> Ending {
         loop {
             if self.buf.is_empty() {
                 if let Some(ending) = self.wait_for_request(first).await {
                     return ending;
                 }
             }
-            if first && self.io.parkable() && self.worker.live().options.http2 {
+            if first && h2c {
                 if let Some(ending) = self.h2c_preface().await {
                     return ending;
                 }

@@ -230,6 +230,23 @@ impl Config {
                 &config.unknown_listener_message(*key.get_ref()),
             ));
         }
+        // h2c is a plain listener's: a TLS listener offers h2 by ALPN (`[tls] http2`).
+        let tls_listen = &config.tls.listen;
+        if let Some((key, _)) = config
+            .tcp
+            .listeners
+            .iter()
+            .find(|(k, o)| o.http2.is_some() && tls_listen.contains(k.get_ref()))
+        {
+            return Err(error_at(
+                text,
+                key.span(),
+                &format!(
+                    "tcp.listeners.\"{}\": http2 is for plain listeners (h2c); a TLS listener offers h2 by ALPN, set [tls] http2",
+                    key.get_ref()
+                ),
+            ));
+        }
         // Configured extensions merge over the built-in table.
         let mut merged: std::collections::BTreeMap<String, String> =
             defaults::default_cache_control().into_iter().collect();

@@ -11,6 +11,7 @@ mod support;
 mod tlssupport;
 
 use std::io::Write;
+use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -626,4 +627,55 @@ fn the_access_log_says_http2() {
         text.contains("\"GET /a.ts?via=h2 HTTP/2.0\" 200")
             && text.contains("\"GET /a.ts?via=h1 HTTP/1.1\" 200")
     });
+}
+
+/// h2c per plain listener: `[tcp.listeners."ip:port"] http2` overrides `[server]
+/// http2` both ways; on a TLS listener the key is a configuration error (ALPN is
+/// `[tls] http2`'s).
+#[test]
+fn h2c_per_listener() {
+    let lib = library(&[("a.ts", b"abc")]);
+    let text = format!(
+        "[server]\nworkers = 1\nlisten = [\"127.0.0.1:0\", \"127.0.0.2:0\"]\nhttp2 = false\n[appliance]\nroot = {:?}\n[tcp.listeners.\"127.0.0.2:0\"]\nhttp2 = true\n",
+        lib.path().to_str().unwrap()
+    );
+    let srv = Server::start_text(&text, &[]);
+    support::eventually("both listeners announced", || srv.listening().len() == 2);
+    let addrs = srv.listening();
+    let (off, on) = if addrs[0].ip().to_string() == "127.0.0.1" {
+        (addrs[0], addrs[1])
+    } else {
+        (addrs[1], addrs[0])
+    };
+    let (version, code, body) = curl_h2c(&format!("http://{on}/a.ts"), &[]);
+    assert_eq!(
+        (version.as_str(), code, body.as_slice()),
+        ("2", 200, &b"abc"[..])
+    );
+    let mut s = TcpStream::connect(off).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(frame::PREFACE).unwrap();
+    let out = support::read_to_close(&mut s);
+    assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 505"));
+    // A TLS listener's override with http2: refused with the reason.
+    let cert = tlssupport::TestCert::new(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = [\"127.0.0.1:0\"]\n[appliance]\nroot = {:?}\n{}[tcp.listeners.\"127.0.0.1:8443\"]\nhttp2 = false\n",
+            lib.path().to_str().unwrap(),
+            tlssupport::tls_section("", &[cert.toml(&["localhost"], true)])
+                .replace("127.0.0.1:0", "127.0.0.1:8443"),
+        ),
+    )
+    .unwrap();
+    let out = Command::new(support::binary())
+        .args(["check-config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("http2 is for plain listeners"), "{err}");
 }
