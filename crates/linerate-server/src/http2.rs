@@ -69,6 +69,10 @@ const TURN_BYTES: u32 = 256 * 1024;
 /// holds at most this (plus one piece) per stream, for at most the send timeout.
 const HELD_BYTES: u64 = 64 * 1024;
 
+/// The largest DATA payload on a kernel-TLS connection: header and payload make one
+/// full TLS record (2^14 bytes of plaintext).
+const KTLS_FRAME: u32 = (1 << 14) - linerate_http::h2::frame::HEADER_LEN as u32;
+
 /// Urgency given to playlists, manifests and LL-HLS parts (RFC 9218 §4.1: 0 is the
 /// most urgent, 3 the default).
 const PLAYLIST_URGENCY: u8 = 2;
@@ -619,7 +623,13 @@ impl H2<'_> {
     /// Send up to [`TURN_BYTES`] of stream `id`'s body as DATA frames (ending it when
     /// its body is done), with any pending control frames in front.
     async fn send_turn(&mut self, id: u32) -> Result<(), TransferError> {
-        let max_frame = self.conn.peer_max_frame_size();
+        // On kernel TLS a frame's header and payload fill exactly one 16 KiB record:
+        // each sendfile ends its record, so a 16,384-byte payload after the 9-byte
+        // header would cost a second, 9-byte record per frame.
+        let max_frame = match self.io {
+            Transport::Ktls(_) => self.conn.peer_max_frame_size().min(KTLS_FRAME),
+            _ => self.conn.peer_max_frame_size(),
+        };
         let mut batch: Vec<Chunk> = Vec::new();
         let mut headers: Vec<u8> = std::mem::take(self.conn.output());
         let mut budget = TURN_BYTES;
@@ -935,11 +945,16 @@ async fn queue_file(
             start: offset,
             len: upto - offset,
         };
+        // Resident as of now: the connection sends its frames without checking each
+        // one again (within `HOT_RECHECK`; after it, each frame is checked). A proof of
+        // its own, so the open-file cache's proof for the whole file is kept.
+        let proof = Rc::new(Hot::default());
+        proof.proved(std::time::Instant::now(), offset, upto);
         push(
             out,
             room,
             wake,
-            Chunk::File(file.clone(), window, hot.clone()),
+            Chunk::File(file.clone(), window, Some(proof)),
         )
         .await;
         offset = upto;
