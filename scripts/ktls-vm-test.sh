@@ -11,6 +11,10 @@
 #   KTLS_VM_TARGET_DIR  cargo target dir for the static build (default target/ktls-vm,
 #                       kept apart so the static flags never invalidate the normal build)
 #   KTLS_VM_TIMEOUT     seconds for boot + tests (default 300: TCG emulation is slow)
+#   KTLS_VM_RELEASE=1   build optimised binaries (the throughput figures of
+#                       docs/benchmarks.md; the test run uses debug builds)
+#   KTLS_VM_ONLY        run only the ktls_vm tests whose names contain this (and not
+#                       the HTTPS suite), e.g. "versus" for the throughput comparisons
 #   KTLS_VM_*           passed through to run-in-vm.sh (cache dir, kernel package...)
 #
 # Static glibc rather than musl: ring's C code needs a C compiler for the target, and
@@ -24,13 +28,19 @@ triple=x86_64-unknown-linux-gnu
 export RUSTFLAGS="-C target-feature=+crt-static"
 export CARGO_TARGET_DIR="$target_dir"
 
-echo "== static build (linerate + the ktls_vm and tls test binaries) into $target_dir"
-cargo build --target "$triple" -p linerate --bin linerate
+profile_flag=()
+profile_dir=debug
+if [ "${KTLS_VM_RELEASE:-0}" = 1 ]; then
+    profile_flag=(--release)
+    profile_dir=release
+fi
+echo "== static $profile_dir build (linerate + the ktls_vm and tls test binaries) into $target_dir"
+cargo build "${profile_flag[@]}" --target "$triple" -p linerate --bin linerate
 test_exe() { # the executable of integration test $1
     # Select the artifact by target kind and name: the JSON also lists the `linerate`
     # binary the tests depend on, in no fixed order (taking the last "executable" line
     # once picked the server binary after a rebuild, and the VM ran it as the test).
-    cargo test --target "$triple" -p linerate --test "$1" --no-run --message-format=json 2>/dev/null |
+    cargo test "${profile_flag[@]}" --target "$triple" -p linerate --test "$1" --no-run --message-format=json 2>/dev/null |
         python3 -c '
 import json, sys
 name = sys.argv[1]
@@ -47,7 +57,7 @@ for line in sys.stdin:
 }
 ktls_bin=$(test_exe ktls_vm)
 tls_bin=$(test_exe tls)
-server_bin="$target_dir/$triple/debug/linerate"
+server_bin="$target_dir/$triple/$profile_dir/linerate"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 for pair in "$server_bin:linerate" "$ktls_bin:ktls_vm" "$tls_bin:tls"; do
@@ -65,9 +75,13 @@ done
 # kernel's and linerate's counters, relative throughput), then every HTTPS end-to-end
 # test again, now over the kernel path (keep-alive, pipelining, resumption, SNI,
 # reload, bad input, descriptor leaks; curl is absent there and skipped).
-printf '%s\n' '#!/bin/sh' \
-    '/bin/ktls_vm --test-threads 1 --nocapture || exit $?' \
-    '/bin/tls --test-threads 2' >"$stage/run"
+if [ -n "${KTLS_VM_ONLY:-}" ]; then
+    printf '%s\n' '#!/bin/sh' "/bin/ktls_vm --test-threads 1 --nocapture '$KTLS_VM_ONLY'" >"$stage/run"
+else
+    printf '%s\n' '#!/bin/sh' \
+        '/bin/ktls_vm --test-threads 1 --nocapture || exit $?' \
+        '/bin/tls --test-threads 2' >"$stage/run"
+fi
 chmod +x "$stage/run"
 
 echo "== running the kTLS tests in the VM"

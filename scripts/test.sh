@@ -35,6 +35,14 @@ if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 >/dev/null 2>&1 \
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 >/dev/null; }
 fi
+# The HTTP/2 tests (crates/linerate/tests/http2.rs) talk to the server with curl and
+# nghttp2's h2load as well as their own frames; they fail (never skip) without them.
+for pkg in curl:curl h2load:nghttp2-client; do
+    if ! command -v "${pkg%%:*}" >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkg#*:}" >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkg#*:}" >/dev/null; }
+    fi
+done
 cargo test --workspace
 echo "== deploy/kubernetes and deploy/envoy (schemas, strict)"
 # Installs python3-venv (Debian) and kubernetes-validate + PyYAML (PyPI) when missing.

@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+use linerate_http::framing::{response_framing, ContentLength, ResponseFraming, TransferCodings};
+
 /// Largest response head accepted, in bytes. Static-file servers send 150-400 bytes;
 /// 16 KiB is hyper's and nginx's order of magnitude for a head and bounds the
 /// per-connection buffer. Larger heads are a [`HeadError::TooLarge`].
@@ -137,22 +139,18 @@ pub fn parse_head(buf: &[u8]) -> Result<HeadParse, HeadError> {
         return Err(HeadError::Interim(status));
     }
 
-    let mut content_length: Option<u64> = None;
+    // The fields are folded by the framing rules the server and its origin client use
+    // (`linerate_http::framing`), so the generator cannot disagree with them on where a
+    // response ends.
+    let mut content_length = ContentLength::Absent;
+    let mut te = TransferCodings::default();
     let mut close = false;
     let mut keep_alive = false;
     for h in resp.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
-            // RFC 9112 §6.3 item 5: a list of identical values is acceptable, differing
-            // values are an unrecoverable error.
-            for part in h.value.split(|&b| b == b',') {
-                let n = parse_decimal(trim_ows(part)).ok_or(HeadError::BadContentLength)?;
-                match content_length {
-                    Some(prev) if prev != n => return Err(HeadError::BadContentLength),
-                    _ => content_length = Some(n),
-                }
-            }
+            content_length = content_length.merge(h.value);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(HeadError::TransferEncoding);
+            te.add(h.value);
         } else if h.name.eq_ignore_ascii_case("connection") {
             // RFC 9110 §7.6.1: a comma-separated list of case-insensitive tokens.
             for token in h.value.split(|&b| b == b',').map(trim_ows) {
@@ -162,11 +160,22 @@ pub fn parse_head(buf: &[u8]) -> Result<HeadParse, HeadError> {
         }
     }
 
-    // RFC 9112 §6.3 item 1: 204 and 304 never have a body, whatever the headers say.
-    let body_len = if status == 204 || status == 304 {
-        0
-    } else {
-        content_length.ok_or(HeadError::NoLength)?
+    // Bodies that cannot be skipped by count are refused whatever the status, and so is
+    // an invalid Content-Length (RFC 9112 §6.3 item 5), even on a 204 or 304.
+    if te.is_present() {
+        return Err(HeadError::TransferEncoding);
+    }
+    if content_length == ContentLength::Invalid {
+        return Err(HeadError::BadContentLength);
+    }
+    // RFC 9112 §6.3 item 1: 204 and 304 never have a body, whatever the headers say. The
+    // request was a GET, never HEAD.
+    let body_len = match response_framing(false, status, minor == 0, content_length, te) {
+        Ok(ResponseFraming::Empty) => 0,
+        Ok(ResponseFraming::Length(n)) => n,
+        Ok(ResponseFraming::UntilClose) => return Err(HeadError::NoLength),
+        Ok(ResponseFraming::Chunked) => return Err(HeadError::TransferEncoding),
+        Err(_) => return Err(HeadError::BadContentLength),
     };
     // RFC 9112 §9.3: HTTP/1.1 persists unless "close"; HTTP/1.0 only with "keep-alive".
     let persistence = if close || (minor == 0 && !keep_alive) {
@@ -191,17 +200,6 @@ fn trim_ows(mut s: &[u8]) -> &[u8] {
         s = rest;
     }
     s
-}
-
-/// A non-empty run of ASCII digits that fits in u64 (RFC 9110 §8.6: `1*DIGIT`).
-fn parse_decimal(s: &[u8]) -> Option<u64> {
-    if s.is_empty() {
-        return None;
-    }
-    s.iter().try_fold(0u64, |acc, &b| {
-        let d = (b as char).to_digit(10)?;
-        acc.checked_mul(10)?.checked_add(u64::from(d))
-    })
 }
 
 #[cfg(test)]

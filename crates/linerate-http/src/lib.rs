@@ -12,6 +12,9 @@
 //! [`conditional::evaluate`] → [`conditional::if_range`] →
 //! [`range::parse_range`] / [`range::resolve`] → [`multipart::plan`] when several ranges
 //! remain → [`response::HeadWriter`].
+//!
+//! Message framing (where a body ends, RFC 9112 §6.3) is [`framing`]'s, for the request
+//! parser, the origin client ([`upstream`]) and the load generator alike.
 #![forbid(unsafe_code)]
 
 pub mod cache;
@@ -20,6 +23,8 @@ pub mod conditional;
 pub mod dash;
 pub mod date;
 pub mod forward;
+pub mod framing;
+pub mod h2;
 pub mod hls;
 pub mod mime;
 pub mod multipart;

@@ -6,7 +6,8 @@
 //! CR, obs-fold and whitespace before the colon are all refused by its default request
 //! configuration; the tests below pin that down so an upgrade cannot relax it silently).
 //! On top of it this module enforces the size limits, the framing rules of RFC 9112 §6
-//! (`Content-Length` / `Transfer-Encoding`), `Host` (§3.2), persistence (§9.3) and the
+//! (`Content-Length` / `Transfer-Encoding`, decided by [`crate::framing`], which the
+//! origin client and HTTP/2 share), `Host` (§3.2), persistence (§9.3) and the
 //! at-most-once rule for the fields the server acts on.
 //!
 //! The head is parsed once: [`RequestHead`] carries the method token, the target in its
@@ -16,7 +17,9 @@
 //! Not here: reading from the socket (the server owns the buffer) or the request body
 //! (the server discards or refuses it according to [`BodyFraming`]).
 
-use crate::syntax::{is_token, parse_u64, trim_ows};
+pub use crate::framing::BodyFraming;
+use crate::framing::{request_framing, ContentLength, FramingError, TransferCodings};
+use crate::syntax::list_members;
 
 /// Longest request line accepted, in bytes. Longer gets 414 (RFC 9112 §3: "A server that
 /// receives a request-target longer than any URI it wishes to parse MUST respond with a
@@ -146,28 +149,6 @@ impl Persistence {
         match self {
             Persistence::KeepAlive => "keep_alive",
             Persistence::Close => "close",
-        }
-    }
-}
-
-/// How the request body is framed (RFC 9112 §6.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFraming {
-    /// No body.
-    None,
-    /// `Content-Length: n` with n > 0.
-    Length(u64),
-    /// `Transfer-Encoding` present (chunked last). The server refuses these bodies.
-    Chunked,
-}
-
-impl BodyFraming {
-    /// Short stable name for logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BodyFraming::None => "none",
-            BodyFraming::Length(_) => "length",
-            BodyFraming::Chunked => "chunked",
         }
     }
 }
@@ -665,25 +646,6 @@ fn classify_version_error(buf: &[u8], line: LineScan) -> Result<ParseOutcome<'_>
     }
 }
 
-/// What the `Content-Length` field lines say, combined (RFC 9110 §8.6, RFC 9112 §6.3 ¶5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ContentLength {
-    Absent,
-    Valid(u64),
-    Invalid,
-}
-
-/// What the `Transfer-Encoding` field lines say, combined across lines as one list
-/// (RFC 9110 §5.3).
-#[derive(Debug, Clone, Copy, Default)]
-struct TransferCodings {
-    present: bool,
-    codings: usize,
-    chunked: usize,
-    last_is_chunked: bool,
-    invalid: bool,
-}
-
 /// Field-level interpretation of a syntactically valid head.
 fn interpret<'b>(req: httparse::Request<'b, 'b>) -> Result<RequestHead<'b>, RequestError> {
     // RFC 9110 §9.1: method names are case-sensitive; `get` is some other method.
@@ -718,9 +680,9 @@ fn interpret<'b>(req: httparse::Request<'b, 'b>) -> Result<RequestHead<'b>, Requ
             host_lines += 1;
             host.get_or_insert(value);
         } else if name.eq_ignore_ascii_case(b"content-length") {
-            content_length = merge_content_length(content_length, value);
+            content_length = content_length.merge(value);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            add_transfer_codings(&mut te, value);
+            te.add(value);
         } else if name.eq_ignore_ascii_case(b"connection") {
             for option in list_members(value) {
                 close |= option.eq_ignore_ascii_case(b"close");
@@ -745,7 +707,13 @@ fn interpret<'b>(req: httparse::Request<'b, 'b>) -> Result<RequestHead<'b>, Requ
         }
     }
 
-    let body = framing(version, content_length, te)?;
+    // RFC 9112 §6.3 for requests: see `request_framing`.
+    let body =
+        request_framing(version == Version::Http10, content_length, te).map_err(|e| match e {
+            FramingError::LengthAndTransferEncoding => RequestError::LengthAndTransferEncoding,
+            FramingError::BadContentLength => RequestError::BadContentLength,
+            FramingError::BadTransferEncoding => RequestError::BadTransferEncoding,
+        })?;
 
     // RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status code to any
     // HTTP/1.1 request message that lacks a Host header field and to any request message
@@ -789,81 +757,6 @@ fn interpret<'b>(req: httparse::Request<'b, 'b>) -> Result<RequestHead<'b>, Requ
     })
 }
 
-/// Decide the body framing (RFC 9112 §6.1, §6.3), refusing every ambiguous combination.
-fn framing(
-    version: Version,
-    content_length: ContentLength,
-    te: TransferCodings,
-) -> Result<BodyFraming, RequestError> {
-    if te.present {
-        // RFC 9112 §6.3 ¶3: CL + TE "ought to be handled as an error"; a server MAY reject
-        // it, and this one does (the classic smuggling vector).
-        if content_length != ContentLength::Absent {
-            return Err(RequestError::LengthAndTransferEncoding);
-        }
-        // RFC 9112 §6.1: a server that receives an HTTP/1.0 message with Transfer-Encoding
-        // "MUST treat the message as if the framing is faulty".
-        if version == Version::Http10 {
-            return Err(RequestError::BadTransferEncoding);
-        }
-        // RFC 9112 §6.3 ¶4: chunked not final in a request -> the server "MUST respond
-        // with the 400 (Bad Request) status code and then close the connection".
-        // RFC 9112 §7: "A sender MUST NOT apply the chunked transfer coding more than once".
-        if te.invalid || te.codings == 0 || !te.last_is_chunked || te.chunked > 1 {
-            return Err(RequestError::BadTransferEncoding);
-        }
-        return Ok(BodyFraming::Chunked);
-    }
-    match content_length {
-        ContentLength::Absent | ContentLength::Valid(0) => Ok(BodyFraming::None),
-        ContentLength::Valid(n) => Ok(BodyFraming::Length(n)),
-        // RFC 9112 §6.3 ¶5: an invalid Content-Length in a request -> "the server MUST
-        // respond with a 400 (Bad Request) status code and then close the connection".
-        ContentLength::Invalid => Err(RequestError::BadContentLength),
-    }
-}
-
-/// Fold one `Content-Length` field line into what earlier lines said. A list of the same
-/// decimal value (`5, 5`, or the same value on two lines) is that value (RFC 9110 §8.6
-/// lets a recipient accept it); differing values, non-digits, overflow or an empty member
-/// are invalid. Empty members are refused here, unlike in other lists, because this field
-/// decides framing.
-fn merge_content_length(acc: ContentLength, line: &[u8]) -> ContentLength {
-    let mut acc = acc;
-    for member in line.split(|&b| b == b',') {
-        let n = match parse_u64(trim_ows(member)) {
-            Some(n) => n,
-            None => return ContentLength::Invalid,
-        };
-        acc = match acc {
-            ContentLength::Absent => ContentLength::Valid(n),
-            ContentLength::Valid(m) if m == n => ContentLength::Valid(n),
-            _ => return ContentLength::Invalid,
-        };
-    }
-    acc
-}
-
-/// Fold one `Transfer-Encoding` field line into the running list of codings.
-fn add_transfer_codings(te: &mut TransferCodings, line: &[u8]) {
-    te.present = true;
-    for member in list_members(line) {
-        te.codings += 1;
-        if member.eq_ignore_ascii_case(b"chunked") {
-            te.chunked += 1;
-            te.last_is_chunked = true;
-        } else {
-            te.last_is_chunked = false;
-            // transfer-coding = token *( OWS ";" OWS transfer-parameter ) (RFC 9112 §7):
-            // the name at least must be a token, or the list itself is garbage.
-            let name = member.split(|&b| b == b';').next().unwrap_or(member);
-            if !is_token(trim_ows(name)) {
-                te.invalid = true;
-            }
-        }
-    }
-}
-
 /// Record a field that may appear once. RFC 9110 §5.3: a sender MUST NOT send several
 /// lines of a field that is not a list; for the list-valued `If-Match`/`If-None-Match`
 /// combining would be allowed, but no real client splits them and keeping one borrowed
@@ -876,21 +769,12 @@ fn set_once<'b>(slot: &mut Option<&'b [u8]>, value: &'b [u8]) -> Result<(), Requ
     Ok(())
 }
 
-/// The non-empty members of a comma-separated list, OWS-trimmed (RFC 9110 §5.6.1:
-/// recipients tolerate empty members).
-fn list_members(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value
-        .split(|&b| b == b',')
-        .map(trim_ows)
-        .filter(|m| !m.is_empty())
-}
-
 /// Whether `value` only uses characters of `uri-host [":" port]` (RFC 3986 §3.2.2: reg-name
 /// is unreserved / pct-encoded / sub-delims; IP-literal adds `[`, `]` and `:`). This keeps
 /// `/`, `@`, `?`, `#`, whitespace and non-ASCII out of anything that might later key a
 /// cache or a log line. An empty value is valid (RFC 9112 §3.2, for targets without an
 /// authority).
-fn is_valid_host(value: &[u8]) -> bool {
+pub(crate) fn is_valid_host(value: &[u8]) -> bool {
     value.iter().all(|&b| {
         b.is_ascii_alphanumeric()
             || matches!(
@@ -1176,115 +1060,8 @@ mod tests {
         );
     }
 
-    // ---- framing (RFC 9112 §6) ----
-
-    #[test]
-    fn content_length_framing() {
-        let b = |buf: &[u8]| head(buf).body;
-        assert_eq!(
-            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"),
-            BodyFraming::None
-        );
-        assert_eq!(
-            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n"),
-            BodyFraming::Length(5)
-        );
-        assert_eq!(
-            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\n\r\n"),
-            BodyFraming::Length(5)
-        );
-        assert_eq!(
-            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"),
-            BodyFraming::Length(5)
-        );
-        assert_eq!(
-            b(b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 18446744073709551615\r\n\r\n"),
-            BodyFraming::Length(u64::MAX)
-        );
-    }
-
-    #[test]
-    fn bad_content_length() {
-        for buf in [
-            &b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 6\r\n\r\n"[..],
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: abc\r\n\r\n",
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n",
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\n",
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0x10\r\n\r\n",
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5 5\r\n\r\n",
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5,\r\n\r\n",
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length:\r\n\r\n",
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 18446744073709551616\r\n\r\n",
-            b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n",
-        ] {
-            assert_eq!(
-                err(buf),
-                RequestError::BadContentLength,
-                "{:?}",
-                String::from_utf8_lossy(buf)
-            );
-        }
-    }
-
-    #[test]
-    fn chunked_framing() {
-        let b = |buf: &[u8]| head(buf).body;
-        assert_eq!(
-            b(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            BodyFraming::Chunked
-        );
-        assert_eq!(
-            b(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n"),
-            BodyFraming::Chunked
-        );
-        assert_eq!(
-            b(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
-            BodyFraming::Chunked
-        );
-        assert_eq!(
-            b(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            BodyFraming::Chunked
-        );
-    }
-
-    #[test]
-    fn smuggling_cl_and_te() {
-        assert_eq!(
-            err(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            RequestError::LengthAndTransferEncoding
-        );
-        assert_eq!(
-            err(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n"),
-            RequestError::LengthAndTransferEncoding
-        );
-        // Even an invalid CL with TE is the CL+TE error: framing is ambiguous either way.
-        assert_eq!(
-            err(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            RequestError::LengthAndTransferEncoding
-        );
-    }
-
-    #[test]
-    fn smuggling_bad_transfer_encoding() {
-        for buf in [
-            &b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, identity\r\n\r\n"[..],
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity\r\n\r\n",
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n",
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:\r\n\r\n",
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: ,\r\n\r\n",
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunkedx\r\n\r\n",
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: \"chunked\"\r\n\r\n",
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: g zip, chunked\r\n\r\n",
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked;x=1\r\n\r\n",
-            // RFC 9112 §6.1: any Transfer-Encoding in HTTP/1.0 means faulty framing.
-            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
-        ] {
-            assert_eq!(err(buf), RequestError::BadTransferEncoding, "{:?}", String::from_utf8_lossy(buf));
-        }
-    }
+    // ---- framing (RFC 9112 §6): the cases are in `crate::framing`'s tests, which run
+    // each one through this parser and the origin client's ----
 
     // ---- syntax errors httparse must keep refusing ----
 

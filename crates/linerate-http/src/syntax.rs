@@ -97,6 +97,16 @@ pub(crate) fn for_each_member<'a>(value: &'a [u8], mut f: impl FnMut(&'a [u8])) 
     emit(&value[start..]);
 }
 
+/// The non-empty members of a comma-separated list, OWS-trimmed (RFC 9110 §5.6.1:
+/// recipients tolerate empty members). No quoted-string handling: for lists of tokens
+/// (`Connection`, `Expect`, `Transfer-Encoding`), where a quote is already an error.
+pub(crate) fn list_members(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim_ows)
+        .filter(|m| !m.is_empty())
+}
+
 /// `s` split at the first `sep`, which belongs to neither side.
 pub(crate) fn split_once(s: &[u8], sep: u8) -> Option<(&[u8], &[u8])> {
     let i = s.iter().position(|&b| b == sep)?;

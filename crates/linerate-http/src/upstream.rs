@@ -11,7 +11,12 @@
 //! policy does), does not decode content codings, and does not look at trailer fields
 //! beyond checking their syntax (a cache stores the body, not the trailers).
 
-use crate::syntax::{is_token, parse_u64, trim_ows};
+use crate::framing::{response_framing, ContentLength, FramingError, TransferCodings};
+use crate::syntax::{is_token, list_members};
+
+/// How the body of a response ends (RFC 9112 §6.3); the table is
+/// [`crate::framing::response_framing`].
+pub use crate::framing::ResponseFraming as Framing;
 
 /// Largest response head accepted, interim (1xx) heads included. Origins send a few
 /// hundred bytes to a few KiB; hyper's client allows about 400 KiB and nginx's
@@ -33,19 +38,6 @@ pub const MAX_TRAILER_BYTES: usize = 16 * 1024;
 /// Most hex digits in a chunk size: 16 digits are every u64; more cannot be a size we
 /// could hold (leading zeros that long are not sent by real encoders either).
 const MAX_CHUNK_SIZE_DIGITS: u8 = 16;
-
-/// How the body of a response ends (RFC 9112 §6.3).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Framing {
-    /// Exactly this many bytes follow the head (`Content-Length`).
-    Length(u64),
-    /// Chunked transfer coding; decode with [`ChunkedDecoder`].
-    Chunked,
-    /// The body runs until the origin closes the connection (no length given).
-    UntilClose,
-    /// No body at all, whatever the fields say: a response to HEAD, 204 or 304.
-    Empty,
-}
 
 /// A parsed final response head, owning its bytes.
 #[derive(Debug, Clone)]
@@ -151,7 +143,8 @@ pub enum Head {
 /// `request_was_head` says whether the request was HEAD, whose response never has a
 /// body (RFC 9110 §9.3.2).
 ///
-/// Framing follows RFC 9112 §6.3, refusing each ambiguous case rather than guessing,
+/// Framing follows RFC 9112 §6.3 ([`crate::framing::response_framing`], the table the
+/// request parser's twin shares), refusing each ambiguous case rather than guessing,
 /// because a framing guess that differs from the origin's is how responses desync:
 /// 1. HEAD, 1xx, 204 and 304 responses end at the head ([`Framing::Empty`]).
 /// 2. `Transfer-Encoding` with `Content-Length` is refused (§6.3 ¶3 lets a recipient
@@ -225,25 +218,6 @@ pub fn parse_response_head(
     Err(ResponseError::TooLarge)
 }
 
-/// What the `Content-Length` lines said so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ContentLength {
-    Absent,
-    Valid(u64),
-    Invalid,
-}
-
-/// What the `Transfer-Encoding` lines said so far.
-#[derive(Debug, Default, Clone)]
-struct TransferCodings {
-    present: bool,
-    chunked: usize,
-    last_is_chunked: bool,
-    invalid: bool,
-    /// The codings other than chunked, as sent.
-    others: Vec<Vec<u8>>,
-}
-
 /// Field-level interpretation of a syntactically valid final head.
 fn interpret(
     resp: &httparse::Response<'_, '_>,
@@ -253,6 +227,7 @@ fn interpret(
     let minor_version = resp.version.ok_or(ResponseError::Malformed)?;
     let mut content_length = ContentLength::Absent;
     let mut te = TransferCodings::default();
+    let mut codings = Vec::new();
     let mut close = false;
     let mut keep_alive_option = false;
     let mut headers = Vec::with_capacity(resp.headers.len());
@@ -260,9 +235,9 @@ fn interpret(
         let name = field.name.as_bytes();
         let value = field.value;
         if name.eq_ignore_ascii_case(b"content-length") {
-            content_length = merge_content_length(content_length, value);
+            content_length = content_length.merge(value);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            add_transfer_codings(&mut te, value);
+            te.add_each(value, |other| codings.push(other.to_vec()));
         } else if name.eq_ignore_ascii_case(b"connection") {
             for option in list_members(value) {
                 close |= option.eq_ignore_ascii_case(b"close");
@@ -272,38 +247,20 @@ fn interpret(
         headers.push((name.to_vec(), value.to_vec()));
     }
 
-    let framing = if request_was_head || status == 204 || status == 304 {
-        // RFC 9112 §6.3 ¶1: these end at the empty line after the fields, whatever the
-        // fields say; their Content-Length describes the representation, not a body.
-        Framing::Empty
-    } else if te.present {
-        if content_length != ContentLength::Absent || minor_version == 0 {
-            return Err(ResponseError::BadTransferEncoding);
+    // RFC 9112 §6.3 for responses: see `response_framing`. Interim heads never get here.
+    let framing = response_framing(
+        request_was_head,
+        status,
+        minor_version == 0,
+        content_length,
+        te,
+    )
+    .map_err(|e| match e {
+        FramingError::BadContentLength => ResponseError::BadContentLength,
+        FramingError::LengthAndTransferEncoding | FramingError::BadTransferEncoding => {
+            ResponseError::BadTransferEncoding
         }
-        // RFC 9112 §7: "A sender MUST NOT apply the chunked transfer coding more than
-        // once"; chunked before another coding would have to be chunked again to relay
-        // (and `chunked;param` has no parameters), so both are refused.
-        if te.invalid || te.chunked > 1 || (te.chunked == 1 && !te.last_is_chunked) {
-            return Err(ResponseError::BadTransferEncoding);
-        }
-        if te.last_is_chunked {
-            Framing::Chunked
-        } else if te.others.is_empty() {
-            // An empty Transfer-Encoding names no coding at all.
-            return Err(ResponseError::BadTransferEncoding);
-        } else {
-            // §6.3 ¶4: "If a Transfer-Encoding header field is present in a response and
-            // the chunked transfer coding is not the final encoding, the message body
-            // length is determined by reading the connection until it is closed".
-            Framing::UntilClose
-        }
-    } else {
-        match content_length {
-            ContentLength::Valid(n) => Framing::Length(n),
-            ContentLength::Invalid => return Err(ResponseError::BadContentLength),
-            ContentLength::Absent => Framing::UntilClose,
-        }
-    };
+    })?;
 
     // RFC 9112 §9.3: "close" always wins; HTTP/1.1 persists by default, HTTP/1.0 only
     // with "keep-alive"; a body delimited by close cannot be followed by anything.
@@ -315,55 +272,9 @@ fn interpret(
         minor_version,
         headers,
         framing,
-        codings: te.others,
+        codings,
         keep_alive,
     })
-}
-
-/// Fold one `Content-Length` line into what earlier lines said (RFC 9110 §8.6: a list of
-/// one repeated value is that value; anything else is invalid). Empty members are
-/// refused, unlike in other lists, because this field decides framing.
-fn merge_content_length(acc: ContentLength, line: &[u8]) -> ContentLength {
-    let mut acc = acc;
-    for member in line.split(|&b| b == b',') {
-        let Some(n) = parse_u64(trim_ows(member)) else {
-            return ContentLength::Invalid;
-        };
-        acc = match acc {
-            ContentLength::Absent => ContentLength::Valid(n),
-            ContentLength::Valid(m) if m == n => ContentLength::Valid(n),
-            _ => return ContentLength::Invalid,
-        };
-    }
-    acc
-}
-
-/// Fold one `Transfer-Encoding` line into the running list of codings. An empty line
-/// still marks the field present (and then fails the "last is chunked" test).
-fn add_transfer_codings(te: &mut TransferCodings, line: &[u8]) {
-    te.present = true;
-    for member in list_members(line) {
-        let name = trim_ows(member.split(|&b| b == b';').next().unwrap_or(member));
-        if name.eq_ignore_ascii_case(b"chunked") {
-            te.chunked += 1;
-            te.last_is_chunked = true;
-            // `chunked;param`: chunked has no parameters (RFC 9112 §7.1).
-            te.invalid |= name.len() != member.len();
-        } else {
-            // A non-token name is garbage, not a coding.
-            te.last_is_chunked = false;
-            te.invalid |= !is_token(name);
-            te.others.push(member.to_vec());
-        }
-    }
-}
-
-/// The non-empty members of a comma-separated list, OWS-trimmed (RFC 9110 §5.6.1).
-fn list_members(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value
-        .split(|&b| b == b',')
-        .map(trim_ows)
-        .filter(|m| !m.is_empty())
 }
 
 /// Why a chunked body was refused. Each one leaves the connection unusable.
@@ -756,68 +667,6 @@ HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
         assert_eq!(head.framing, Framing::Empty);
         assert!(head.keep_alive);
         assert_eq!(head.header(b"content-length"), Some(&b"10"[..]));
-    }
-
-    #[test]
-    fn framing_rules() {
-        let f = |fields: &str| {
-            parse(format!("HTTP/1.1 200 OK\r\n{fields}\r\n").as_bytes())
-                .map(|o| o.map(|(h, _)| h.framing))
-        };
-        assert_eq!(
-            f("Transfer-Encoding: chunked\r\n"),
-            Ok(Some(Framing::Chunked))
-        );
-        assert_eq!(
-            f("Transfer-Encoding: gzip, chunked\r\n"),
-            Ok(Some(Framing::Chunked))
-        );
-        // RFC 9112 §6.3 ¶4: without chunked last, the body runs until close.
-        assert_eq!(
-            f("Transfer-Encoding: gzip\r\n"),
-            Ok(Some(Framing::UntilClose))
-        );
-        assert_eq!(
-            f("Transfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n"),
-            Ok(Some(Framing::Chunked))
-        );
-        assert_eq!(f(""), Ok(Some(Framing::UntilClose)));
-        assert_eq!(
-            f("Content-Length: 5, 5\r\nContent-Length: 5\r\n"),
-            Ok(Some(Framing::Length(5)))
-        );
-        assert_eq!(f("Content-Length: 0\r\n"), Ok(Some(Framing::Length(0))));
-        for bad_te in [
-            "Transfer-Encoding: chunked, gzip\r\n",
-            "Transfer-Encoding: chunked, chunked\r\n",
-            "Transfer-Encoding: chunked;x=1\r\n",
-            "Transfer-Encoding:\r\n",
-            "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
-            "Transfer-Encoding: b@d, chunked\r\n",
-        ] {
-            assert_eq!(
-                f(bad_te),
-                Err(ResponseError::BadTransferEncoding),
-                "{bad_te}"
-            );
-        }
-        for bad_cl in [
-            "Content-Length: 5\r\nContent-Length: 6\r\n",
-            "Content-Length: 5, 6\r\n",
-            "Content-Length: -1\r\n",
-            "Content-Length: +5\r\n",
-            "Content-Length: 0x10\r\n",
-            "Content-Length: \r\n",
-            "Content-Length: 5,\r\n",
-            "Content-Length: 99999999999999999999999\r\n",
-        ] {
-            assert_eq!(f(bad_cl), Err(ResponseError::BadContentLength), "{bad_cl}");
-        }
-        // HTTP/1.0 with Transfer-Encoding: faulty framing (RFC 9112 §6.1).
-        assert_eq!(
-            parse(b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").err(),
-            Some(ResponseError::BadTransferEncoding)
-        );
     }
 
     #[test]

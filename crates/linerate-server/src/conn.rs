@@ -51,6 +51,9 @@ enum Ending {
     Stopping,
     /// Idle long enough to leave the runtime, until this keep-alive deadline.
     Parked(Instant),
+    /// The client sent the HTTP/2 connection preface (h2c with prior knowledge, RFC
+    /// 9113 §3.3): the connection continues as HTTP/2.
+    Http2,
 }
 
 impl Ending {
@@ -64,6 +67,7 @@ impl Ending {
             Ending::Aborted => "aborted",
             Ending::Stopping => "stopping",
             Ending::Parked(_) => "parked",
+            Ending::Http2 => "http2",
         }
     }
 
@@ -71,7 +75,7 @@ impl Ending {
     fn close_reason(self) -> CloseReason {
         match self {
             Ending::Done => CloseReason::Done,
-            Ending::Idle | Ending::Parked(_) => CloseReason::Idle,
+            Ending::Idle | Ending::Parked(_) | Ending::Http2 => CloseReason::Idle,
             Ending::HeadTimeout => CloseReason::HeadTimeout,
             Ending::ClientClosed => CloseReason::ClientClosed,
             Ending::BadRequest => CloseReason::BadRequest,
@@ -91,14 +95,16 @@ pub(crate) enum Outcome {
 }
 
 /// Serve one connection until it closes or parks. `first`: no request has been served
-/// on it yet (the head timeout applies to the wait, not the keep-alive timeout).
+/// on it yet (the head timeout applies to the wait, not the keep-alive timeout). `h2c`:
+/// the HTTP/2 preface as its first bytes makes it an HTTP/2 connection (`http2`).
 /// `io` is the connection's transport; `buf` holds request bytes already received (a
 /// TLS handshake's last flight can carry the first request).
 pub(crate) async fn serve(
     worker: &Rc<Worker>,
-    mode: &Mode,
+    mode: &Rc<Mode>,
     io: Transport,
     first: bool,
+    h2c: bool,
     buf: Vec<u8>,
 ) -> Outcome {
     // Sampling is decided per connection task: a connection resumed from parking is a
@@ -131,7 +137,11 @@ pub(crate) async fn serve(
         rtt_us: None,
         congestion,
     };
-    let ending = conn.run(first).await;
+    let ending = conn.run(first, h2c).await;
+    if ending == Ending::Http2 {
+        let buf = std::mem::take(&mut conn.buf);
+        return Box::pin(crate::http2::serve(worker, mode, conn.io, buf)).await;
+    }
     worker.give_buffer(std::mem::take(&mut conn.buf));
     if let Ending::Parked(deadline) = ending {
         if let Transport::Plain(stream) = conn.io {
@@ -153,7 +163,7 @@ pub(crate) async fn serve(
 struct Conn<'w> {
     worker: &'w Rc<Worker>,
     /// What answers the requests.
-    mode: &'w Mode,
+    mode: &'w Rc<Mode>,
     /// The client's address, when the mode or the access log needs it.
     peer_ip: Option<std::net::IpAddr>,
     io: Transport,
@@ -182,10 +192,15 @@ enum Read {
 }
 
 impl Conn<'_> {
-    async fn run(&mut self, mut first: bool) -> Ending {
+    async fn run(&mut self, mut first: bool, h2c: bool) -> Ending {
         loop {
             if self.buf.is_empty() {
                 if let Some(ending) = self.wait_for_request(first).await {
+                    return ending;
+                }
+            }
+            if first && h2c {
+                if let Some(ending) = self.h2c_preface().await {
                     return ending;
                 }
             }
@@ -283,6 +298,7 @@ impl Conn<'_> {
                         body,
                         peer: self.peer_ip,
                         secure,
+                        http2: false,
                         interim: crate::exchange::Interim::new(&mut self.io, self.worker, http11),
                     };
                     let response = self.mode.respond(self.worker, request).await;
@@ -436,6 +452,27 @@ impl Conn<'_> {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return Some(Ending::ClientClosed),
+            }
+        }
+    }
+
+    /// On a connection's first bytes: `Some(Ending::Http2)` when they are the HTTP/2
+    /// preface (read until it is whole or differs from it), `None` for HTTP/1.
+    async fn h2c_preface(&mut self) -> Option<Ending> {
+        const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        let deadline = Instant::now() + self.worker.live().options.timeouts.request_head;
+        loop {
+            let n = self.buf.len().min(PREFACE.len());
+            if self.buf[..n] != PREFACE[..n] {
+                return None;
+            }
+            if n == PREFACE.len() {
+                return Some(Ending::Http2);
+            }
+            match self.read_more(deadline).await {
+                Read::Data => {}
+                Read::Eof | Read::Failed => return Some(Ending::ClientClosed),
+                Read::TimedOut => return Some(Ending::HeadTimeout),
             }
         }
     }

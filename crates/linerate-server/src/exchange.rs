@@ -24,6 +24,9 @@ pub(crate) struct Request<'a> {
     pub(crate) peer: Option<IpAddr>,
     /// Whether the connection is TLS (the scheme of the request's URI).
     pub(crate) secure: bool,
+    /// It came over HTTP/2: a body of unknown length is not chunked (DATA frames end
+    /// it), and there are no interim responses.
+    pub(crate) http2: bool,
     /// Where interim (1xx) responses go before the final one.
     pub(crate) interim: Interim<'a>,
 }
@@ -44,6 +47,11 @@ impl<'a> Interim<'a> {
             io: open.then_some(io),
             worker,
         }
+    }
+
+    /// No interim responses (HTTP/2 streams: 103 is not relayed there yet).
+    pub(crate) fn closed(worker: &'a Worker) -> Interim<'a> {
+        Interim { io: None, worker }
     }
 
     /// Whether interim responses reach the client.

@@ -23,6 +23,7 @@ mod exchange;
 mod fill;
 pub mod fillopts;
 mod handler;
+mod http2;
 mod listeners;
 mod logbudget;
 pub mod media;

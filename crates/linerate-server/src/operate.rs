@@ -234,6 +234,8 @@ pub struct ListenerTcp {
     pub listen: SocketAddr,
     /// Its tuning.
     pub tuning: TcpTuning,
+    /// h2c with prior knowledge on this (plain) listener; `None`: `[server] http2`.
+    pub http2: Option<bool>,
 }
 
 /// What is set on a listener socket (and inherited by its accepted sockets).
@@ -246,6 +248,15 @@ pub struct TcpTuning {
 }
 
 impl TcpOptions {
+    /// Whether the plain listener configured as `listen` has its own h2c switch
+    /// (`[tcp.listeners."ip:port"] http2`); `None`: `[server] http2` decides.
+    pub fn http2_for(&self, listen: SocketAddr) -> Option<bool> {
+        self.listeners
+            .iter()
+            .find(|l| l.listen == listen)
+            .and_then(|l| l.http2)
+    }
+
     /// The tuning for the listener configured as `listen`: its own entry, or the
     /// defaults. Called once per listener socket at start-up.
     pub fn tuning_for(&self, listen: SocketAddr) -> TcpTuning {
@@ -293,9 +304,11 @@ mod tests {
                     congestion: Some("bbr".into()),
                     max_pacing_rate: None,
                 },
+                http2: Some(false),
             }],
             ..TcpOptions::default()
         };
+        assert_eq!((tcp.http2_for(a), tcp.http2_for(b)), (None, Some(false)));
         assert_eq!(tcp.tuning_for(a).congestion.as_deref(), Some("cubic"));
         assert_eq!(tcp.tuning_for(a).max_pacing_rate, Some(1000));
         assert_eq!(tcp.tuning_for(b).congestion.as_deref(), Some("bbr"));

@@ -109,6 +109,9 @@ pub struct ServerOptions {
     pub cold_threads_per_disk: usize,
     /// Largest request body read and discarded (bytes).
     pub max_discarded_body: u64,
+    /// HTTP/2 with prior knowledge (h2c) on the plain listeners (`[server] http2`).
+    /// Default true.
+    pub http2: bool,
     /// The admin listener (metrics, health, drain, reload).
     pub admin: crate::operate::AdminOptions,
     /// The access log.
@@ -160,6 +163,8 @@ pub struct TlsOptions {
     /// Certificates (`[[tls.certificates]]`); the one marked default (or else the
     /// first) answers clients that send no SNI name.
     pub certificates: Vec<CertificateOptions>,
+    /// Offer HTTP/2 in ALPN (`h2` before `http/1.1`). Default true.
+    pub http2: bool,
 }
 
 impl Default for TlsOptions {
@@ -170,6 +175,7 @@ impl Default for TlsOptions {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             ktls: KtlsMode::Auto,
             certificates: Vec::new(),
+            http2: true,
         }
     }
 }
@@ -416,6 +422,7 @@ impl ServerOptions {
             default_cache_control: None,
             cold_threads_per_disk: DEFAULT_COLD_THREADS_PER_DISK,
             max_discarded_body: DEFAULT_MAX_DISCARDED_BODY,
+            http2: true,
             admin: crate::operate::AdminOptions::default(),
             access_log: crate::operate::AccessLogOptions::default(),
             tcp: crate::operate::TcpOptions::default(),

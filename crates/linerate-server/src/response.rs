@@ -71,12 +71,13 @@ pub(crate) enum Body {
 pub(crate) enum Piece<'a> {
     /// These bytes.
     Bytes(&'a [u8]),
-    /// This range of this file (absolute file offsets).
-    File(&'a File, ByteRange),
+    /// This range of this file (absolute file offsets). An `Arc`, so HTTP/2 can queue
+    /// the range without copying its bytes (cache mode's files are the store's).
+    File(&'a std::sync::Arc<File>, ByteRange),
     /// This range of a file this process is writing (a fill being followed): bytes
     /// written a moment ago, so in the page cache; sent without a residency check (up
     /// to the hot-proof bound, as a range found resident a moment ago is).
-    Written(&'a File, ByteRange),
+    Written(&'a std::sync::Arc<File>, ByteRange),
 }
 
 /// The future of [`Pieces::next`]. Boxed because the producers differ (a stored object,

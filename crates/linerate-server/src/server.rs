@@ -605,8 +605,8 @@ fn bind_all(
     kind: ListenerKind,
     inherited: &mut Inherited,
     handover: &mut Handover,
-) -> Result<(Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>), ServerError> {
-    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+) -> Result<(Vec<Vec<ConfiguredListener>>, Vec<SocketAddr>), ServerError> {
+    let mut per_worker: Vec<Vec<ConfiguredListener>> =
         (0..options.workers).map(|_| Vec::new()).collect();
     let mut local_addrs = Vec::new();
     for &configured in addrs {
@@ -658,13 +658,17 @@ fn bind_all(
                     source,
                 })?;
                 handover.keep(kind, &l).map_err(bind_err)?;
-                listeners.push(l);
+                listeners.push((l, configured));
             }
         }
         local_addrs.push(addr);
     }
     Ok((per_worker, local_addrs))
 }
+
+/// A listener socket and the address it was configured as (port 0 included), which
+/// per-listener settings (`[tcp.listeners]`) are keyed by.
+pub(crate) type ConfiguredListener = (std::net::TcpListener, SocketAddr);
 
 /// Cache mode's origins for the start-up log: `name=url,url; name=url`.
 fn describe_origins(c: &crate::cacheopts::CacheOptions) -> String {

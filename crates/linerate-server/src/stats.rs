@@ -578,6 +578,8 @@ pub struct WorkerStats {
     /// Response durations.
     pub duration: Histogram,
     sampled: AtomicU64,
+    http2_connections: AtomicU64,
+    http2_streams: AtomicU64,
     /// Sampled connections' smoothed RTT.
     pub rtt: Histogram,
     /// Sampled connections' retransmission share, at their end.
@@ -630,6 +632,10 @@ pub struct Snapshot {
     pub parked: u64,
     /// Connections whose TCP_INFO was sampled.
     pub sampled: u64,
+    /// Connections that spoke HTTP/2 (h2c or ALPN `h2`).
+    pub http2_connections: u64,
+    /// Requests answered on HTTP/2 streams (also in the request counters).
+    pub http2_streams: u64,
     /// Access-log lines written to the buffer.
     pub log_lines: u64,
     /// Access-log lines lost (write failure or no file).
@@ -675,6 +681,8 @@ impl Snapshot {
         self.active += o.active;
         self.parked += o.parked;
         self.sampled += o.sampled;
+        self.http2_connections += o.http2_connections;
+        self.http2_streams += o.http2_streams;
         self.log_lines += o.log_lines;
         self.log_dropped += o.log_dropped;
         self.log_errors += o.log_errors;
@@ -722,6 +730,8 @@ impl WorkerStats {
             parked: AtomicU64::new(0),
             duration: Histogram::new(DURATION_BOUNDS_US),
             sampled: AtomicU64::new(0),
+            http2_connections: AtomicU64::new(0),
+            http2_streams: AtomicU64::new(0),
             rtt: Histogram::new(RTT_BOUNDS_US),
             retrans: Histogram::new(RETRANS_BOUNDS_PPM),
             delivery_rate: Histogram::new(DELIVERY_RATE_BOUNDS),
@@ -821,6 +831,16 @@ impl WorkerStats {
         bump(&self.sampled, 1);
     }
 
+    /// A connection began speaking HTTP/2.
+    pub fn http2_connection(&self) {
+        bump(&self.http2_connections, 1);
+    }
+
+    /// A request was answered on an HTTP/2 stream.
+    pub fn http2_stream(&self) {
+        bump(&self.http2_streams, 1);
+    }
+
     /// An access-log line was buffered.
     pub fn log_line(&self) {
         bump(&self.log_lines, 1);
@@ -866,6 +886,8 @@ impl WorkerStats {
         s.active = r(&self.active);
         s.parked = r(&self.parked);
         s.sampled = r(&self.sampled);
+        s.http2_connections = r(&self.http2_connections);
+        s.http2_streams = r(&self.http2_streams);
         s.log_lines = r(&self.log_lines);
         s.log_dropped = r(&self.log_dropped);
         s.log_errors = r(&self.log_errors);

@@ -64,6 +64,53 @@ pub(crate) async fn send(
     result
 }
 
+/// One piece of a batch of HTTP/2 frames (`send_parts`): bytes (control frames, frame
+/// headers, small payloads) or a file range sent with `sendfile` (a DATA frame's payload).
+pub(crate) enum Part<'a> {
+    /// These bytes.
+    Bytes(&'a [u8]),
+    /// This range of this file; `hot` as for [`Body::File`].
+    File(&'a File, ByteRange, Option<&'a Hot>),
+}
+
+/// Send a batch of parts in order, each bytes part with `MSG_MORE` when more follows, so
+/// a 9-byte DATA frame header and its `sendfile` payload leave in one segment. File
+/// ranges take the same residency rules as a response's (a cold window goes to the
+/// pool). `sent` as for [`send`].
+pub(crate) async fn send_parts(
+    worker: &Worker,
+    stream: &TcpStream,
+    parts: &[Part<'_>],
+    sent: &mut u64,
+    path: DeliveryPath,
+) -> Result<(), TransferError> {
+    let mut out = Sender {
+        worker,
+        stream,
+        sent: 0,
+    };
+    let mut result = Ok(());
+    for (i, part) in parts.iter().enumerate() {
+        let flush = if i + 1 == parts.len() {
+            Flush::Now
+        } else {
+            Flush::More
+        };
+        result = match part {
+            Part::Bytes(b) => out.bytes(b, flush).await,
+            Part::File(file, range, hot) => out.file(file, *range, *hot).await,
+        };
+        if result.is_err() {
+            break;
+        }
+    }
+    *sent = out.sent;
+    if let Some(stats) = worker.request_stats() {
+        stats.sent(path, out.sent);
+    }
+    result
+}
+
 /// Make the next residency window of `file` from `offset` (at most up to `end`) resident
 /// in the page cache, reading it on the disk's blocking pool if `cachestat` says it is
 /// not, so the caller can then read it without blocking the event loop. Returns the end

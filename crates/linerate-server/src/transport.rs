@@ -84,6 +84,44 @@ impl Transport {
         }
     }
 
+    /// Send a batch of HTTP/2 frame parts completely (see `transfer::send_parts`).
+    pub(crate) async fn send_parts(
+        &mut self,
+        worker: &Worker,
+        parts: &[transfer::Part<'_>],
+        sent: &mut u64,
+    ) -> Result<(), TransferError> {
+        match self {
+            Transport::Plain(s) => {
+                transfer::send_parts(worker, s, parts, sent, DeliveryPath::Sendfile).await
+            }
+            Transport::Ktls(k) => {
+                let (mut bytes, mut writes) = (0, 1);
+                for part in parts {
+                    match part {
+                        transfer::Part::Bytes(b) => {
+                            bytes += b.len() as u64;
+                            writes += 1;
+                        }
+                        transfer::Part::File(_, range, _) => {
+                            bytes += range.len;
+                            writes += 1 + range.len.div_ceil(transfer::SENDFILE_CHUNK as u64);
+                        }
+                    }
+                }
+                k.before_response(bytes, writes)
+                    .map_err(TransferError::ClientGone)?;
+                transfer::send_parts(worker, &k.stream, parts, sent, DeliveryPath::KernelTls).await
+            }
+            Transport::Tls(t) => crate::tls::send::send_parts(worker, t, parts, sent).await,
+        }
+    }
+
+    /// Whether this is a TLS connection.
+    pub(crate) fn secure(&self) -> bool {
+        !matches!(self, Transport::Plain(_))
+    }
+
     /// The TCP socket underneath (for TCP_INFO sampling and the peer address).
     pub(crate) fn tcp(&self) -> &TcpStream {
         match self {

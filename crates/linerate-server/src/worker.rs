@@ -38,9 +38,9 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 pub(crate) struct WorkerPlan {
     pub(crate) index: usize,
     pub(crate) cpu: Option<usize>,
-    pub(crate) listeners: Vec<std::net::TcpListener>,
+    pub(crate) listeners: Vec<crate::server::ConfiguredListener>,
     /// Listeners whose connections begin with a TLS handshake.
-    pub(crate) tls_listeners: Vec<std::net::TcpListener>,
+    pub(crate) tls_listeners: Vec<crate::server::ConfiguredListener>,
     pub(crate) shared: Arc<Shared>,
     /// Cache mode's shared state, when the server runs in cache mode.
     pub(crate) cache: Option<Arc<crate::proxy::ProxyShared>>,
@@ -106,13 +106,14 @@ impl WorkerPlan {
         let mut accepting = Vec::new();
         let plain = self.listeners.into_iter().map(|l| (l, Security::Plain));
         let tls = self.tls_listeners.into_iter().map(|l| (l, Security::Tls));
-        for (l, security) in plain.chain(tls) {
+        for ((l, configured), security) in plain.chain(tls) {
             match TcpListener::from_std(l) {
                 Ok(l) => accepting.push(tokio::task::spawn_local(accept_loop(
                     worker.clone(),
                     mode.clone(),
                     l,
                     security,
+                    configured,
                 ))),
                 Err(e) => {
                     tracing::error!(worker = worker.index, error = %e, "listener registration failed")
@@ -183,6 +184,7 @@ async fn accept_loop(
     mode: Rc<Mode>,
     listener: TcpListener,
     security: Security,
+    configured: std::net::SocketAddr,
 ) {
     loop {
         let (stream, _peer) = match listener.accept().await {
@@ -209,7 +211,17 @@ async fn accept_loop(
         }
         worker.connection_opened();
         match security {
-            Security::Plain => spawn_connection(&worker, &mode, stream, true),
+            Security::Plain => {
+                // h2c on this listener: its `[tcp.listeners]` entry, else `[server]`
+                // (read per connection: both reload).
+                let live = worker.live();
+                let h2c = live
+                    .options
+                    .tcp
+                    .http2_for(configured)
+                    .unwrap_or(live.options.http2);
+                spawn_connection(&worker, &mode, stream, true, h2c)
+            }
             Security::Tls => spawn_tls_connection(&worker, &mode, stream),
         }
     }
@@ -225,8 +237,14 @@ fn spawn_tls_connection(worker: &Rc<Worker>, mode: &Rc<Mode>, stream: tokio::net
         // accept loop's task should not carry that inline; the connection's future
         // is boxed for the same reason.
         let why = match Box::pin(crate::tls::accept::accept(&w, stream)).await {
-            Some((io, early)) => {
-                match Box::pin(crate::conn::serve(&w, &mode, io, true, early)).await {
+            Some((io, early, true)) => {
+                match Box::pin(crate::http2::serve(&w, &mode, io, early)).await {
+                    crate::conn::Outcome::Closed(why) => why,
+                    crate::conn::Outcome::Parked => CloseReason::Idle,
+                }
+            }
+            Some((io, early, false)) => {
+                match Box::pin(crate::conn::serve(&w, &mode, io, true, false, early)).await {
                     crate::conn::Outcome::Closed(why) => why,
                     // TLS connections never park (see `transport`).
                     crate::conn::Outcome::Parked => CloseReason::Idle,
@@ -246,12 +264,13 @@ fn spawn_connection(
     mode: &Rc<Mode>,
     stream: tokio::net::TcpStream,
     first: bool,
+    h2c: bool,
 ) {
     let w = worker.clone();
     let mode = mode.clone();
     tokio::task::spawn_local(async move {
         let io = Transport::Plain(stream);
-        let outcome = crate::conn::serve(&w, &mode, io, first, Vec::new()).await;
+        let outcome = crate::conn::serve(&w, &mode, io, first, h2c, Vec::new()).await;
         if let crate::conn::Outcome::Closed(why) = outcome {
             w.connection_closed(why);
         }
@@ -265,7 +284,7 @@ async fn watch_parked(worker: Rc<Worker>, mode: Rc<Mode>) {
     crate::park::watch(
         &worker.parking,
         worker.stopped(),
-        |stream| spawn_connection(&worker, &mode, stream, false),
+        |stream| spawn_connection(&worker, &mode, stream, false, false),
         |why| worker.connection_closed(why),
     )
     .await;

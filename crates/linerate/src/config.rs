@@ -118,6 +118,8 @@ pub struct ServerSection {
     pub cold_threads_per_disk: u64,
     /// Largest GET/HEAD request body read and dropped, bytes. Default 65536.
     pub max_discarded_body: u64,
+    /// HTTP/2 with prior knowledge (h2c) on the plain listeners. Default true.
+    pub http2: bool,
 }
 
 impl Default for ServerSection {
@@ -131,6 +133,7 @@ impl Default for ServerSection {
             backlog: u64::from(o.backlog),
             cold_threads_per_disk: o.cold_threads_per_disk as u64,
             max_discarded_body: o.max_discarded_body,
+            http2: o.http2,
         }
     }
 }
@@ -225,6 +228,23 @@ impl Config {
                 text,
                 key.span(),
                 &config.unknown_listener_message(*key.get_ref()),
+            ));
+        }
+        // h2c is a plain listener's: a TLS listener offers h2 by ALPN (`[tls] http2`).
+        let tls_listen = &config.tls.listen;
+        if let Some((key, _)) = config
+            .tcp
+            .listeners
+            .iter()
+            .find(|(k, o)| o.http2.is_some() && tls_listen.contains(k.get_ref()))
+        {
+            return Err(error_at(
+                text,
+                key.span(),
+                &format!(
+                    "tcp.listeners.\"{}\": http2 is for plain listeners (h2c); a TLS listener offers h2 by ALPN, set [tls] http2",
+                    key.get_ref()
+                ),
             ));
         }
         // Configured extensions merge over the built-in table.
@@ -355,6 +375,7 @@ impl Config {
         o.backlog = u32::try_from(self.server.backlog).unwrap_or(u32::MAX);
         o.cold_threads_per_disk = self.server.cold_threads_per_disk as usize;
         o.max_discarded_body = self.server.max_discarded_body;
+        o.http2 = self.server.http2;
         o.timeouts = self.timeouts;
         o.open_file_cache = usize::try_from(self.appliance.open_file_cache).unwrap_or(usize::MAX);
         o.open_file_cache_valid = Duration::from_millis(self.appliance.open_file_cache_valid_ms);

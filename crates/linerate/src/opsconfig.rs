@@ -186,6 +186,10 @@ pub struct ListenerTcpSection {
     /// `tcp.max_pacing_rate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pacing_rate: Option<u64>,
+    /// h2c with prior knowledge on this plain listener (TLS listeners: `[tls] http2`).
+    /// Default: `server.http2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2: Option<bool>,
 }
 
 impl Default for TcpSection {
@@ -292,6 +296,7 @@ impl TcpSection {
                         o.congestion.as_deref().unwrap_or(&self.congestion),
                         o.max_pacing_rate.unwrap_or(self.max_pacing_rate),
                     ),
+                    http2: o.http2,
                 })
                 .collect(),
             info_sample: self.info_sample,
@@ -316,7 +321,7 @@ fn listener_overrides<'de, D: Deserializer<'de>>(
     impl<'de> serde::de::Visitor<'de> for Overrides {
         type Value = BTreeMap<Spanned<SocketAddr>, ListenerTcpSection>;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a table of \"ip:port\" = { congestion, max_pacing_rate }")
+            f.write_str("a table of \"ip:port\" = { congestion, max_pacing_rate, http2 }")
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(
             self,

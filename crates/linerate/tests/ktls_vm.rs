@@ -8,8 +8,13 @@
 //! client decrypted with the file for TLS 1.3 and 1.2 and each kTLS cipher, checks
 //! control records (close_notify, a peer KeyUpdate) end or continue the connection
 //! cleanly, and prints relative throughput and CPU of kernel versus user-space TLS.
+//! HTTP/2 too: ALPN `h2` on a kernel-TLS connection sends each DATA frame as its
+//! 9-byte header and a `sendfile` of the payload (the zero-copy path that exists only
+//! here), byte-exact for every kTLS cipher, and its throughput is printed beside
+//! HTTP/1.1's on the same kernel path.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+mod h2support;
 mod support;
 mod tlssupport;
 
@@ -199,4 +204,135 @@ fn kernel_versus_user_space_relative_throughput() {
         drop(s);
         srv.stop();
     }
+}
+
+/// A client configuration offering only `h2` in ALPN, for this cipher suite.
+fn h2_client(
+    cert: &TestCert,
+    v: Versions,
+    suite: rustls::SupportedCipherSuite,
+) -> std::sync::Arc<rustls::ClientConfig> {
+    let mut c = (*client_with_suite(&cert.der, v, suite)).clone();
+    c.alpn_protocols = vec![b"h2".to_vec()];
+    std::sync::Arc::new(c)
+}
+
+#[test]
+fn http2_over_kernel_tls_sends_byte_exact_zero_copy_frames() {
+    if tls_stat().is_none() {
+        eprintln!("skipped: no kTLS on this kernel (/proc/net/tls_stat missing); run scripts/ktls-vm-test.sh");
+        return;
+    }
+    let seg = content(64 * 1024, 3);
+    let big = content(3 * 1024 * 1024 + 77, 4);
+    let lib = library(&[("seg.m4s", &seg), ("big.mp4", &big)]);
+    let cert = TestCert::new(&["localhost"]);
+    let srv = Server::start(
+        lib.path(),
+        &tls_section("", &[cert.toml(&["localhost"], true)]),
+    );
+    let addr = https_addr(&srv.log);
+    use rustls::crypto::ring::cipher_suite as cs;
+    let cases = [
+        (Versions::Tls13, cs::TLS13_AES_128_GCM_SHA256),
+        (Versions::Tls13, cs::TLS13_AES_256_GCM_SHA384),
+        (Versions::Tls13, cs::TLS13_CHACHA20_POLY1305_SHA256),
+        (Versions::Tls12, cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
+    ];
+    let tx_before = stat("TlsTxSw");
+    for (v, suite) in cases {
+        let s = connect(addr, "localhost", &h2_client(&cert, v, suite)).unwrap();
+        assert_eq!(s.conn.alpn_protocol(), Some(&b"h2"[..]), "{suite:?}");
+        let mut raw = h2support::Raw::over(s, &[(4, 16 << 20)], 64 << 20);
+        // Several streams at once, whole files and a range.
+        let mut reqs = Vec::new();
+        reqs.extend(raw.get(1, "/big.mp4", &[]));
+        reqs.extend(raw.get(3, "/seg.m4s", &[]));
+        reqs.extend(raw.get(5, "/big.mp4", &[("range", "bytes=100000-1500000")]));
+        reqs.extend(raw.get(7, "/seg.m4s", &[]));
+        raw.send(&reqs);
+        let (got, _) = raw.responses(&[1, 3, 5, 7]);
+        assert!(got[&1] == (200, big.clone()), "{suite:?} 3 MiB over h2");
+        assert!(got[&3] == (200, seg.clone()), "{suite:?} segment over h2");
+        assert!(
+            got[&5] == (206, big[100_000..=1_500_000].to_vec()),
+            "{suite:?} range over h2"
+        );
+        assert!(got[&7] == (200, seg.clone()), "{suite:?} second segment");
+    }
+    assert!(
+        stat("TlsTxSw") >= tx_before + cases.len() as u64,
+        "the kernel did not count our h2 sockets as kernel TLS"
+    );
+    srv.stop();
+}
+
+#[test]
+fn http2_versus_http1_over_kernel_tls() {
+    if tls_stat().is_none() {
+        eprintln!("skipped: no kTLS on this kernel");
+        return;
+    }
+    let body = content(2 * 1024 * 1024, 6);
+    let lib = library(&[("seg.m4s", &body)]);
+    let cert = TestCert::new(&["localhost"]);
+    let rounds = 24;
+    let srv = Server::start_with(
+        lib.path(),
+        "workers = 1\n",
+        &tls_section("", &[cert.toml(&["localhost"], true)]),
+        &[],
+    );
+    let addr = https_addr(&srv.log);
+    use rustls::crypto::ring::cipher_suite as cs;
+    let suite = cs::TLS13_AES_128_GCM_SHA256;
+    let mut rates = Vec::new();
+    for h2 in [false, true] {
+        let cpu0;
+        let t0;
+        if h2 {
+            let s = connect(addr, "localhost", &h2_client(&cert, Versions::Tls13, suite)).unwrap();
+            let mut raw = h2support::Raw::over(s, &[(4, 16 << 20)], 1 << 30);
+            let req = raw.get(1, "/seg.m4s", &[]);
+            raw.send(&req);
+            assert!(raw.responses(&[1]).0[&1].1 == body);
+            cpu0 = cpu_seconds(srv.pid());
+            t0 = Instant::now();
+            for i in 0..rounds {
+                let id = 3 + 2 * i;
+                let req = raw.get(id, "/seg.m4s", &[]);
+                raw.send(&req);
+                assert_eq!(raw.responses(&[id]).0[&id].1.len(), body.len());
+            }
+        } else {
+            let mut s = connect(
+                addr,
+                "localhost",
+                &client_with_suite(&cert.der, Versions::Tls13, suite),
+            )
+            .unwrap();
+            assert!(get(&mut s, "/seg.m4s", &[]).body == body);
+            cpu0 = cpu_seconds(srv.pid());
+            t0 = Instant::now();
+            for _ in 0..rounds {
+                assert_eq!(get(&mut s, "/seg.m4s", &[]).body.len(), body.len());
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(srv.pid()) - cpu0;
+        let mb = (rounds as usize * body.len()) as f64 / 1e6;
+        rates.push(mb / secs);
+        println!(
+            "{} over kernel TLS: {:.1} MB/s, server CPU {:.2} s per GB ({} x 2 MiB, emulated VM: compare the two lines only)",
+            if h2 { "HTTP/2" } else { "HTTP/1.1" },
+            mb / secs,
+            cpu / (mb / 1000.0),
+            rounds
+        );
+    }
+    println!(
+        "HTTP/2 / HTTP/1.1 over kernel TLS, 2 MiB: {:.2}x",
+        rates[1] / rates[0]
+    );
+    srv.stop();
 }

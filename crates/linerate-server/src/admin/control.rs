@@ -335,6 +335,7 @@ mod tests {
         new.tcp.listeners.push(crate::operate::ListenerTcp {
             listen: ([127, 0, 0, 1], 8443).into(),
             tuning: crate::operate::TcpTuning::default(),
+            http2: None,
         });
         new.tcp.info_sample = 0.5;
         let (merged, ignored) = merge_reloadable(&old, new);

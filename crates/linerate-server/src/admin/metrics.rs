@@ -397,6 +397,18 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
     );
     counter(
         &mut out,
+        "linerate_http2_connections_total",
+        "Connections that spoke HTTP/2 (h2c with prior knowledge, or ALPN h2).",
+        t.http2_connections,
+    );
+    counter(
+        &mut out,
+        "linerate_http2_requests_total",
+        "Requests answered on HTTP/2 streams (also counted in linerate_requests_total).",
+        t.http2_streams,
+    );
+    counter(
+        &mut out,
         "linerate_tcp_sampled_connections_total",
         "Connections whose TCP_INFO is sampled (tcp.info_sample).",
         t.sampled,

@@ -231,7 +231,7 @@ pub(crate) fn serve_with_cookies(
                     segments.push_back(Segment::Range { start: 0, len });
                 }
                 None => {
-                    let chunked = matches!(req.head.version, Version::Http11);
+                    let chunked = matches!(req.head.version, Version::Http11) && !req.http2;
                     if chunked {
                         w.field("Transfer-Encoding", b"chunked");
                     }
@@ -366,7 +366,10 @@ pub(crate) fn relayed(
         }
         Framing::Chunked | Framing::UntilClose if req.head_only => false,
         Framing::Chunked | Framing::UntilClose => {
-            if matches!(req.head.version, Version::Http11) {
+            if req.http2 {
+                // The stream's end ends the body.
+                false
+            } else if matches!(req.head.version, Version::Http11) {
                 w.field("Transfer-Encoding", b"chunked");
                 true
             } else {

@@ -63,6 +63,7 @@ pub(crate) async fn respond(
         body,
         peer,
         secure,
+        http2,
         mut interim,
     } = request;
     let persistence = if worker.stopping() {
@@ -127,6 +128,7 @@ pub(crate) async fn respond(
         persistence,
         head_only: head.method == Method::Head,
         from_peer,
+        http2,
     };
     match head.method {
         Method::Get | Method::Head => {

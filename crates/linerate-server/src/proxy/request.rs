@@ -50,6 +50,9 @@ pub(crate) struct CacheRequest<'a> {
     /// It came from a cluster peer (it carries the hop header): it is filled from the
     /// origin, never forwarded to another peer.
     pub(crate) from_peer: bool,
+    /// It came over HTTP/2: a body of unknown length is sent unframed (its stream's end
+    /// ends it), never chunked.
+    pub(crate) http2: bool,
 }
 
 impl CacheRequest<'_> {

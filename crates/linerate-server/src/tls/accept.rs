@@ -72,7 +72,10 @@ pub(crate) async fn follow_config(worker: Rc<Worker>, control: Arc<Control>) {
 
 /// Handshake `stream` and choose its path. `None`: the connection was closed (every
 /// failure is answered, counted and logged at debug here).
-pub(crate) async fn accept(worker: &Rc<Worker>, stream: TcpStream) -> Option<(Transport, Vec<u8>)> {
+pub(crate) async fn accept(
+    worker: &Rc<Worker>,
+    stream: TcpStream,
+) -> Option<(Transport, Vec<u8>, bool)> {
     let tls = worker.shared.tls.as_ref()?;
     let config = worker.tls_config()?;
     let stats = &worker.stats;
@@ -102,6 +105,7 @@ pub(crate) async fn accept(worker: &Rc<Worker>, stream: TcpStream) -> Option<(Tr
         }
     };
     let resumed = h.conn.handshake_kind() == Some(HandshakeKind::Resumed);
+    let h2 = h.conn.alpn_protocol() == Some(crate::tls::config::ALPN_H2);
     if kernel_possible && h.incoming.is_empty() {
         let suite =
             ktls_conn::kernel_suite(h.conn.protocol_version(), h.conn.negotiated_cipher_suite());
@@ -114,7 +118,7 @@ pub(crate) async fn accept(worker: &Rc<Worker>, stream: TcpStream) -> Option<(Tr
                         cipher = cipher.as_str(),
                         "kernel TLS"
                     );
-                    Some((Transport::Ktls(Box::new(k)), early))
+                    Some((Transport::Ktls(Box::new(k)), early, h2))
                 }
                 // The kernel attaches TLS only to an established socket: a client that
                 // already closed (ENOTCONN) or reset is gone, not a failure of ours.
@@ -139,5 +143,5 @@ pub(crate) async fn accept(worker: &Rc<Worker>, stream: TcpStream) -> Option<(Tr
     stats.tls(TlsOutcome::UserspaceTls, resumed);
     let mut h = h;
     let early = std::mem::take(&mut h.early);
-    Some((Transport::Tls(Box::new(TlsStream::new(h))), early))
+    Some((Transport::Tls(Box::new(TlsStream::new(h))), early, h2))
 }

@@ -7,8 +7,8 @@
 //!   kernel TLS can carry (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305): a connection
 //!   never negotiates a cipher that forces it off the kernel path.
 //! - Server cipher order (`ignore_client_order`): AES-GCM first, which CPUs accelerate.
-//! - ALPN `http/1.1` only (RFC 7301 §3.2: a client that offers ALPN without it gets
-//!   `no_application_protocol`).
+//! - ALPN `h2` then `http/1.1` (`[tls] http2 = false`: `http/1.1` only; RFC 7301
+//!   §3.2: a client that offers ALPN with neither gets `no_application_protocol`).
 //! - Resumption by stateless tickets (RFC 5077 for 1.2, RFC 8446 §4.6.1 for 1.3), one
 //!   ticket key set for the process, kept across certificate reloads, so a resumed
 //!   client can land on any worker. No server-side session cache: it would be a shared
@@ -36,6 +36,9 @@ use crate::options::{KtlsMode, TlsOptions, UnknownSni};
 
 /// The ALPN protocol we speak (RFC 7301; registry name for HTTP/1.1).
 const ALPN_HTTP11: &[u8] = b"http/1.1";
+
+/// The ALPN name of HTTP/2 over TLS (RFC 9113 §3.2), offered first when enabled.
+pub(crate) const ALPN_H2: &[u8] = b"h2";
 
 /// TLS 1.3 tickets sent after a full handshake. Two lets a player open two parallel
 /// connections (manifest + segments) that both resume; rustls's default too.
@@ -181,7 +184,11 @@ impl TlsConfigBuilder {
             .map_err(|e| TlsConfigError::Invalid(e.to_string()))?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(store));
-        config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+        config.alpn_protocols = if options.http2 {
+            vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()]
+        } else {
+            vec![ALPN_HTTP11.to_vec()]
+        };
         config.ignore_client_order = true;
         config.enable_secret_extraction = true;
         config.session_storage = Arc::new(NoServerSessionStorage {});

@@ -52,6 +52,43 @@ pub(crate) async fn send(
     result
 }
 
+/// Send a batch of HTTP/2 frame parts over user-space TLS (the copy path: file bytes
+/// are read into the plaintext chunk with the frame headers and sealed together).
+pub(crate) async fn send_parts(
+    worker: &Worker,
+    tls: &mut TlsStream,
+    parts: &[crate::transfer::Part<'_>],
+    sent: &mut u64,
+) -> Result<(), TransferError> {
+    let (plain, out) = worker.take_tls_chunks();
+    let mut w = Writer {
+        worker,
+        tls,
+        plain,
+        out,
+        sent: 0,
+    };
+    let mut result = Ok(());
+    for part in parts {
+        result = match part {
+            crate::transfer::Part::Bytes(b) => w.bytes(b).await,
+            crate::transfer::Part::File(file, range, _) => w.file(file, *range).await,
+        };
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = w.flush().await;
+    }
+    *sent = w.sent;
+    if let Some(stats) = worker.request_stats() {
+        stats.sent(DeliveryPath::UserspaceTls, w.sent);
+    }
+    worker.give_tls_chunks(w.plain, w.out);
+    result
+}
+
 struct Writer<'a> {
     worker: &'a Worker,
     tls: &'a mut TlsStream,

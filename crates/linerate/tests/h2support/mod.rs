@@ -1,0 +1,212 @@
+//! A raw HTTP/2 client for the end-to-end tests (http2.rs, and ktls_vm.rs inside the
+//! kTLS VM): frames from `linerate_http::h2::frame`, responses decoded with its HPACK
+//! decoder, requests encoded as literal fields. For what curl and h2load cannot show:
+//! flow control to the byte, priorities, floods, byte-exact bodies on a TLS stream.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use linerate_http::h2::frame::{self, ErrorCode, Frame};
+use linerate_http::h2::hpack;
+
+/// A raw HTTP/2 client over any byte stream (plain TCP for h2c with prior knowledge,
+/// or a TLS stream that negotiated `h2`).
+pub struct Raw<S: Read + Write = TcpStream> {
+    pub s: S,
+    buf: Vec<u8>,
+    dec: hpack::Decoder,
+}
+
+/// Each stream's status and body.
+pub type Answers = HashMap<u32, (u16, Vec<u8>)>;
+
+/// A frame as received, owned.
+#[derive(Debug)]
+pub enum Got {
+    Headers {
+        stream: u32,
+        fields: Vec<(String, String)>,
+        end: bool,
+    },
+    Data {
+        stream: u32,
+        data: Vec<u8>,
+        end: bool,
+    },
+    Reset {
+        stream: u32,
+        code: ErrorCode,
+    },
+    GoAway {
+        last_stream: u32,
+        code: ErrorCode,
+    },
+    Other,
+}
+
+impl Raw<TcpStream> {
+    /// Connect (h2c), send the preface and `settings`, and open the connection window
+    /// by `conn_window` more bytes.
+    pub fn connect(addr: SocketAddr, settings: &[(u16, u32)], conn_window: u32) -> Raw {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Raw::over(s, settings, conn_window)
+    }
+}
+
+impl<S: Read + Write> Raw<S> {
+    /// Start HTTP/2 on `s`: the preface, `settings`, and `conn_window` more bytes of
+    /// connection window.
+    pub fn over(s: S, settings: &[(u16, u32)], conn_window: u32) -> Raw<S> {
+        let mut out = frame::PREFACE.to_vec();
+        frame::write_settings(&mut out, settings);
+        if conn_window > 0 {
+            frame::write_window_update(&mut out, 0, conn_window);
+        }
+        let mut raw = Raw {
+            s,
+            buf: Vec::new(),
+            dec: hpack::Decoder::new(4096),
+        };
+        raw.send(&out);
+        raw
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.s.write_all(bytes).unwrap();
+        self.s.flush().unwrap();
+    }
+
+    /// A GET on `stream` with these extra fields (literal, not indexed, no Huffman).
+    pub fn get(&mut self, stream: u32, path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+        let mut block = Vec::new();
+        let mut field = |n: &str, v: &str| {
+            block.push(0x00);
+            block.push(n.len() as u8);
+            block.extend_from_slice(n.as_bytes());
+            block.push(v.len() as u8);
+            block.extend_from_slice(v.as_bytes());
+        };
+        field(":method", "GET");
+        field(":scheme", "http");
+        // The Host the HTTP/1.1 test client sends: same cache key.
+        field(":authority", "test");
+        field(":path", path);
+        for (n, v) in extra {
+            field(n, v);
+        }
+        let mut out = Vec::new();
+        frame::write_headers(
+            &mut out,
+            stream,
+            &block,
+            true,
+            frame::DEFAULT_MAX_FRAME_SIZE,
+        );
+        out
+    }
+
+    /// The next frame, `None` when the connection closed (or nothing came in time).
+    pub fn next(&mut self) -> Option<Got> {
+        loop {
+            if let Some((f, used)) = frame::parse(&self.buf, frame::MAX_MAX_FRAME_SIZE).unwrap() {
+                let got = match f {
+                    Frame::Headers {
+                        stream,
+                        block,
+                        end_stream,
+                        end_headers,
+                        ..
+                    } => {
+                        assert!(end_headers, "test client: no CONTINUATION expected");
+                        let mut fields = Vec::new();
+                        self.dec
+                            .decode(block, 1 << 20, |n, v| {
+                                fields.push((
+                                    String::from_utf8_lossy(n).into_owned(),
+                                    String::from_utf8_lossy(v).into_owned(),
+                                ))
+                            })
+                            .unwrap();
+                        Got::Headers {
+                            stream,
+                            fields,
+                            end: end_stream,
+                        }
+                    }
+                    Frame::Data {
+                        stream,
+                        data,
+                        end_stream,
+                        ..
+                    } => Got::Data {
+                        stream,
+                        data: data.to_vec(),
+                        end: end_stream,
+                    },
+                    Frame::RstStream { stream, code } => Got::Reset { stream, code },
+                    Frame::GoAway {
+                        last_stream, code, ..
+                    } => Got::GoAway { last_stream, code },
+                    Frame::Settings { ack: false, .. } => {
+                        let mut ack = Vec::new();
+                        frame::write_settings_ack(&mut ack);
+                        self.s.write_all(&ack).ok();
+                        Got::Other
+                    }
+                    _ => Got::Other,
+                };
+                self.buf.drain(..used);
+                return Some(got);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.s.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Read until every stream in `streams` has ended: each one's status, body and the
+    /// order in which they ended.
+    pub fn responses(&mut self, streams: &[u32]) -> (Answers, Vec<u32>) {
+        let mut out: HashMap<u32, (u16, Vec<u8>)> = HashMap::new();
+        let mut ended = Vec::new();
+        while ended.len() < streams.len() {
+            match self
+                .next()
+                .expect("connection closed before the responses ended")
+            {
+                Got::Headers {
+                    stream,
+                    fields,
+                    end,
+                } => {
+                    let status = fields
+                        .iter()
+                        .find(|(n, _)| n == ":status")
+                        .map(|(_, v)| v.parse().unwrap())
+                        .unwrap();
+                    out.entry(stream).or_default().0 = status;
+                    if end {
+                        ended.push(stream);
+                    }
+                }
+                Got::Data { stream, data, end } => {
+                    out.entry(stream).or_default().1.extend_from_slice(&data);
+                    if end {
+                        ended.push(stream);
+                    }
+                }
+                Got::Reset { stream, code } => panic!("stream {stream} reset: {code:?}"),
+                Got::GoAway { code, .. } => panic!("GOAWAY {code:?}"),
+                Got::Other => {}
+            }
+        }
+        (out, ended)
+    }
+}
