@@ -1757,10 +1757,11 @@ matrix! {
         origin.assert_no_panics();
     }
 
-    /// Issue 23 part 4: with a CMCD `sid`, two players behind one address are two
-    /// viewers. One plays `lo`, the other `hi` of the same master at the same time:
-    /// neither is a switch, and each one's queue goes on (without `sid` they would be
-    /// one viewer moving back and forth).
+    /// Issue 23 part 4, guards how viewers are told apart: with a CMCD `sid`, two
+    /// players behind one address are two viewers. One plays `lo`, the other `hi` of
+    /// the same master at the same time: neither is a switch, and each one's queue goes
+    /// on. Without `sid`, requests from one address for two variants of a master are
+    /// one viewer switching (counted; before, nothing was).
     fn players_sending_a_session_id_are_told_apart(v) {
         let gate = std::sync::Arc::new(Gate::default());
         gate.open();
@@ -1787,10 +1788,17 @@ matrix! {
         settle();
         assert_eq!(metric(&cache, "linerate_cache_prefetch_switches_total"), 0);
         assert_eq!(metric(&cache, DROPPED_SWITCH), 0);
+        // No `sid`: one viewer. The last segments (nothing after them to prefetch).
+        for rendition in ["lo", "hi"] {
+            get_segment(&cache, &format!("/r/{rendition}/seg9.ts"));
+        }
+        wait_metric(&cache, "linerate_cache_prefetch_switches_total", 1);
+        settle();
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_switches_total"), 1);
         for rendition in ["lo", "hi"] {
             for i in 0..10 {
                 let p = format!("/r/{rendition}/seg{i}.ts");
-                assert_eq!(origin.count(&p), usize::from(i <= 5), "{p}");
+                assert_eq!(origin.count(&p), usize::from(i <= 5 || i == 9), "{p}");
             }
         }
         origin.assert_no_panics();
