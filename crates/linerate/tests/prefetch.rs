@@ -1689,6 +1689,11 @@ matrix! {
         // lo 1-3 and hi 4-7 issued; lo 1-2 and hi 4-5 read (lo/seg3 never).
         assert_eq!(route_metric(&cache, "linerate_cache_prefetch_route_issued_total"), 7);
         assert_eq!(route_metric(&cache, "linerate_cache_prefetch_route_used_total"), 4);
+        let stats = admin(cache.admin_addr(), "/stats.json");
+        assert!(
+            stats.contains("\"path_prefix\":\"/\",\"issued\":7,\"used\":4,\"used_ratio\":0.5714}"),
+            "{stats}"
+        );
         origin.assert_no_panics();
     }
 
