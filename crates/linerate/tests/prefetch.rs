@@ -1588,10 +1588,13 @@ impl Gate {
     }
 }
 
-/// A segment request that must hit, or join the prefetch of it still running.
-fn assert_prefetched(cache: &Cache, path: &str) {
+/// A segment the origin was asked for once (by its prefetch): the client's request
+/// hits, or joins the prefetch still running, and asks the origin nothing more.
+fn assert_prefetched(cache: &Cache, origin: &Origin, path: &str) {
+    assert!(origin.wait_count(path, 1, WAIT), "{path} prefetched");
     let cs = get_segment(cache, path);
     assert!(cs.is_hit() || cs.collapsed, "{path}: {cs:?}");
+    assert_eq!(origin.count(path), 1, "{path}");
 }
 
 /// The value of the per-route series `name` of route 0.
@@ -1651,7 +1654,7 @@ matrix! {
         for i in 1..=2 {
             let p = format!("/r/lo/seg{i}.ts");
             assert!(origin.wait_count(&p, 1, WAIT), "{p} prefetched");
-            assert_prefetched(&cache, &p);
+            assert_prefetched(&cache, &origin, &p);
         }
         // lo/seg3 is being fetched (held); lo/seg4 waits its turn in the queue.
         assert!(origin.wait_count("/r/lo/seg3.ts", 1, WAIT));
@@ -1668,7 +1671,7 @@ matrix! {
         gate.open();
         wait_metric(&cache, DROPPED_SWITCH, 1);
         for i in 4..=5 {
-            assert_prefetched(&cache, &format!("/r/hi/seg{i}.ts"));
+            assert_prefetched(&cache, &origin, &format!("/r/hi/seg{i}.ts"));
         }
         for i in 6..=7 {
             let p = format!("/r/hi/seg{i}.ts");
@@ -1724,7 +1727,7 @@ matrix! {
         for n in 2..=3 {
             let p = format!("/v/dash/v720/{n}.m4s");
             assert!(origin.wait_count(&p, 1, WAIT), "{p} prefetched");
-            assert_prefetched(&cache, &p);
+            assert_prefetched(&cache, &origin, &p);
         }
         assert!(origin.wait_count("/v/dash/v720/4.m4s", 1, WAIT));
         // Audio: another AdaptationSet, its own queue; the video one is not dropped.
@@ -1741,7 +1744,7 @@ matrix! {
         gate.open();
         wait_metric(&cache, DROPPED_SWITCH, 1);
         for n in 5..=6 {
-            assert_prefetched(&cache, &format!("/v/dash/v360/{n}.m4s"));
+            assert_prefetched(&cache, &origin, &format!("/v/dash/v360/{n}.m4s"));
         }
         for n in 7..=8 {
             let p = format!("/v/dash/v360/{n}.m4s");
