@@ -404,8 +404,14 @@ mod tests {
                 (Alternative::Variant, b"high/index.m3u8"),
             ]
         );
-        assert!(parse_master(b"#EXTM3U\n#EXTINF:4,\ns.ts\n").is_none(), "a media playlist");
-        assert!(parse_master(b"#EXT-X-STREAM-INF:BANDWIDTH=1\na.m3u8\n").is_none(), "no #EXTM3U");
+        assert!(
+            parse_master(b"#EXTM3U\n#EXTINF:4,\ns.ts\n").is_none(),
+            "a media playlist"
+        );
+        assert!(
+            parse_master(b"#EXT-X-STREAM-INF:BANDWIDTH=1\na.m3u8\n").is_none(),
+            "no #EXTM3U"
+        );
     }
     use proptest::prelude::*;
 

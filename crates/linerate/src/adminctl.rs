@@ -393,7 +393,13 @@ mod tests {
             v.contains("prefetch     issued 8  used 6  wasted 1  skipped 0  dropped on switch 2"),
             "{v}"
         );
-        assert!(v.contains("  route 0 */v/: 75.0% of 8 prefetches read"), "{v}");
-        assert!(v.contains("  route 2 a.example/: n/a of 0 prefetches read"), "{v}");
+        assert!(
+            v.contains("  route 0 */v/: 75.0% of 8 prefetches read"),
+            "{v}"
+        );
+        assert!(
+            v.contains("  route 2 a.example/: n/a of 0 prefetches read"),
+            "{v}"
+        );
     }
 }

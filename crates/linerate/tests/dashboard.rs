@@ -484,9 +484,9 @@ fn dash_player_plays_the_sample_with_dash_js_in_chromium() {
 /// Open `url` (a player page, at a path holding `page`) in headless Chromium and watch
 /// its `window.linerate` until the media clock passes 1 s, a fatal error, or 20 s;
 /// the state last seen.
-fn watch_player(browser: &PathBuf, url: &str, page: &str) -> HashMap<String, String> {
+fn watch_player(browser: &std::path::Path, url: &str, page: &str) -> HashMap<String, String> {
     let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new(&browser)
+    let mut child = Command::new(browser)
         .args(HEADLESS)
         .args([
             "--autoplay-policy=no-user-gesture-required",

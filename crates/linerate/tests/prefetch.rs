@@ -1611,7 +1611,9 @@ const DROPPED_SWITCH: &str = "linerate_cache_prefetch_dropped_total{reason=\"swi
 
 /// `/r/master.m3u8` lists two variant streams, `lo/index.m3u8` and `hi/index.m3u8`,
 /// each of `seg0.ts`..`seg9.ts`; `/r/lo/seg3.ts` waits at `gate`.
-fn two_renditions(gate: std::sync::Arc<Gate>) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
+fn two_renditions(
+    gate: std::sync::Arc<Gate>,
+) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
     move |r: &Request| {
         let path = r.path().to_owned();
         let fields = [PLAYLIST_TYPE, ("Cache-Control", "max-age=60")];

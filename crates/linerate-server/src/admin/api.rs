@@ -856,8 +856,10 @@ mod tests {
     fn player_page_names_the_first_plain_listener() {
         let listen =
             |s: &[&str]| -> Vec<SocketAddr> { s.iter().map(|a| a.parse().unwrap()).collect() };
-        assert!(player_page(PLAYER, &listen(&["127.0.0.1:8080", "[::1]:8081"]))
-            .contains("content=\"127.0.0.1:8080\""));
+        assert!(
+            player_page(PLAYER, &listen(&["127.0.0.1:8080", "[::1]:8081"]))
+                .contains("content=\"127.0.0.1:8080\"")
+        );
         assert!(player_page(PLAYER, &listen(&["[::]:80"])).contains("content=\"[::]:80\""));
         assert!(player_page(PLAYER, &listen(&["127.0.0.1:0"]))
             .contains("name=\"linerate-listen\" content=\"\""));

@@ -997,7 +997,12 @@ fn prefetch_json(out: &mut String, p: &PrefetchCounts) {
         p.issued, p.used, p.wasted, p.skipped, p.dropped_switch, p.switches
     );
     for (i, r) in p.routes.iter().enumerate() {
-        let _ = write!(out, "{}{{\"route\":{},\"host\":", if i == 0 { "" } else { "," }, r.route);
+        let _ = write!(
+            out,
+            "{}{{\"route\":{},\"host\":",
+            if i == 0 { "" } else { "," },
+            r.route
+        );
         json_str(out, &r.host);
         out.push_str(",\"path_prefix\":");
         json_str(out, &r.path_prefix);

@@ -315,11 +315,12 @@ async fn read_playlist(
                     let group = [&key[..], format!("#set{}", rep.set).as_bytes()].concat();
                     px.prefetch.set_group(&seq, group.into());
                     Sequence {
-                    seq,
-                    base: target.clone(),
-                    items: rep.media.into_iter().zip(rep.ranges).collect(),
-                    index: rep.index,
-                }})
+                        seq,
+                        base: target.clone(),
+                        items: rep.media.into_iter().zip(rep.ranges).collect(),
+                        index: rep.index,
+                    }
+                })
                 .collect(),
             Err(why) => {
                 tracing::debug!(key = %String::from_utf8_lossy(&key), why, "MPD not read");
@@ -371,8 +372,10 @@ async fn read_playlist(
             );
         }
         for file in files {
-            px.prefetch
-                .set_ranged(file, Ranged::known(file, Arc::clone(&seq.seq), Arc::clone(&items)));
+            px.prefetch.set_ranged(
+                file,
+                Ranged::known(file, Arc::clone(&seq.seq), Arc::clone(&items)),
+            );
         }
         if let (Some((first, last)), [Some(file)]) = (seq.index, &*items) {
             px.prefetch.set_ranged(
@@ -469,7 +472,11 @@ fn start(
     let fills = fills_of(&pw.shared, t, version);
     let mut claims = Vec::with_capacity(fills.len());
     for f in fills {
-        let used = if f.used_is_base { &t.key[..] } else { &f.claim[..] };
+        let used = if f.used_is_base {
+            &t.key[..]
+        } else {
+            &f.claim[..]
+        };
         launch(pw, t.route, &f.claim, &t.key, fetch, f.slice, used);
         claims.push(f.claim);
     }
@@ -553,7 +560,8 @@ fn fills_of(px: &ProxyShared, t: &Target, version: Option<&FileVersion>) -> Vec<
 /// nor running.
 fn would_fetch(px: &ProxyShared, t: &Target, version: Option<&FileVersion>) -> bool {
     fills_of(px, t, version).iter().any(|f| {
-        !(f.claim[..] != t.key[..] && px.store.contains(&f.claim)) && px.fills.watch(&f.claim).is_none()
+        !(f.claim[..] != t.key[..] && px.store.contains(&f.claim))
+            && px.fills.watch(&f.claim).is_none()
     })
 }
 
@@ -577,7 +585,12 @@ fn queue(pw: &Rc<ProxyWorker>, viewer: Vec<u8>, seq: Arc<[u8]>, items: Vec<Queue
     };
     // The first now, before the response that played the segment goes on (a response
     // reading on past its first slice then joins the prefetch rather than racing it).
-    let waits = start(pw, &first.t, &|| Rc::clone(&first.fetch), first.version.as_ref());
+    let waits = start(
+        pw,
+        &first.t,
+        &|| Rc::clone(&first.fetch),
+        first.version.as_ref(),
+    );
     let pw = Rc::clone(pw);
     tokio::task::spawn_local(async move {
         let px = Arc::clone(&pw.shared);
@@ -764,7 +777,15 @@ fn ranged_read(
     match &**ranged {
         Ranged::Known { seq, .. } => {
             let viewer = viewer(px, req, seq);
-            play_range(pw, &req.key, ranged, &read, k, &|t| fetch_for(req, t), viewer);
+            play_range(
+                pw,
+                &req.key,
+                ranged,
+                &read,
+                k,
+                &|t| fetch_for(req, t),
+                viewer,
+            );
         }
         Ranged::Index {
             seq,
@@ -888,7 +909,15 @@ async fn read_index(
         return;
     };
     let known = Ranged::known(&file.key, Arc::clone(seq), items);
-    play_range(&pw, &file.key, &known, &read, k, &|_| Rc::clone(&fetch), viewer);
+    play_range(
+        &pw,
+        &file.key,
+        &known,
+        &read,
+        k,
+        &|_| Rc::clone(&fetch),
+        viewer,
+    );
     px.prefetch.set_ranged(&file.key, known);
     // An index is read like a playlist: counted once its ranges are known.
     px.prefetch.playlist_read();
