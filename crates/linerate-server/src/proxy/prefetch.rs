@@ -11,7 +11,7 @@
 //! a probe (`bytes=0-1`) or a tail read moves nothing on.
 //!
 //! What a played segment starts is its viewer's queue ([`queue`]): the segments after
-//! it, issued one at a time, dropped when the viewer switches to another rendition of
+//! it, issued one origin wait at a time, dropped when the viewer switches to another rendition of
 //! the same master playlist or AdaptationSet ([`viewer`], `ahead::Memory::still`;
 //! master playlists are read for their groups of alternatives, `hls::parse_master`).
 //!
@@ -573,9 +573,9 @@ struct Queued {
 }
 
 /// `viewer` (see [`viewer`]) played a segment of `seq`, after which come `items`:
-/// prefetch them in order, one at a time (each waits for the fills of the one before
-/// to end, whoever started them), as long as this is the viewer's last play
-/// (`Memory::still`). When the viewer plays on in the same sequence, the queue its new
+/// prefetch them in order, one origin wait at a time (each once the fills of the one
+/// before, whoever started them, have the origin's answer: its head, or a failure), as
+/// long as this is the viewer's last play (`Memory::still`). When the viewer plays on in the same sequence, the queue its new
 /// play starts takes over; when it plays another sequence of the group (a rendition
 /// switch), what is left here is dropped, never issued, and counted.
 fn queue(pw: &Rc<ProxyWorker>, viewer: Vec<u8>, seq: Arc<[u8]>, items: Vec<Queued>) {
@@ -591,15 +591,22 @@ fn queue(pw: &Rc<ProxyWorker>, viewer: Vec<u8>, seq: Arc<[u8]>, items: Vec<Queue
         &|| Rc::clone(&first.fetch),
         first.version.as_ref(),
     );
+    if items.len() < 2 {
+        return;
+    }
     let pw = Rc::clone(pw);
     tokio::task::spawn_local(async move {
         let px = Arc::clone(&pw.shared);
-        for claim in waits {
-            if let Some(mut rx) = px.fills.watch(&claim) {
-                super::fills::finished(&mut rx).await;
-            }
-        }
+        let mut waits = waits;
         for (i, q) in items.iter().enumerate().skip(1) {
+            // The one before has its origin's answer (its head, or a failure): an
+            // origin wait at a time, so what is still queued when the viewer switches
+            // was never asked for.
+            for claim in waits {
+                if let Some(mut rx) = px.fills.watch(&claim) {
+                    super::fills::settled(&mut rx).await;
+                }
+            }
             match px.prefetch.still(&viewer, &seq, ticket) {
                 Still::Current => {}
                 Still::Superseded => return,
@@ -617,11 +624,7 @@ fn queue(pw: &Rc<ProxyWorker>, viewer: Vec<u8>, seq: Arc<[u8]>, items: Vec<Queue
                     return;
                 }
             }
-            for claim in start(&pw, &q.t, &|| Rc::clone(&q.fetch), q.version.as_ref()) {
-                if let Some(mut rx) = px.fills.watch(&claim) {
-                    super::fills::finished(&mut rx).await;
-                }
-            }
+            waits = start(&pw, &q.t, &|| Rc::clone(&q.fetch), q.version.as_ref());
         }
     });
 }
