@@ -392,7 +392,7 @@ fn player_plays_the_sample_with_hls_js_in_chromium() {
         srv.admin_addr(),
         srv.addr
     );
-    let state = watch_player(&browser, &url, "/player");
+    let state = watch_player(&browser, &url, "/player", 1.0);
     eprintln!("player state: {state:?}");
     let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
     assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
@@ -467,7 +467,7 @@ fn dash_player_plays_the_sample_with_dash_js_in_chromium() {
         srv.admin_addr(),
         srv.addr
     );
-    let state = watch_player(&browser, &url, "/dash-player");
+    let state = watch_player(&browser, &url, "/dash-player", 1.0);
     eprintln!("DASH player state: {state:?}");
     let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
     assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
@@ -481,10 +481,91 @@ fn dash_player_plays_the_sample_with_dash_js_in_chromium() {
     assert!(srv.stop().success());
 }
 
+/// Issue 23 part 6: dash.js in Chromium plays the sample DASH (video and audio
+/// AdaptationSets, `SegmentTemplate`, four 2 s segments each) to its end through cache
+/// mode with `prefetch_segments = 2`, from an origin that sends
+/// `Access-Control-Allow-Origin` (the page is on the admin port, another origin). Each
+/// object is fetched from the origin once, and every segment after the first of each
+/// representation was fetched by prefetch (6 issued) and read by the player (6 used):
+/// none of them was the player's own origin fetch.
+#[test]
+#[ignore = "needs headless Chromium; scripts/test.sh runs it with --ignored"]
+fn dash_js_plays_through_cache_mode_prefetch_in_chromium() {
+    use support::kit::CacheConfig;
+    use support::origin::{self, Origin, Request};
+    let browser = chromium().expect("chromium is not installed (apt-get install chromium)");
+    let sample = sample_root().join("dash");
+    let origin = Origin::start(move |r: &Request| {
+        let name = r.path().strip_prefix("/d/").unwrap_or("");
+        let content_type = if name.ends_with(".mpd") {
+            "application/dash+xml"
+        } else {
+            "video/mp4"
+        };
+        match std::fs::read(sample.join(name)) {
+            Ok(body) if !name.contains('/') && !name.is_empty() => origin::ok(
+                &body,
+                &[
+                    ("Content-Type", content_type),
+                    ("Cache-Control", "max-age=3600"),
+                    ("Access-Control-Allow-Origin", "*"),
+                ],
+            ),
+            _ => origin::status(404, &[]),
+        }
+    });
+    let cache = CacheConfig::new(&origin)
+        .route("slice_bytes = 0\nprefetch_segments = 2")
+        .start();
+    let url = format!(
+        "http://{}/dash-player?src=http://{}/d/manifest.mpd",
+        cache.admin_addr(),
+        cache.connect().peer_addr().unwrap()
+    );
+    let state = watch_player(&browser, &url, "/dash-player", 7.5);
+    eprintln!("DASH player state: {state:?}");
+    let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
+    assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
+    let time: f64 = get("currentTime").parse().unwrap_or(0.0);
+    assert!(
+        time > 7.5 || get("ended") == "true",
+        "played to the end: {state:?}"
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    let mut objects = vec![
+        "/d/manifest.mpd".to_owned(),
+        "/d/init-0.m4s".to_owned(),
+        "/d/init-1.m4s".to_owned(),
+    ];
+    for rep in 0..2 {
+        objects.extend((1..=4).map(|n| format!("/d/chunk-{rep}-0000{n}.m4s")));
+    }
+    for p in &objects {
+        assert_eq!(origin.count(p), 1, "{p}: {:?}", origin.requests());
+    }
+    assert_eq!(origin.total(), objects.len(), "{:?}", origin.requests());
+    let metrics = String::from_utf8(admin_get(cache.admin_addr(), "/metrics").body).unwrap();
+    let metric = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(metric("linerate_cache_prefetch_playlists_read_total"), 1);
+    assert_eq!(metric("linerate_cache_prefetch_issued_total"), 6, "{metrics}");
+    assert_eq!(metric("linerate_cache_prefetch_used_total"), 6, "{metrics}");
+    origin.assert_no_panics();
+}
+
 /// Open `url` (a player page, at a path holding `page`) in headless Chromium and watch
-/// its `window.linerate` until the media clock passes 1 s, a fatal error, or 20 s;
-/// the state last seen.
-fn watch_player(browser: &std::path::Path, url: &str, page: &str) -> HashMap<String, String> {
+/// its `window.linerate` until the media clock passes `until` seconds, the media ended,
+/// a fatal error, or 20 s; the state last seen.
+fn watch_player(
+    browser: &std::path::Path,
+    url: &str,
+    page: &str,
+    until: f64,
+) -> HashMap<String, String> {
     let profile = tempfile::tempdir().unwrap();
     let mut child = Command::new(browser)
         .args(HEADLESS)
@@ -509,7 +590,8 @@ fn watch_player(browser: &std::path::Path, url: &str, page: &str) -> HashMap<Str
                 .and_then(|t| t.parse().ok())
                 .unwrap_or(0.0);
             let fatal = state.get("fatal").map_or("", |f| f.as_str());
-            if time > 1.0 || !fatal.is_empty() || Instant::now() > deadline {
+            let ended = state.get("ended").is_some_and(|e| e == "true");
+            if time > until || ended || !fatal.is_empty() || Instant::now() > deadline {
                 break state;
             }
             std::thread::sleep(Duration::from_millis(250));
