@@ -11,9 +11,10 @@
 //! a probe (`bytes=0-1`) or a tail read moves nothing on.
 //!
 //! What a played segment starts is its viewer's queue ([`queue`]): the segments after
-//! it, issued one origin wait at a time, dropped when the viewer switches to another rendition of
-//! the same master playlist or AdaptationSet ([`viewer`], `ahead::Memory::still`;
-//! master playlists are read for their groups of alternatives, `hls::parse_master`).
+//! it, issued one origin wait at a time, dropped when the viewer switches to another
+//! rendition of the same master playlist or AdaptationSet ([`viewer`],
+//! `ahead::Memory::still`; master playlists are read for their groups of alternatives,
+//! `hls::parse_master`).
 //!
 //! A prefetch is an ordinary fill: it claims its key in the one table every worker
 //! uses (`fills`), so a client asking meanwhile joins it, and a key already stored,
