@@ -552,7 +552,11 @@ fn dash_js_plays_through_cache_mode_prefetch_in_chromium() {
             .unwrap_or_else(|| panic!("no {name}"))
     };
     assert_eq!(metric("linerate_cache_prefetch_playlists_read_total"), 1);
-    assert_eq!(metric("linerate_cache_prefetch_issued_total"), 6, "{metrics}");
+    assert_eq!(
+        metric("linerate_cache_prefetch_issued_total"),
+        6,
+        "{metrics}"
+    );
     assert_eq!(metric("linerate_cache_prefetch_used_total"), 6, "{metrics}");
     origin.assert_no_panics();
 }
