@@ -47,7 +47,7 @@ cargo test --workspace
 echo "== deploy/kubernetes and deploy/envoy (schemas, strict)"
 # Installs python3-venv (Debian) and kubernetes-validate + PyYAML (PyPI) when missing.
 scripts/check-deploy.sh target/debug/linerate
-echo "== dashboard and player in headless Chromium"
+echo "== dashboard, hls.js and dash.js players in headless Chromium"
 # The browser tests are #[ignore]d in plain `cargo test` (reported as ignored, never as
 # passed); here it runs for real. Install Debian's chromium when it is missing and we can.
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -7,7 +7,11 @@
 //!
 //! CMCD sent as a `CMCD=` query argument (CTA-5004 §2.2: the same payload, URL-encoded
 //! once more) is read too ([`next_object_in_query`]); it is kept out of the cache key
-//! (`cache::key::query`). Every other key is ignored.
+//! (`cache::key::query`).
+//!
+//! `sid` (the session id, a String in the `CMCD-Session` header or the query argument)
+//! is read too ([`session_id`], [`session_id_in_query`]): segment prefetch tells one
+//! viewer from another by it when a player sends it. Every other key is ignored.
 
 /// The `nor` of a request's `CMCD-Request` field lines, decoded; `None` when absent,
 /// not a String, empty, or not valid percent-encoding of UTF-8.
@@ -26,6 +30,37 @@ pub fn next_object_in_query(target: &[u8]) -> Option<Vec<u8>> {
     // `+` is not a space here: CTA-5004 encodes with encodeURIComponent.
     let payload = percent_decode(value)?;
     nor(&payload)
+}
+
+/// Longest `sid` taken (CTA-5004 §3.3: at most 64 characters); a longer one is ignored.
+pub const MAX_SESSION_ID: usize = 64;
+
+/// The `sid` of a request's `CMCD-Session` field lines, as sent; `None` when absent,
+/// not a String, empty or longer than [`MAX_SESSION_ID`].
+pub fn session_id<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Option<Vec<u8>> {
+    let joined = crate::syntax::combine_lines(lines);
+    sid(&joined)
+}
+
+/// The `sid` of a request target's `CMCD=` query argument (the first), as
+/// [`session_id`] reads it once the argument's URL-encoding is undone.
+pub fn session_id_in_query(target: &[u8]) -> Option<Vec<u8>> {
+    let query = &target[target.iter().position(|&b| b == b'?')? + 1..];
+    let value = query
+        .split(|&b| b == b'&')
+        .find_map(|p| p.strip_prefix(b"CMCD="))?;
+    sid(&percent_decode(value)?)
+}
+
+/// `sid` of a CMCD payload.
+fn sid(payload: &[u8]) -> Option<Vec<u8>> {
+    let dict: sfv::Dictionary = sfv::Parser::new(payload).parse().ok()?;
+    let (_, member) = dict.iter().find(|(k, _)| k.as_str() == "sid")?;
+    let sfv::ListEntry::Item(item) = member else {
+        return None;
+    };
+    let s = item.bare_item.as_string()?.as_str().as_bytes();
+    (!s.is_empty() && s.len() <= MAX_SESSION_ID).then(|| s.to_vec())
 }
 
 /// `nor` of a CMCD payload (an RFC 8941 Dictionary).
@@ -109,6 +144,25 @@ mod tests {
         ] {
             assert_eq!(next_object_in_query(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn reads_sid_from_the_session_header_and_the_query() {
+        let sid = |lines: &[&str]| session_id(lines.iter().map(|l| l.as_bytes()));
+        assert_eq!(
+            sid(&[r#"sid="6e2fb550-c457-11e9-bb97-0800200c9a66""#]).as_deref(),
+            Some(&b"6e2fb550-c457-11e9-bb97-0800200c9a66"[..])
+        );
+        assert_eq!(sid(&["cid=\"x\"", "sid=\"a\""]).as_deref(), Some(&b"a"[..]));
+        let long = format!("sid=\"{}\"", "a".repeat(MAX_SESSION_ID + 1));
+        for bad in ["", "sid=7", "sid=\"\"", "sid=abc", &long] {
+            assert_eq!(sid(&[bad]), None, "{bad}");
+        }
+        assert_eq!(
+            session_id_in_query(b"/s.ts?CMCD=bl%3D100%2Csid%3D%22v1%22").as_deref(),
+            Some(&b"v1"[..])
+        );
+        assert_eq!(session_id_in_query(b"/s.ts?CMCD=bl%3D100"), None);
     }
 
     #[test]

@@ -340,6 +340,9 @@ pub struct Representation {
     /// One file (`SegmentBase`) with a segment index: `SegmentBase@indexRange`, the
     /// bytes `first..=last` of the file holding its `sidx` (see `crate::sidx`).
     pub index: Option<(u64, u64)>,
+    /// The AdaptationSet it is in, numbered in document order across the MPD's periods:
+    /// the representations of one set are the alternatives a player switches between.
+    pub set: usize,
 }
 
 /// `a-b` (`SegmentBase@indexRange`, `SegmentURL@mediaRange`): inclusive, `a <= b`,
@@ -383,6 +386,7 @@ pub fn representations(
     let mut reps: Vec<Representation> = Vec::new();
     // Objects named so far, all representations together (bounded by MAX_SEGMENTS).
     let mut named = 0usize;
+    let mut sets = 0usize;
     let mut start = 0.0;
     for (i, period) in periods.iter().enumerate() {
         if let Some(s) = period.attr("start").and_then(duration_seconds) {
@@ -400,6 +404,8 @@ pub fn representations(
         let base1 = with_base(&base0, period)?;
         let t1 = Template::default().over(period.child("SegmentTemplate"))?;
         for set in period.all("AdaptationSet") {
+            let set_number = sets;
+            sets += 1;
             let base2 = with_base(&base1, set)?;
             let t2 = t1.over(set.child("SegmentTemplate"))?;
             let set_list = set.child("SegmentList");
@@ -512,6 +518,7 @@ pub fn representations(
                     media: out,
                     ranges,
                     index,
+                    set: set_number,
                 });
             }
         }

@@ -201,6 +201,82 @@ pub fn parse_media(body: &[u8]) -> Option<MediaPlaylist<'_>> {
     Some(out)
 }
 
+/// The kind of rendition a master playlist lists: the renditions of one kind in one
+/// master are the alternatives a player switches between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alternative {
+    /// A variant stream (`#EXT-X-STREAM-INF`): the bit rates of the presentation.
+    Variant,
+    /// An `#EXT-X-MEDIA` rendition of this `TYPE` (`AUDIO`, `SUBTITLES`,
+    /// `CLOSED-CAPTIONS`, `VIDEO`): one of a group of alternatives.
+    Media(MediaType),
+    /// An I-frame playlist (`#EXT-X-I-FRAME-STREAM-INF`, trick play).
+    IFrames,
+}
+
+/// An `#EXT-X-MEDIA` `TYPE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaType {
+    /// `AUDIO`.
+    Audio,
+    /// `VIDEO`.
+    Video,
+    /// `SUBTITLES`.
+    Subtitles,
+    /// `CLOSED-CAPTIONS` (no URI: never listed).
+    ClosedCaptions,
+}
+
+/// The renditions of a master playlist (RFC 8216 §4.3.4), each with the kind it is an
+/// alternative of and its URI as written, in order; `None` when `body` is not a master
+/// playlist (no `#EXT-X-STREAM-INF`), or is larger than [`MAX_PLAYLIST_BYTES`]. An
+/// `#EXT-X-MEDIA` without a `URI` (its media is in the variant stream) or with an
+/// unknown `TYPE` is left out, as is a variant tag with no URI line after it.
+pub fn parse_master(body: &[u8]) -> Option<Vec<(Alternative, &[u8])>> {
+    if body.len() > MAX_PLAYLIST_BYTES {
+        return None;
+    }
+    let mut lines = body
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l).trim_ascii());
+    if lines.next()? != b"#EXTM3U" {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut variant = false;
+    let mut master = false;
+    for line in lines {
+        if line.is_empty() {
+            continue;
+        }
+        let tag = |name: &[u8]| line.strip_prefix(name).and_then(|r| r.strip_prefix(b":"));
+        if tag(b"#EXT-X-STREAM-INF").is_some() {
+            master = true;
+            variant = true;
+        } else if let Some(list) = tag(b"#EXT-X-I-FRAME-STREAM-INF") {
+            if let Some(uri) = attribute(list, b"URI").filter(|u| !u.is_empty()) {
+                out.push((Alternative::IFrames, uri));
+            }
+        } else if let Some(list) = tag(b"#EXT-X-MEDIA") {
+            let kind = match attribute(list, b"TYPE") {
+                Some(b"AUDIO") => MediaType::Audio,
+                Some(b"VIDEO") => MediaType::Video,
+                Some(b"SUBTITLES") => MediaType::Subtitles,
+                Some(b"CLOSED-CAPTIONS") => MediaType::ClosedCaptions,
+                _ => continue,
+            };
+            if let Some(uri) = attribute(list, b"URI").filter(|u| !u.is_empty()) {
+                out.push((Alternative::Media(kind), uri));
+            }
+        } else if line.starts_with(b"#") {
+            continue;
+        } else if std::mem::take(&mut variant) {
+            out.push((Alternative::Variant, line));
+        }
+    }
+    master.then_some(out)
+}
+
 /// Resolve `reference` (a URI line) against `base`, the origin-form target
 /// (`/path[?query]`) the playlist was requested with (RFC 3986 §5.2.2, dot segments
 /// removed per §5.2.4). Returns the origin-form target it names on the same host, or
@@ -309,6 +385,34 @@ fn remove_dot_segments(path: &[u8]) -> Vec<u8> {
 #[allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test, with its location.
 mod tests {
     use super::*;
+
+    #[test]
+    fn master_playlists_list_their_alternatives() {
+        let body = b"#EXTM3U\r\n#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"a\",NAME=\"en\",URI=\"audio/en.m3u8\"\n\
+#EXT-X-MEDIA:TYPE=CLOSED-CAPTIONS,GROUP-ID=\"c\",NAME=\"en\",INSTREAM-ID=\"CC1\"\n\
+#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"a\",NAME=\"main\"\n\
+#EXT-X-STREAM-INF:BANDWIDTH=1000,AUDIO=\"a\"\r\nlow/index.m3u8\r\n\
+#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=100,URI=\"low/iframes.m3u8\"\n\
+\n# a comment\n#EXT-X-STREAM-INF:BANDWIDTH=2000\nhigh/index.m3u8\n";
+        let master = parse_master(body).unwrap();
+        assert_eq!(
+            master,
+            vec![
+                (Alternative::Media(MediaType::Audio), &b"audio/en.m3u8"[..]),
+                (Alternative::Variant, b"low/index.m3u8"),
+                (Alternative::IFrames, b"low/iframes.m3u8"),
+                (Alternative::Variant, b"high/index.m3u8"),
+            ]
+        );
+        assert!(
+            parse_master(b"#EXTM3U\n#EXTINF:4,\ns.ts\n").is_none(),
+            "a media playlist"
+        );
+        assert!(
+            parse_master(b"#EXT-X-STREAM-INF:BANDWIDTH=1\na.m3u8\n").is_none(),
+            "no #EXTM3U"
+        );
+    }
     use proptest::prelude::*;
 
     fn segs<'a>(p: &MediaPlaylist<'a>) -> Vec<&'a str> {

@@ -309,6 +309,33 @@ connections  open {}  active {}  idle {}  parked {}\n\nworker  requests        s
             ));
         }
     }
+    // Cache mode: segment prefetch, and per route that prefetches the share read.
+    if let Some(p) = json.split("\"prefetch\":{").nth(1) {
+        out.push_str(&format!(
+            "\nprefetch     issued {}  used {}  wasted {}  skipped {}  dropped on switch {}\n",
+            field(p, "issued"),
+            field(p, "used"),
+            field(p, "wasted"),
+            field(p, "skipped"),
+            field(p, "dropped_switch"),
+        ));
+        let routes = p.split("\"routes\":[").nth(1).unwrap_or("");
+        for r in routes.split("},{").filter(|r| r.contains("\"route\":")) {
+            let ratio = if r.contains("\"used_ratio\":null") {
+                "n/a".to_owned()
+            } else {
+                format!("{:.1}%", field(r, "used_ratio") * 100.0)
+            };
+            out.push_str(&format!(
+                "  route {} {}{}: {} of {} prefetches read\n",
+                field(r, "route"),
+                text_field(r, "host"),
+                text_field(r, "path_prefix"),
+                ratio,
+                field(r, "issued"),
+            ));
+        }
+    }
     out
 }
 
@@ -355,5 +382,24 @@ mod tests {
         assert!(v.contains("1.00 Gb/s"), "{v}");
         assert!(v.contains("n/a (appliance)"), "{v}");
         assert!(v.contains("     1         2"), "{v}");
+        assert!(!v.contains("prefetch"), "{v}");
+    }
+
+    #[test]
+    fn prefetch_routes_show_the_share_read() {
+        let doc = "{\"mode\":\"serving\",\"per_worker\":[],\"disks\":[{\"name\":\"d0\",\"used_bytes\":5}],\"origins\":[],\"prefetch\":{\"issued\":8,\"used\":6,\"wasted\":1,\"skipped\":0,\"dropped_switch\":2,\"switches\":1,\"routes\":[{\"route\":0,\"host\":\"*\",\"path_prefix\":\"/v/\",\"issued\":8,\"used\":6,\"used_ratio\":0.7500},{\"route\":2,\"host\":\"a.example\",\"path_prefix\":\"/\",\"issued\":0,\"used\":0,\"used_ratio\":null}]}}";
+        let v = super::render(doc);
+        assert!(
+            v.contains("prefetch     issued 8  used 6  wasted 1  skipped 0  dropped on switch 2"),
+            "{v}"
+        );
+        assert!(
+            v.contains("  route 0 */v/: 75.0% of 8 prefetches read"),
+            "{v}"
+        );
+        assert!(
+            v.contains("  route 2 a.example/: n/a of 0 prefetches read"),
+            "{v}"
+        );
     }
 }

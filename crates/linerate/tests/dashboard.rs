@@ -2,8 +2,9 @@
 //! loads the admin page of a running server under load, and the page must have drawn
 //! live data (several samples on every chart, a non-zero throughput). A screenshot is
 //! kept in `target/test-artifacts/dashboard.png`. Then the player page (`/player`)
-//! plays the bundled sample with the embedded hls.js, watched over the DevTools
-//! protocol.
+//! plays the bundled sample with the embedded hls.js, and the DASH player page
+//! (`/dash-player`) the sample DASH with the embedded dash.js, watched over the
+//! DevTools protocol.
 //!
 //! The browser tests are `#[ignore]`d so that a plain `cargo test` on a machine without Chromium reports it as
 //! ignored (never as passed); `scripts/test.sh` installs Chromium when it can and runs
@@ -391,39 +392,7 @@ fn player_plays_the_sample_with_hls_js_in_chromium() {
         srv.admin_addr(),
         srv.addr
     );
-    let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new(&browser)
-        .args(HEADLESS)
-        .args([
-            "--autoplay-policy=no-user-gesture-required",
-            "--remote-debugging-port=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(&url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let port = devtools_port(child.stderr.take().unwrap());
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut dt = DevTools::attach(port, "/player");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let state = parse_state(&dt.eval_string(PLAYER_STATE));
-            let time: f64 = state
-                .get("currentTime")
-                .and_then(|t| t.parse().ok())
-                .unwrap_or(0.0);
-            let fatal = state.get("fatal").map_or("", |f| f.as_str());
-            if time > 1.0 || !fatal.is_empty() || Instant::now() > deadline {
-                break state;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }));
-    let _ = child.kill();
-    let _ = child.wait();
-    let state = result.unwrap();
+    let state = watch_player(&browser, &url, "/player", 1.0);
     eprintln!("player state: {state:?}");
     let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
     assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
@@ -435,6 +404,206 @@ fn player_plays_the_sample_with_hls_js_in_chromium() {
     let time: f64 = get("currentTime").parse().unwrap_or(0.0);
     assert!(time > 1.0, "the media clock ran past 1 s: {state:?}");
     assert!(srv.stop().success());
+}
+
+/// Without a browser: the DASH player page and the dash.js it loads come from the
+/// binary (never a CDN), dash.js with a year's `Cache-Control` under a versioned URL,
+/// byte for byte the vendored file; the dashboard links the page.
+#[test]
+fn dash_player_page_and_dash_js_come_from_the_binary() {
+    let srv = Server::start(&sample_root(), "");
+    let page = admin_get(srv.admin_addr(), "/dash-player");
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let html = String::from_utf8(page.body).unwrap();
+    assert!(
+        html.contains("<script src=\"assets/dash.min.js?v=5.2.1\"></script>"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("//cdn") && !html.contains("https://"),
+        "no remote scripts"
+    );
+    assert!(
+        html.contains("<meta name=\"linerate-listen\" content=\"\">"),
+        "{html}"
+    );
+    let js = admin_get(srv.admin_addr(), "/assets/dash.min.js");
+    assert_eq!(js.status, 200);
+    assert_eq!(js.header("content-type"), Some("application/javascript"));
+    assert_eq!(
+        js.header("cache-control"),
+        Some("public, max-age=31536000, immutable")
+    );
+    let vendored = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../linerate-server/assets/vendor/dash.js/dash.mediaplayer.min.js"),
+    )
+    .unwrap();
+    assert!(js.body == vendored, "the vendored file, byte for byte");
+    let dashboard = String::from_utf8(admin_get(srv.admin_addr(), "/").body).unwrap();
+    assert!(
+        dashboard.contains("href=\"dash-player\""),
+        "the dashboard links it"
+    );
+    assert!(srv.stop().success());
+}
+
+/// The DASH player page plays the bundled sample DASH (two AdaptationSets, video and
+/// audio, `SegmentTemplate`) with the embedded dash.js in headless Chromium: the stream
+/// initialised, segments were loaded, the `<video>` fired `playing` and its clock passed
+/// 1 s, with no dash.js error and no media element error. Not proven: frames painted or
+/// audio heard (headless, muted).
+#[test]
+#[ignore = "needs headless Chromium; scripts/test.sh runs it with --ignored"]
+fn dash_player_plays_the_sample_with_dash_js_in_chromium() {
+    let browser = chromium().expect("chromium is not installed (apt-get install chromium)");
+    let srv = Server::start(&sample_root(), "");
+    let url = format!(
+        "http://{}/dash-player?src=http://{}/dash/manifest.mpd",
+        srv.admin_addr(),
+        srv.addr
+    );
+    let state = watch_player(&browser, &url, "/dash-player", 1.0);
+    eprintln!("DASH player state: {state:?}");
+    let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
+    assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
+    assert!(get("engine").starts_with("dash.js 5."), "{state:?}");
+    assert_eq!(get("streamInitialized"), "true", "{state:?}");
+    let loaded: u32 = get("fragsLoaded").parse().unwrap_or(0);
+    assert!(loaded >= 2, "segments loaded: {state:?}");
+    assert_eq!(get("playing"), "true", "{state:?}");
+    let time: f64 = get("currentTime").parse().unwrap_or(0.0);
+    assert!(time > 1.0, "the media clock ran past 1 s: {state:?}");
+    assert!(srv.stop().success());
+}
+
+/// Issue 23 part 6: dash.js in Chromium plays the sample DASH (video and audio
+/// AdaptationSets, `SegmentTemplate`, four 2 s segments each) to its end through cache
+/// mode with `prefetch_segments = 2`, from an origin that sends
+/// `Access-Control-Allow-Origin` (the page is on the admin port, another origin). Each
+/// object is fetched from the origin once, and every segment after the first of each
+/// representation was fetched by prefetch (6 issued) and read by the player (6 used):
+/// none of them was the player's own origin fetch.
+#[test]
+#[ignore = "needs headless Chromium; scripts/test.sh runs it with --ignored"]
+fn dash_js_plays_through_cache_mode_prefetch_in_chromium() {
+    use support::kit::CacheConfig;
+    use support::origin::{self, Origin, Request};
+    let browser = chromium().expect("chromium is not installed (apt-get install chromium)");
+    let sample = sample_root().join("dash");
+    let origin = Origin::start(move |r: &Request| {
+        let name = r.path().strip_prefix("/d/").unwrap_or("");
+        let content_type = if name.ends_with(".mpd") {
+            "application/dash+xml"
+        } else {
+            "video/mp4"
+        };
+        match std::fs::read(sample.join(name)) {
+            Ok(body) if !name.contains('/') && !name.is_empty() => origin::ok(
+                &body,
+                &[
+                    ("Content-Type", content_type),
+                    ("Cache-Control", "max-age=3600"),
+                    ("Access-Control-Allow-Origin", "*"),
+                ],
+            ),
+            _ => origin::status(404, &[]),
+        }
+    });
+    let cache = CacheConfig::new(&origin)
+        .route("slice_bytes = 0\nprefetch_segments = 2")
+        .start();
+    let url = format!(
+        "http://{}/dash-player?src=http://{}/d/manifest.mpd",
+        cache.admin_addr(),
+        cache.connect().peer_addr().unwrap()
+    );
+    let state = watch_player(&browser, &url, "/dash-player", 7.5);
+    eprintln!("DASH player state: {state:?}");
+    let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
+    assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
+    let time: f64 = get("currentTime").parse().unwrap_or(0.0);
+    assert!(
+        time > 7.5 || get("ended") == "true",
+        "played to the end: {state:?}"
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    let mut objects = vec![
+        "/d/manifest.mpd".to_owned(),
+        "/d/init-0.m4s".to_owned(),
+        "/d/init-1.m4s".to_owned(),
+    ];
+    for rep in 0..2 {
+        objects.extend((1..=4).map(|n| format!("/d/chunk-{rep}-0000{n}.m4s")));
+    }
+    for p in &objects {
+        assert_eq!(origin.count(p), 1, "{p}: {:?}", origin.requests());
+    }
+    assert_eq!(origin.total(), objects.len(), "{:?}", origin.requests());
+    let metrics = String::from_utf8(admin_get(cache.admin_addr(), "/metrics").body).unwrap();
+    let metric = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(metric("linerate_cache_prefetch_playlists_read_total"), 1);
+    assert_eq!(
+        metric("linerate_cache_prefetch_issued_total"),
+        6,
+        "{metrics}"
+    );
+    assert_eq!(metric("linerate_cache_prefetch_used_total"), 6, "{metrics}");
+    origin.assert_no_panics();
+}
+
+/// Open `url` (a player page, at a path holding `page`) in headless Chromium and watch
+/// its `window.linerate` until the media clock passes `until` seconds, the media ended,
+/// a fatal error, or 20 s; the state last seen.
+fn watch_player(
+    browser: &std::path::Path,
+    url: &str,
+    page: &str,
+    until: f64,
+) -> HashMap<String, String> {
+    let profile = tempfile::tempdir().unwrap();
+    let mut child = Command::new(browser)
+        .args(HEADLESS)
+        .args([
+            "--autoplay-policy=no-user-gesture-required",
+            "--remote-debugging-port=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let port = devtools_port(child.stderr.take().unwrap());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut dt = DevTools::attach(port, page);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let state = parse_state(&dt.eval_string(PLAYER_STATE));
+            let time: f64 = state
+                .get("currentTime")
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0.0);
+            let fatal = state.get("fatal").map_or("", |f| f.as_str());
+            let ended = state.get("ended").is_some_and(|e| e == "true");
+            if time > until || ended || !fatal.is_empty() || Instant::now() > deadline {
+                break state;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }));
+    let _ = child.kill();
+    let _ = child.wait();
+    result.unwrap()
 }
 
 /// The port from Chromium's "DevTools listening on ws://127.0.0.1:PORT/..." line; the

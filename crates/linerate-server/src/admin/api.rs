@@ -64,8 +64,17 @@ const PLAYER: &str = include_str!("../../assets/player.html");
 /// beyond this server.
 const HLS_JS: &str = include_str!("../../assets/vendor/hls.js/hls.light.min.js");
 
-/// `Cache-Control` of the embedded hls.js: a year. The player page asks for it with the
-/// version in the query (`?v=1.7.4`), so a binary with a newer copy is a new URL.
+/// The DASH player page (linked from the dashboard and the HLS player), embedded in the
+/// binary; `__LINERATE_LISTEN__` as in [`PLAYER`].
+const DASH_PLAYER: &str = include_str!("../../assets/dash-player.html");
+
+/// dash.js (vendored from npm; version, source and digest in
+/// `assets/vendor/dash.js/README.md`), embedded as hls.js is.
+const DASH_JS: &str = include_str!("../../assets/vendor/dash.js/dash.mediaplayer.min.js");
+
+/// `Cache-Control` of the embedded hls.js and dash.js: a year. The player pages ask for
+/// them with the version in the query (`?v=1.7.4`), so a binary with a newer copy is a
+/// new URL.
 const ASSET_CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
 
 /// Bind the admin listener (at start-up, so a bad address fails before serving).
@@ -521,10 +530,20 @@ fn route(
         "/player" => Reply::new(
             200,
             "text/html; charset=utf-8",
-            player_page(&admin.control.options().listen),
+            player_page(PLAYER, &admin.control.options().listen),
+        ),
+        "/dash-player" => Reply::new(
+            200,
+            "text/html; charset=utf-8",
+            player_page(DASH_PLAYER, &admin.control.options().listen),
         ),
         "/assets/hls.min.js" => {
             let mut r = Reply::new(200, "application/javascript", HLS_JS.to_owned());
+            r.cache_control = ASSET_CACHE_CONTROL;
+            r
+        }
+        "/assets/dash.min.js" => {
+            let mut r = Reply::new(200, "application/javascript", DASH_JS.to_owned());
             r.cache_control = ASSET_CACHE_CONTROL;
             r
         }
@@ -536,17 +555,17 @@ fn route(
     reply
 }
 
-/// The player page with the first plain listener's address filled in (empty when there
+/// A player page (`page`) with the first plain listener's address filled in (empty when there
 /// is none, or when its port is 0: the configured address, not the bound one, is all the
 /// admin thread knows). An unspecified host (`0.0.0.0`, `::`) stays as it is; the page
 /// then uses the host name it was loaded from.
-fn player_page(listen: &[SocketAddr]) -> String {
+fn player_page(page: &str, listen: &[SocketAddr]) -> String {
     let addr = listen
         .first()
         .filter(|a| a.port() != 0)
         .map(|a| a.to_string())
         .unwrap_or_default();
-    PLAYER.replace("__LINERATE_LISTEN__", &addr)
+    page.replace("__LINERATE_LISTEN__", &addr)
 }
 
 fn method_not_allowed(allow: &'static str) -> Reply {
@@ -837,12 +856,16 @@ mod tests {
     fn player_page_names_the_first_plain_listener() {
         let listen =
             |s: &[&str]| -> Vec<SocketAddr> { s.iter().map(|a| a.parse().unwrap()).collect() };
-        assert!(player_page(&listen(&["127.0.0.1:8080", "[::1]:8081"]))
-            .contains("content=\"127.0.0.1:8080\""));
-        assert!(player_page(&listen(&["[::]:80"])).contains("content=\"[::]:80\""));
-        assert!(player_page(&listen(&["127.0.0.1:0"]))
+        assert!(
+            player_page(PLAYER, &listen(&["127.0.0.1:8080", "[::1]:8081"]))
+                .contains("content=\"127.0.0.1:8080\"")
+        );
+        assert!(player_page(PLAYER, &listen(&["[::]:80"])).contains("content=\"[::]:80\""));
+        assert!(player_page(PLAYER, &listen(&["127.0.0.1:0"]))
             .contains("name=\"linerate-listen\" content=\"\""));
-        assert!(!player_page(&[]).contains("__LINERATE_LISTEN__"));
+        assert!(!player_page(PLAYER, &[]).contains("__LINERATE_LISTEN__"));
+        assert!(player_page(DASH_PLAYER, &listen(&["127.0.0.1:8080"]))
+            .contains("content=\"127.0.0.1:8080\""));
     }
 
     #[test]

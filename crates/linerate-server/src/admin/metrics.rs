@@ -710,7 +710,7 @@ fn disk_families(out: &mut String, disks: &[DiskStats]) {
 /// Per-origin-server families (cache mode): labelled `origin` (its configured name) and
 /// `server` (`host:port` as sent in `Host`).
 fn prefetch_families(out: &mut String, p: &PrefetchCounts) {
-    let families: [(&str, &str, u64); 5] = [
+    let families: [(&str, &str, u64); 6] = [
         (
             "linerate_cache_prefetch_issued_total",
             "Prefetch fills started: segments, and slices of byte ranges and read-ahead (routes prefetch_segments, slice_readahead).",
@@ -736,10 +736,51 @@ fn prefetch_families(out: &mut String, p: &PrefetchCounts) {
             "Stored playlist and MPD copies and DASH SegmentBase indexes read to learn their segments.",
             p.playlists,
         ),
+        (
+            "linerate_cache_prefetch_switches_total",
+            "Viewers seen moving to another rendition of a master playlist or DASH AdaptationSet.",
+            p.switches,
+        ),
     ];
     for (name, help, v) in families {
         family(out, name, "counter", help);
         let _ = writeln!(out, "{name} {v}");
+    }
+    family(
+        out,
+        "linerate_cache_prefetch_dropped_total",
+        "counter",
+        "Queued prefetches never issued: reason=\"switch\", their viewer moved to another rendition.",
+    );
+    let _ = writeln!(
+        out,
+        "linerate_cache_prefetch_dropped_total{{reason=\"switch\"}} {}",
+        p.dropped_switch
+    );
+    let per_route = [
+        (
+            "linerate_cache_prefetch_route_issued_total",
+            "Prefetch fills started, per route that prefetches (route: its number in the configuration, from 0).",
+            false,
+        ),
+        (
+            "linerate_cache_prefetch_route_used_total",
+            "Prefetched segments and slices a client then read, per route (used / issued: the share of prefetches read).",
+            true,
+        ),
+    ];
+    for (name, help, used) in per_route {
+        family(out, name, "counter", help);
+        for r in &p.routes {
+            let _ = writeln!(
+                out,
+                "{name}{{route=\"{}\",host=\"{}\",path_prefix=\"{}\"}} {}",
+                r.route,
+                label(&r.host),
+                label(&r.path_prefix),
+                if used { r.used } else { r.issued }
+            );
+        }
     }
 }
 
@@ -954,6 +995,41 @@ fn cache_json(out: &mut String, cache: Option<&CacheFacts>, detail: Detail) {
         out.push_str("]}");
     }
     out.push(']');
+    if detail == Detail::Full {
+        prefetch_json(out, &cache.prefetch);
+    }
+}
+
+/// `,"prefetch":{...}`: the prefetch counters, and per route that prefetches its
+/// issued and used prefetches and `used_ratio` (used / issued, `null` before any).
+fn prefetch_json(out: &mut String, p: &PrefetchCounts) {
+    let _ = write!(
+        out,
+        ",\"prefetch\":{{\"issued\":{},\"used\":{},\"wasted\":{},\"skipped\":{},\"dropped_switch\":{},\"switches\":{},\"routes\":[",
+        p.issued, p.used, p.wasted, p.skipped, p.dropped_switch, p.switches
+    );
+    for (i, r) in p.routes.iter().enumerate() {
+        let _ = write!(
+            out,
+            "{}{{\"route\":{},\"host\":",
+            if i == 0 { "" } else { "," },
+            r.route
+        );
+        json_str(out, &r.host);
+        out.push_str(",\"path_prefix\":");
+        json_str(out, &r.path_prefix);
+        let ratio = if r.issued == 0 {
+            "null".to_owned()
+        } else {
+            format!("{:.4}", r.used as f64 / r.issued as f64)
+        };
+        let _ = write!(
+            out,
+            ",\"issued\":{},\"used\":{},\"used_ratio\":{ratio}}}",
+            r.issued, r.used
+        );
+    }
+    out.push_str("]}");
 }
 
 #[cfg(test)]
@@ -1037,6 +1113,15 @@ mod tests {
                     wasted: 1,
                     skipped: 1,
                     playlists: 2,
+                    switches: 1,
+                    dropped_switch: 2,
+                    routes: vec![crate::proxy::PrefetchRouteCounts {
+                        route: 1,
+                        host: "*".to_owned(),
+                        path_prefix: "/v/".to_owned(),
+                        issued: 4,
+                        used: 3,
+                    }],
                 },
                 open_files: 3,
                 fill_writes: (0, 0, 0),
@@ -1065,6 +1150,9 @@ mod tests {
             "linerate_cache_prefetch_issued_total 4\n",
             "linerate_cache_prefetch_used_total 3\n",
             "linerate_cache_prefetch_wasted_total 1\n",
+            "linerate_cache_prefetch_dropped_total{reason=\"switch\"} 2\n",
+            "linerate_cache_prefetch_route_issued_total{route=\"1\",host=\"*\",path_prefix=\"/v/\"} 4\n",
+            "linerate_cache_prefetch_route_used_total{route=\"1\",host=\"*\",path_prefix=\"/v/\"} 3\n",
             "linerate_cache_disk_state{disk=\"d0\",state=\"in_service\"} 1\n",
             "linerate_cache_disk_state{disk=\"d0\",state=\"out_of_service\"} 0\n",
             "linerate_cache_disk_state{disk=\"d1\",state=\"out_of_service\"} 1\n",
@@ -1183,7 +1271,10 @@ mod tests {
             doc.contains("\"requests\":7,\"connections_opened\":5,\"connections_reused\":2,\"failures\":{\"connect\":2,\"connect_timeout\":0,"),
             "{doc}"
         );
-        assert!(doc.ends_with("\"io\":0}}]}]}\n"), "{doc}");
+        assert!(
+            doc.ends_with("\"io\":0}}]}],\"prefetch\":{\"issued\":4,\"used\":3,\"wasted\":1,\"skipped\":1,\"dropped_switch\":2,\"switches\":1,\"routes\":[{\"route\":1,\"host\":\"*\",\"path_prefix\":\"/v/\",\"issued\":4,\"used\":3,\"used_ratio\":0.7500}]}}\n"),
+            "{doc}"
+        );
     }
 
     #[test]

@@ -5,6 +5,16 @@
 //! continues it counts as played), which prefetched objects no client has asked for
 //! yet, the prefetch fills in flight per origin, and the counters `/metrics` shows.
 //!
+//! Rendition switches (issue 23 part 4): each sequence (a media playlist, one DASH
+//! representation) may belong to a group of alternatives (the variant streams of a
+//! master playlist read, the `EXT-X-MEDIA` renditions of one `TYPE` there, the
+//! representations of one DASH AdaptationSet). A viewer (a client address, or a CMCD
+//! `sid` when the player sends one) plays one sequence of a group at a time: each
+//! segment it plays takes a ticket (`play`), and the prefetch queue that play started
+//! stops when the viewer's ticket for the group moves on (`still`): dropped when the
+//! viewer went to another sequence of the group (a switch), taken over when it played
+//! on in the same one.
+//!
 //! Every memory here is a shortcut, never a correctness matter: past its bound the
 //! oldest half is forgotten (two generations: a lookup moves an entry to the current
 //! one, so what is in use stays), and a forgotten entry only means a prefetch not made
@@ -26,6 +36,12 @@ const MAX_PLAYLISTS: usize = 4096;
 /// Ranges of files played in byte ranges remembered, per generation (a file weighs
 /// its ranges: a long single-file playlist is a few thousand).
 const MAX_RANGED: usize = 1 << 17;
+/// Viewers remembered (a viewer and a group → the sequence it plays), per generation;
+/// a forgotten one only makes its next play not count as a switch.
+const MAX_VIEWERS: usize = 8192;
+/// Sequences whose group of alternatives is known, per generation; a forgotten one
+/// only makes it a group of its own (no switch seen).
+const MAX_GROUPS: usize = 8192;
 /// Prefetched objects remembered until used (past it the oldest counts as wasted).
 const MAX_UNUSED: usize = 16384;
 /// Ranges remembered (client and segment → where the last one sent ended), per
@@ -110,6 +126,35 @@ pub(crate) struct Target {
 /// The segments after one segment, nearest first.
 pub(crate) type Next = Arc<[Arc<Target>]>;
 
+/// What follows a segment: the sequence it is in (a media playlist's key; an MPD's key
+/// and the representation's number) and the segments after it.
+#[derive(Debug, Clone)]
+pub(crate) struct Follow {
+    /// The sequence.
+    pub(crate) seq: Arc<[u8]>,
+    /// The segments after it, nearest first.
+    pub(crate) next: Next,
+}
+
+/// Where a viewer's prefetch queue stands (see [`Memory::still`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Still {
+    /// The viewer's last play in the group is the one that started the queue.
+    Current,
+    /// The viewer played on in the same sequence (or was forgotten): a newer queue
+    /// covers what is left.
+    Superseded,
+    /// The viewer plays another sequence of the group now: what is left is dropped.
+    Switched,
+}
+
+/// The sequence a viewer plays in a group, and the ticket of its last play.
+#[derive(Debug, Clone)]
+struct Playing {
+    seq: Arc<[u8]>,
+    ticket: u64,
+}
+
 /// A file played in byte ranges, as prefetch knows it.
 #[derive(Debug)]
 pub(crate) enum Ranged {
@@ -117,12 +162,16 @@ pub(crate) enum Ranged {
     /// item prefetch may not fetch), `ranges` this file's ranges in that sequence,
     /// sorted by offset: first byte, one past the last, index in `items`.
     Known {
+        /// The sequence (see [`Follow::seq`]).
+        seq: Arc<[u8]>,
         items: Arc<[Option<Arc<Target>>]>,
         ranges: Vec<(u64, u64, usize)>,
     },
     /// A DASH `SegmentBase` file whose index (`sidx`, bytes `first..=last`) is not read
     /// yet; `reading` is set by whoever reads it.
     Index {
+        /// The sequence (see [`Follow::seq`]).
+        seq: Arc<[u8]>,
         file: Arc<Target>,
         first: u64,
         last: u64,
@@ -131,8 +180,9 @@ pub(crate) enum Ranged {
 }
 
 impl Ranged {
-    /// `Known` for the ranges of `items` that are ranges of the file keyed `key`.
-    pub(crate) fn known(key: &[u8], items: Arc<[Option<Arc<Target>>]>) -> Ranged {
+    /// `Known` for the ranges of `items` (the sequence `seq`) that are ranges of the
+    /// file keyed `key`.
+    pub(crate) fn known(key: &[u8], seq: Arc<[u8]>, items: Arc<[Option<Arc<Target>>]>) -> Ranged {
         let mut ranges: Vec<(u64, u64, usize)> = items
             .iter()
             .enumerate()
@@ -143,7 +193,7 @@ impl Ranged {
             })
             .collect();
         ranges.sort_unstable();
-        Ranged::Known { items, ranges }
+        Ranged::Known { seq, items, ranges }
     }
 
     /// What it weighs in the memory (`MAX_RANGED`): its own ranges (the sequence they
@@ -168,7 +218,7 @@ impl Ranged {
 }
 
 /// Prefetch counters, summed over all workers (one set, shared).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Counts {
     /// Prefetch fills started.
     pub(crate) issued: u64,
@@ -182,11 +232,40 @@ pub(crate) struct Counts {
     pub(crate) skipped: u64,
     /// Media playlists read.
     pub(crate) playlists: u64,
+    /// Viewers seen moving to another sequence of a group of alternatives.
+    pub(crate) switches: u64,
+    /// Queued prefetches not issued because their viewer switched to another sequence.
+    pub(crate) dropped_switch: u64,
+    /// Per route that prefetches (`prefetch_segments` or `slice_readahead`), in
+    /// configuration order.
+    pub(crate) routes: Vec<RouteCounts>,
+}
+
+/// One route's prefetches: used / issued is how much of what it fetches ahead is read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RouteCounts {
+    /// The route's number in configuration order (from 0).
+    pub(crate) route: usize,
+    /// Its `host` (`*`: any).
+    pub(crate) host: String,
+    /// Its `path_prefix`.
+    pub(crate) path_prefix: String,
+    /// Prefetch fills it started.
+    pub(crate) issued: u64,
+    /// Of those, the ones a client then read.
+    pub(crate) used: u64,
 }
 
 /// Prefetch's memory; see the module comment.
 pub(crate) struct Memory {
-    next: Mutex<TwoGen<Next>>,
+    next: Mutex<TwoGen<Follow>>,
+    groups: Mutex<TwoGen<Arc<[u8]>>>,
+    viewers: Mutex<TwoGen<Playing>>,
+    tickets: AtomicU64,
+    switches: AtomicU64,
+    dropped_switch: AtomicU64,
+    /// Per route: whether it prefetches, its host and prefix, issued, used.
+    routes: Vec<(bool, String, String, AtomicU64, AtomicU64)>,
     ranged: Mutex<TwoGen<Arc<Ranged>>>,
     read: Mutex<TwoGen<u64>>,
     ranges: Mutex<TwoGen<u64>>,
@@ -200,10 +279,20 @@ pub(crate) struct Memory {
 }
 
 impl Memory {
-    /// For `origins` origins.
-    pub(crate) fn new(origins: usize) -> Memory {
+    /// For `origins` origins and `routes` routes: for each, whether it prefetches, its
+    /// host (`*`: any) and its path prefix.
+    pub(crate) fn new(origins: usize, routes: Vec<(bool, String, String)>) -> Memory {
         Memory {
             next: Mutex::new(TwoGen::new(MAX_SEGMENTS)),
+            groups: Mutex::new(TwoGen::new(MAX_GROUPS)),
+            viewers: Mutex::new(TwoGen::new(MAX_VIEWERS)),
+            tickets: AtomicU64::new(0),
+            switches: AtomicU64::new(0),
+            dropped_switch: AtomicU64::new(0),
+            routes: routes
+                .into_iter()
+                .map(|(on, host, prefix)| (on, host, prefix, AtomicU64::new(0), AtomicU64::new(0)))
+                .collect(),
             ranged: Mutex::new(TwoGen::weighed(MAX_RANGED, |r| r.weight())),
             read: Mutex::new(TwoGen::new(MAX_PLAYLISTS)),
             ranges: Mutex::new(TwoGen::new(MAX_RANGES)),
@@ -217,14 +306,59 @@ impl Memory {
         }
     }
 
-    /// Remember the segments after the segment keyed `key`.
-    pub(crate) fn set_next(&self, key: &[u8], next: Next) {
-        lock(&self.next).insert(key, next);
+    /// Remember the sequence of the segment keyed `key` and the segments after it.
+    pub(crate) fn set_next(&self, key: &[u8], follow: Follow) {
+        lock(&self.next).insert(key, follow);
     }
 
-    /// The segments after the segment keyed `key`, if a playlist said.
-    pub(crate) fn next(&self, key: &[u8]) -> Option<Next> {
+    /// The sequence of the segment keyed `key` and the segments after it, if a
+    /// playlist said.
+    pub(crate) fn next(&self, key: &[u8]) -> Option<Follow> {
         lock(&self.next).get(key)
+    }
+
+    /// Remember that the sequence `seq` is one of the alternatives `group`.
+    pub(crate) fn set_group(&self, seq: &[u8], group: Arc<[u8]>) {
+        lock(&self.groups).insert(seq, group);
+    }
+
+    /// The group of alternatives the sequence `seq` is in, if a master playlist or an
+    /// MPD said.
+    pub(crate) fn group(&self, seq: &[u8]) -> Option<Arc<[u8]>> {
+        lock(&self.groups).get(seq)
+    }
+
+    /// `viewer` (a client and a group) played a segment of `seq`: its ticket, which
+    /// every queue started before stops at ([`Memory::still`]). Moving from another
+    /// sequence counts a switch.
+    pub(crate) fn play(&self, viewer: &[u8], seq: &Arc<[u8]>) -> u64 {
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut viewers = lock(&self.viewers);
+        if viewers.get(viewer).is_some_and(|p| p.seq != *seq) {
+            self.switches.fetch_add(1, Ordering::Relaxed);
+        }
+        viewers.insert(
+            viewer,
+            Playing {
+                seq: Arc::clone(seq),
+                ticket,
+            },
+        );
+        ticket
+    }
+
+    /// Whether the queue `viewer`'s play of `seq` with `ticket` started goes on.
+    pub(crate) fn still(&self, viewer: &[u8], seq: &[u8], ticket: u64) -> Still {
+        match lock(&self.viewers).get(viewer) {
+            Some(p) if p.ticket == ticket => Still::Current,
+            Some(p) if *p.seq != *seq => Still::Switched,
+            _ => Still::Superseded,
+        }
+    }
+
+    /// `n` queued prefetches were dropped: their viewer switched.
+    pub(crate) fn dropped_on_switch(&self, n: u64) {
+        self.dropped_switch.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Remember the ranges the file keyed `key` is played in.
@@ -289,15 +423,18 @@ impl Memory {
         }
     }
 
-    /// A prefetch of `key` started.
-    pub(crate) fn issued(&self, key: &[u8]) {
-        self.issued_at(key, Instant::now());
+    /// A prefetch of `key` started on `route`.
+    pub(crate) fn issued(&self, key: &[u8], route: usize) {
+        self.issued_at(key, route, Instant::now());
     }
 
-    fn issued_at(&self, key: &[u8], now: Instant) {
+    fn issued_at(&self, key: &[u8], route: usize, now: Instant) {
         self.issued.fetch_add(1, Ordering::Relaxed);
+        if let Some((_, _, _, issued, _)) = self.routes.get(route) {
+            issued.fetch_add(1, Ordering::Relaxed);
+        }
         let mut unused = lock(&self.unused);
-        let wasted = unused.expire(now) + unused.insert(key, now);
+        let wasted = unused.expire(now) + unused.insert(key, route, now);
         self.wasted.fetch_add(wasted, Ordering::Relaxed);
     }
 
@@ -321,8 +458,11 @@ impl Memory {
         if wasted > 0 {
             self.wasted.fetch_add(wasted, Ordering::Relaxed);
         }
-        if unused.by_key.remove(key).is_some() {
+        if let Some((_, route)) = unused.by_key.remove(key) {
             self.used.fetch_add(1, Ordering::Relaxed);
+            if let Some((_, _, _, _, used)) = self.routes.get(route) {
+                used.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -334,6 +474,21 @@ impl Memory {
             wasted: self.wasted.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
             playlists: self.playlists.load(Ordering::Relaxed),
+            switches: self.switches.load(Ordering::Relaxed),
+            dropped_switch: self.dropped_switch.load(Ordering::Relaxed),
+            routes: self
+                .routes
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.0)
+                .map(|(route, (_, host, prefix, issued, used))| RouteCounts {
+                    route,
+                    host: host.clone(),
+                    path_prefix: prefix.clone(),
+                    issued: issued.load(Ordering::Relaxed),
+                    used: used.load(Ordering::Relaxed),
+                })
+                .collect(),
         }
     }
 
@@ -347,8 +502,8 @@ impl Memory {
 /// Prefetched objects not used yet, in the order issued.
 #[derive(Default)]
 struct Unused {
-    /// Key → when its prefetch was issued.
-    by_key: HashMap<Box<[u8]>, Instant>,
+    /// Key → when its prefetch was issued, and on which route.
+    by_key: HashMap<Box<[u8]>, (Instant, usize)>,
     /// (issued, key), oldest first; an entry whose key was used or re-issued since is
     /// skipped when it comes up.
     order: VecDeque<(Instant, Box<[u8]>)>,
@@ -357,8 +512,8 @@ struct Unused {
 impl Unused {
     /// Remember `key` as issued at `now`; returns how many older ones were forgotten
     /// unused to stay within [`MAX_UNUSED`] (wasted).
-    fn insert(&mut self, key: &[u8], now: Instant) -> u64 {
-        self.by_key.insert(key.into(), now);
+    fn insert(&mut self, key: &[u8], route: usize, now: Instant) -> u64 {
+        self.by_key.insert(key.into(), (now, route));
         self.order.push_back((now, key.into()));
         let mut wasted = 0;
         while self.by_key.len() > MAX_UNUSED {
@@ -367,7 +522,8 @@ impl Unused {
         // Entries of used keys pile up in `order`; compact when it is mostly those.
         if self.order.len() > 2 * MAX_UNUSED {
             let by_key = &self.by_key;
-            self.order.retain(|(t, k)| by_key.get(k) == Some(t));
+            self.order
+                .retain(|(t, k)| by_key.get(k).is_some_and(|(at, _)| at == t));
         }
         wasted
     }
@@ -390,7 +546,7 @@ impl Unused {
         let Some((t, k)) = self.order.pop_front() else {
             return 0;
         };
-        if self.by_key.get(&k) == Some(&t) {
+        if self.by_key.get(&k).is_some_and(|(at, _)| *at == t) {
             self.by_key.remove(&k);
             1
         } else {
@@ -435,7 +591,7 @@ mod tests {
             file(20, 10),
         ]
         .into();
-        let r = Ranged::known(b"f", items);
+        let r = Ranged::known(b"f", b"p".to_vec().into(), items);
         assert_eq!(r.at(0), None);
         assert_eq!(r.at(10), Some((0, 10, 20)));
         assert_eq!(r.at(19), Some((0, 10, 20)));
@@ -447,11 +603,14 @@ mod tests {
 
     #[test]
     fn memory_is_bounded_and_keeps_what_is_used() {
-        let m = Memory::new(1);
-        let next: Next = vec![target(1)].into();
-        m.set_next(b"hot", Arc::clone(&next));
+        let m = Memory::new(1, Vec::new());
+        let next = Follow {
+            seq: b"p".to_vec().into(),
+            next: vec![target(1)].into(),
+        };
+        m.set_next(b"hot", next.clone());
         for i in 0..(MAX_SEGMENTS * 3) {
-            m.set_next(format!("k{i}").as_bytes(), Arc::clone(&next));
+            m.set_next(format!("k{i}").as_bytes(), next.clone());
             if i % 1000 == 0 {
                 assert!(m.next(b"hot").is_some(), "an entry in use stays");
             }
@@ -463,7 +622,7 @@ mod tests {
 
     #[test]
     fn ranged_files_are_bounded_by_their_ranges() {
-        let m = Memory::new(1);
+        let m = Memory::new(1, Vec::new());
         let file = |n: usize| -> Ranged {
             let items: Arc<[Option<Arc<Target>>]> = (0..n as u64)
                 .map(|i| {
@@ -475,7 +634,7 @@ mod tests {
                     }))
                 })
                 .collect();
-            Ranged::known(b"f", items)
+            Ranged::known(b"f", b"p".to_vec().into(), items)
         };
         m.set_ranged(b"hot", file(10));
         let big = MAX_RANGED / 8;
@@ -496,7 +655,7 @@ mod tests {
 
     #[test]
     fn budget_is_a_cap_never_a_queue() {
-        let m = Memory::new(2);
+        let m = Memory::new(2, Vec::new());
         assert!(m.try_acquire(0, 2));
         assert!(m.try_acquire(0, 2));
         assert!(!m.try_acquire(0, 2));
@@ -509,10 +668,10 @@ mod tests {
 
     #[test]
     fn a_use_is_counted_once_and_never_for_a_failed_prefetch() {
-        let m = Memory::new(1);
+        let m = Memory::new(1, Vec::new());
         m.served(b"a");
-        m.issued(b"a");
-        m.issued(b"b");
+        m.issued(b"a", 0);
+        m.issued(b"b", 0);
         m.failed(b"b");
         m.served(b"a");
         m.served(b"a");
@@ -523,11 +682,11 @@ mod tests {
 
     #[test]
     fn unused_prefetches_are_wasted_after_a_while_and_never_counted_twice() {
-        let m = Memory::new(1);
+        let m = Memory::new(1, Vec::new());
         let t0 = Instant::now();
-        m.issued_at(b"a", t0);
-        m.issued_at(b"b", t0);
-        m.issued_at(b"c", t0 + Duration::from_secs(30));
+        m.issued_at(b"a", 0, t0);
+        m.issued_at(b"b", 0, t0);
+        m.issued_at(b"c", 0, t0 + Duration::from_secs(30));
         m.served_at(b"a", t0 + Duration::from_secs(10));
         // b's minute passes unused: wasted, and a late request for it is no use.
         m.served_at(b"b", t0 + WASTED_AFTER);
@@ -535,7 +694,7 @@ mod tests {
         assert_eq!((c.issued, c.used, c.wasted), (3, 1, 1));
         // c is used in time; re-issuing a (a new prefetch) starts its own clock.
         m.served_at(b"c", t0 + WASTED_AFTER + Duration::from_secs(20));
-        m.issued_at(b"a", t0 + WASTED_AFTER);
+        m.issued_at(b"a", 0, t0 + WASTED_AFTER);
         m.served_at(b"x", t0 + 2 * WASTED_AFTER + Duration::from_secs(1));
         let c = m.counts();
         assert_eq!((c.issued, c.used, c.wasted), (4, 2, 2));
@@ -543,10 +702,10 @@ mod tests {
 
     #[test]
     fn past_the_bound_the_oldest_unused_are_wasted() {
-        let m = Memory::new(1);
+        let m = Memory::new(1, Vec::new());
         let t0 = Instant::now();
         for i in 0..MAX_UNUSED + 5 {
-            m.issued_at(format!("k{i}").as_bytes(), t0);
+            m.issued_at(format!("k{i}").as_bytes(), 0, t0);
         }
         assert_eq!(m.counts().wasted, 5);
         m.served_at(b"k0", t0);
@@ -560,7 +719,7 @@ mod tests {
 
     #[test]
     fn range_ends_are_remembered_per_client_key() {
-        let m = Memory::new(1);
+        let m = Memory::new(1, Vec::new());
         assert_eq!(m.swap_range_end(b"c1 seg", Some(2)), None);
         assert_eq!(m.swap_range_end(b"c2 seg", None), None, "another client");
         assert_eq!(m.swap_range_end(b"c1 seg", Some(100)), Some(2));
@@ -569,8 +728,41 @@ mod tests {
     }
 
     #[test]
+    fn a_switch_stops_the_queue_a_play_on_supersedes_it() {
+        let m = Memory::new(1, Vec::new());
+        let (a, b): (Arc<[u8]>, Arc<[u8]>) = (b"a".to_vec().into(), b"b".to_vec().into());
+        let t1 = m.play(b"v g", &a);
+        assert_eq!(m.still(b"v g", &a, t1), Still::Current);
+        let t2 = m.play(b"v g", &a);
+        assert_eq!(m.still(b"v g", &a, t1), Still::Superseded, "played on");
+        assert_eq!(m.still(b"v g", &a, t2), Still::Current);
+        let other = m.play(b"w g", &b);
+        assert_eq!(m.still(b"v g", &a, t2), Still::Current, "another viewer");
+        m.play(b"v g", &b);
+        assert_eq!(m.still(b"v g", &a, t2), Still::Switched);
+        assert_eq!(m.still(b"w g", &b, other), Still::Current);
+        assert_eq!(m.counts().switches, 1);
+        assert_eq!(m.still(b"x g", &a, 1), Still::Superseded, "forgotten");
+    }
+
+    #[test]
+    fn uses_are_counted_on_the_route_that_issued() {
+        let route = |on| (on, "*".to_owned(), "/".to_owned());
+        let m = Memory::new(1, vec![route(true), route(false), route(true)]);
+        m.issued(b"a", 2);
+        m.issued(b"b", 2);
+        m.issued(b"c", 0);
+        m.served(b"a");
+        m.served(b"c");
+        m.served(b"a");
+        let routes = m.counts().routes;
+        let got: Vec<_> = routes.iter().map(|r| (r.route, r.issued, r.used)).collect();
+        assert_eq!(got, vec![(0, 1, 1), (2, 2, 1)], "routes that prefetch only");
+    }
+
+    #[test]
     fn a_playlist_copy_is_read_once() {
-        let m = Memory::new(1);
+        let m = Memory::new(1, Vec::new());
         assert!(m.first_read(b"p", 1));
         assert!(!m.first_read(b"p", 1));
         assert!(m.first_read(b"p", 2), "a new copy is read again");

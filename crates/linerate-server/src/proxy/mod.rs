@@ -48,6 +48,8 @@ use linerate_http::{path, Method, Persistence, StatusCode};
 use crate::context::Worker;
 use crate::response::Response;
 pub(crate) use ahead::Counts as PrefetchCounts;
+#[cfg(test)]
+pub(crate) use ahead::RouteCounts as PrefetchRouteCounts;
 use request::{CacheRequest, Trace};
 pub(crate) use shared::{ProxyShared, ProxyWorker};
 

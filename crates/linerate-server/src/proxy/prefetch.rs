@@ -10,6 +10,12 @@
 //! or continuing the range the same client (by address) was last sent of it; a `HEAD`,
 //! a probe (`bytes=0-1`) or a tail read moves nothing on.
 //!
+//! What a played segment starts is its viewer's queue ([`queue`]): the segments after
+//! it, issued one origin wait at a time, dropped when the viewer switches to another
+//! rendition of the same master playlist or AdaptationSet ([`viewer`],
+//! `ahead::Memory::still`; master playlists are read for their groups of alternatives,
+//! `hls::parse_master`).
+//!
 //! A prefetch is an ordinary fill: it claims its key in the one table every worker
 //! uses (`fills`), so a client asking meanwhile joins it, and a key already stored,
 //! being written or being fetched is never fetched again. It never waits: at most
@@ -56,7 +62,7 @@ use linerate_http::cache::{parse_content_range, RequestCacheControl};
 use linerate_http::hls::SubRange;
 use linerate_http::{dash, hls, path, playback, sidx, Method};
 
-use super::ahead::{Next, Ranged, Target};
+use super::ahead::{Follow, Next, Ranged, Still, Target};
 use super::fill::{self, Job, SliceJob};
 use super::fills::{Claim, Phase};
 use super::request::{CacheRequest, Fetch};
@@ -112,7 +118,7 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
         // A file played in byte ranges (a byte-range playlist's, a DASH SegmentBase
         // representation's): the ranges after the one read.
         ranged_read(pw, req, response, &ranged, k as usize);
-    } else if let Some(next) = px.prefetch.next(&req.key) {
+    } else if let Some(follow) = px.prefetch.next(&req.key) {
         // A segment of a playlist read: played, or only probed? The memory of each
         // client's last range is kept for known segments only, so it holds no more
         // than the segments being read in ranges now.
@@ -128,9 +134,18 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
         };
         let read = playback::classify(req.head_only, status, content_range, previous_end);
         if read.plays() {
-            for t in next.iter().take(k as usize) {
-                start(pw, t, &|| fetch_for(req, t), None);
-            }
+            let items = follow
+                .next
+                .iter()
+                .take(k as usize)
+                .map(|t| Queued {
+                    t: Arc::clone(t),
+                    fetch: fetch_for(req, t),
+                    version: None,
+                })
+                .collect();
+            let viewer = viewer(px, req, &follow.seq);
+            queue(pw, viewer, follow.seq, items);
         } else {
             tracing::debug!(key = %String::from_utf8_lossy(&req.key), read = read.as_str(), "segment not played");
         }
@@ -161,6 +176,28 @@ fn client_key(req: &CacheRequest<'_>, key: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The viewer `req` is, playing the sequence `seq`: who (the player's CMCD `sid` when
+/// it sends one, else the client's address) and which group of alternatives (the one a
+/// master playlist or an MPD put `seq` in, else `seq` alone). One viewer plays one
+/// sequence of a group at a time (module `ahead`): clients behind one address that
+/// send no `sid` are one viewer, so two of them playing different renditions of a
+/// stream stop each other's queues (fewer prefetches, never a wrong object).
+fn viewer(px: &ProxyShared, req: &CacheRequest<'_>, seq: &[u8]) -> Vec<u8> {
+    let sid = linerate_http::cmcd::session_id(req.head.values(b"cmcd-session"))
+        .or_else(|| linerate_http::cmcd::session_id_in_query(&req.target));
+    let mut out = match (sid, req.peer) {
+        (Some(sid), _) => [&b"sid "[..], &sid].concat(),
+        (None, Some(ip)) => format!("ip {ip}").into_bytes(),
+        (None, None) => b"ip".to_vec(),
+    };
+    out.push(b'\n');
+    match px.prefetch.group(seq) {
+        Some(group) => out.extend_from_slice(&group),
+        None => out.extend_from_slice(seq),
+    }
+    out
+}
+
 /// A field of an encoded response head (the first one named `name`).
 fn response_field<'h>(head: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
     head.split(|&b| b == b'\n').skip(1).find_map(|line| {
@@ -181,6 +218,9 @@ enum Manifest {
 
 /// One sequence of a playlist or MPD, as read.
 struct Sequence {
+    /// Its name in the memory: the media playlist's key, or the MPD's key and the
+    /// representation's number.
+    seq: Arc<[u8]>,
     /// The target its URIs are relative to.
     base: Vec<u8>,
     /// Its URIs in order, each with its byte range when it is a range of a file.
@@ -232,6 +272,7 @@ async fn read_playlist(
     let sequences: Vec<Sequence> = match kind {
         Manifest::Hls => match hls::parse_media(&body) {
             Some(p) => vec![Sequence {
+                seq: key.clone().into(),
                 base: target.clone(),
                 items: p
                     .segments
@@ -241,17 +282,45 @@ async fn read_playlist(
                     .collect(),
                 index: None,
             }],
-            None => Vec::new(),
+            None => {
+                // A master playlist: what its renditions are alternatives of.
+                if let Some(master) = hls::parse_master(&body) {
+                    let prefix = px.routes[route].opts.path_prefix.as_bytes();
+                    for (alternative, uri) in master {
+                        let Some(t) = segment(px, scheme, &host, &target, prefix, uri, None) else {
+                            continue;
+                        };
+                        let label = match alternative {
+                            hls::Alternative::Variant => "variant",
+                            hls::Alternative::IFrames => "i-frames",
+                            hls::Alternative::Media(hls::MediaType::Audio) => "audio",
+                            hls::Alternative::Media(hls::MediaType::Video) => "video",
+                            hls::Alternative::Media(hls::MediaType::Subtitles) => "subtitles",
+                            hls::Alternative::Media(hls::MediaType::ClosedCaptions) => "captions",
+                        };
+                        let group: Arc<[u8]> = [&key[..], b"#", label.as_bytes()].concat().into();
+                        px.prefetch.set_group(&t.key, group);
+                    }
+                }
+                Vec::new()
+            }
         },
         // Origin-form targets already (BaseURLs applied, absolute ones refused): each
         // resolves to itself below, under the same prefix and route checks.
         Manifest::Dash => match dash::representations(&body, &target, true) {
             Ok(reps) => reps
                 .into_iter()
-                .map(|rep| Sequence {
-                    base: target.clone(),
-                    items: rep.media.into_iter().zip(rep.ranges).collect(),
-                    index: rep.index,
+                .enumerate()
+                .map(|(i, rep)| {
+                    let seq: Arc<[u8]> = [&key[..], format!("#rep{i}").as_bytes()].concat().into();
+                    let group = [&key[..], format!("#set{}", rep.set).as_bytes()].concat();
+                    px.prefetch.set_group(&seq, group.into());
+                    Sequence {
+                        seq,
+                        base: target.clone(),
+                        items: rep.media.into_iter().zip(rep.ranges).collect(),
+                        index: rep.index,
+                    }
                 })
                 .collect(),
             Err(why) => {
@@ -292,19 +361,28 @@ async fn read_playlist(
                 files.insert(&t.key);
                 continue;
             }
+            // The last one too (nothing after it): playing it still tells which
+            // sequence its viewer is on.
             let next: Next = items[i + 1..].iter().take(k).flatten().cloned().collect();
-            if !next.is_empty() {
-                px.prefetch.set_next(&t.key, next);
-            }
+            px.prefetch.set_next(
+                &t.key,
+                Follow {
+                    seq: Arc::clone(&seq.seq),
+                    next,
+                },
+            );
         }
         for file in files {
-            px.prefetch
-                .set_ranged(file, Ranged::known(file, Arc::clone(&items)));
+            px.prefetch.set_ranged(
+                file,
+                Ranged::known(file, Arc::clone(&seq.seq), Arc::clone(&items)),
+            );
         }
         if let (Some((first, last)), [Some(file)]) = (seq.index, &*items) {
             px.prefetch.set_ranged(
                 &file.key,
                 Ranged::Index {
+                    seq: Arc::clone(&seq.seq),
                     file: Arc::clone(file),
                     first,
                     last,
@@ -383,21 +461,51 @@ impl FileVersion {
 /// request fills it (on a sliced route its first slice; a range of a file on a route
 /// without slices: the whole file, which the first client request for any range of it
 /// fetches anyway, so it is stored or being fetched by then).
+///
+/// Returns the keys its fills claim (started now or running already), for a queue to
+/// wait on.
 fn start(
     pw: &Rc<ProxyWorker>,
     t: &Arc<Target>,
     fetch: &dyn Fn() -> Rc<Fetch>,
     version: Option<&FileVersion>,
-) {
-    let px = &pw.shared;
+) -> Vec<Vec<u8>> {
+    let fills = fills_of(&pw.shared, t, version);
+    let mut claims = Vec::with_capacity(fills.len());
+    for f in fills {
+        let used = if f.used_is_base {
+            &t.key[..]
+        } else {
+            &f.claim[..]
+        };
+        launch(pw, t.route, &f.claim, &t.key, fetch, f.slice, used);
+        claims.push(f.claim);
+    }
+    claims
+}
+
+/// One fill a prefetch of a target is (see [`start`]).
+struct PrefetchFill {
+    /// The key it claims: the object's, or a slice's.
+    claim: Vec<u8>,
+    /// Its use is counted by the object's key (its first slice standing for it), not
+    /// by `claim`.
+    used_is_base: bool,
+    slice: Option<SliceJob>,
+}
+
+/// The fills a prefetch of `t` starts, stored or running ones included (`launch`
+/// skips those); none when its route prefetches nothing, it is uncacheable or stored
+/// whole.
+fn fills_of(px: &ProxyShared, t: &Target, version: Option<&FileVersion>) -> Vec<PrefetchFill> {
     let route = &px.routes[t.route];
     if route.opts.prefetch_segments == 0 || px.is_pass(&t.key) {
-        return;
+        return Vec::new();
     }
     // Index only: a lookup would open each stored segment's file on the event loop and
     // count a use for eviction, for every segment a client is served.
     if px.store.contains(&t.key) {
-        return;
+        return Vec::new();
     }
     let slice_bytes = route.opts.slice_bytes;
     match t.range {
@@ -411,34 +519,115 @@ fn start(
                 // origin ignoring ranges sends it whole, once).
                 last = first;
             }
+            let mut out = Vec::new();
             for n in first..=last {
                 if total.is_some_and(|total| n * slice_bytes >= total) {
                     break;
                 }
-                let slice = SliceJob {
-                    index: n,
-                    start: n * slice_bytes,
-                    len: slice_bytes,
-                    if_match: if_match.clone(),
-                    total,
-                };
-                let key = key::slice(&t.key, n);
-                launch(pw, t.route, &key, &t.key, fetch, Some(slice), &key);
+                out.push(PrefetchFill {
+                    claim: key::slice(&t.key, n),
+                    used_is_base: false,
+                    slice: Some(SliceJob {
+                        index: n,
+                        start: n * slice_bytes,
+                        len: slice_bytes,
+                        if_match: if_match.clone(),
+                        total,
+                    }),
+                });
             }
+            out
         }
-        _ if slice_bytes > 0 => {
-            let slice = SliceJob {
+        _ if slice_bytes > 0 => vec![PrefetchFill {
+            claim: key::slice(&t.key, 0),
+            used_is_base: true,
+            slice: Some(SliceJob {
                 index: 0,
                 start: 0,
                 len: slice_bytes,
                 if_match: None,
                 total: None,
-            };
-            let first = key::slice(&t.key, 0);
-            launch(pw, t.route, &first, &t.key, fetch, Some(slice), &t.key);
-        }
-        _ => launch(pw, t.route, &t.key, &t.key, fetch, None, &t.key),
+            }),
+        }],
+        _ => vec![PrefetchFill {
+            claim: t.key.to_vec(),
+            used_is_base: true,
+            slice: None,
+        }],
     }
+}
+
+/// Whether a prefetch of `t` would fetch anything now: some fill of it neither stored
+/// nor running.
+fn would_fetch(px: &ProxyShared, t: &Target, version: Option<&FileVersion>) -> bool {
+    fills_of(px, t, version).iter().any(|f| {
+        !(f.claim[..] != t.key[..] && px.store.contains(&f.claim))
+            && px.fills.watch(&f.claim).is_none()
+    })
+}
+
+/// A prefetch waiting its turn in a viewer's queue.
+struct Queued {
+    t: Arc<Target>,
+    fetch: Rc<Fetch>,
+    version: Option<FileVersion>,
+}
+
+/// `viewer` (see [`viewer`]) played a segment of `seq`, after which come `items`:
+/// prefetch them in order, one origin wait at a time (each once the fills of the one
+/// before, whoever started them, have the origin's answer: its head, or a failure), as
+/// long as this is the viewer's last play (`Memory::still`). When the viewer plays on in the same sequence, the queue its new
+/// play starts takes over; when it plays another sequence of the group (a rendition
+/// switch), what is left here is dropped, never issued, and counted.
+fn queue(pw: &Rc<ProxyWorker>, viewer: Vec<u8>, seq: Arc<[u8]>, items: Vec<Queued>) {
+    let ticket = pw.shared.prefetch.play(&viewer, &seq);
+    let Some(first) = items.first() else {
+        return;
+    };
+    // The first now, before the response that played the segment goes on (a response
+    // reading on past its first slice then joins the prefetch rather than racing it).
+    let waits = start(
+        pw,
+        &first.t,
+        &|| Rc::clone(&first.fetch),
+        first.version.as_ref(),
+    );
+    if items.len() < 2 {
+        return;
+    }
+    let pw = Rc::clone(pw);
+    tokio::task::spawn_local(async move {
+        let px = Arc::clone(&pw.shared);
+        let mut waits = waits;
+        for (i, q) in items.iter().enumerate().skip(1) {
+            // The one before has its origin's answer (its head, or a failure): an
+            // origin wait at a time, so what is still queued when the viewer switches
+            // was never asked for.
+            for claim in waits {
+                if let Some(mut rx) = px.fills.watch(&claim) {
+                    super::fills::settled(&mut rx).await;
+                }
+            }
+            match px.prefetch.still(&viewer, &seq, ticket) {
+                Still::Current => {}
+                Still::Superseded => return,
+                Still::Switched => {
+                    let left = items[i..]
+                        .iter()
+                        .filter(|q| would_fetch(&px, &q.t, q.version.as_ref()))
+                        .count();
+                    px.prefetch.dropped_on_switch(left as u64);
+                    tracing::debug!(
+                        seq = %String::from_utf8_lossy(&seq),
+                        dropped = left,
+                        "rendition switch: prefetch queue dropped"
+                    );
+                    return;
+                }
+            }
+            waits = start(&pw, &q.t, &|| Rc::clone(&q.fetch), q.version.as_ref());
+        }
+    });
 }
 
 /// Start one prefetch fill claiming `claim_key` (the object `base`, or one of its
@@ -471,7 +660,7 @@ fn launch(
     let Claim::Leader(guard) = px.fills.claim(claim_key) else {
         return;
     };
-    px.prefetch.issued(used_key);
+    px.prefetch.issued(used_key, route);
     let job = Job {
         px: Arc::clone(px),
         guard,
@@ -590,10 +779,20 @@ fn ranged_read(
         version: FileVersion::of(&response.head),
     };
     match &**ranged {
-        Ranged::Known { .. } => {
-            play_range(pw, &req.key, ranged, &read, k, &|t| fetch_for(req, t));
+        Ranged::Known { seq, .. } => {
+            let viewer = viewer(px, req, seq);
+            play_range(
+                pw,
+                &req.key,
+                ranged,
+                &read,
+                k,
+                &|t| fetch_for(req, t),
+                viewer,
+            );
         }
         Ranged::Index {
+            seq,
             file,
             first,
             last,
@@ -603,6 +802,7 @@ fn ranged_read(
                 return;
             }
             let fetch = fetch_for(req, file);
+            let viewer = viewer(px, req, seq);
             tokio::task::spawn_local(read_index(
                 Rc::clone(pw),
                 Arc::clone(ranged),
@@ -610,7 +810,7 @@ fn ranged_read(
                 (*first, *last),
                 fetch,
                 read,
-                k,
+                (k, viewer),
             ));
         }
     }
@@ -625,7 +825,7 @@ struct RangeRead {
 }
 
 /// If `read` plays a range of the file keyed `file_key` (`playback::classify_part`),
-/// prefetch the `k` items after it in its sequence.
+/// queue the prefetch of the `k` items after it in its sequence for `viewer`.
 fn play_range(
     pw: &Rc<ProxyWorker>,
     file_key: &[u8],
@@ -633,8 +833,9 @@ fn play_range(
     read: &RangeRead,
     k: usize,
     fetch: &dyn Fn(&Target) -> Rc<Fetch>,
+    viewer: Vec<u8>,
 ) {
-    let Ranged::Known { items, .. } = ranged else {
+    let Ranged::Known { seq, items, .. } = ranged else {
         return;
     };
     let content_range = read.content_range.as_deref();
@@ -658,10 +859,17 @@ fn play_range(
         tracing::debug!(key = %String::from_utf8_lossy(file_key), read = how.as_str(), "range not played");
         return;
     }
-    for t in items[i + 1..].iter().take(k).flatten() {
-        let version = (&*t.key == file_key).then_some(&read.version);
-        start(pw, t, &|| fetch(t), version);
-    }
+    let queued = items[i + 1..]
+        .iter()
+        .take(k)
+        .flatten()
+        .map(|t| Queued {
+            t: Arc::clone(t),
+            fetch: fetch(t),
+            version: (&*t.key == file_key).then(|| read.version.clone()),
+        })
+        .collect();
+    queue(pw, viewer, Arc::clone(seq), queued);
 }
 
 /// Read the `sidx` at bytes `first..=last` of the DASH SegmentBase `file` from the
@@ -676,7 +884,7 @@ async fn read_index(
     (first, last): (u64, u64),
     fetch: Rc<Fetch>,
     read: RangeRead,
-    k: usize,
+    (k, viewer): (usize, Vec<u8>),
 ) {
     let px = Arc::clone(&pw.shared);
     let slice_bytes = px.routes[file.route].opts.slice_bytes;
@@ -701,8 +909,19 @@ async fn read_index(
             }))
         })
         .collect();
-    let known = Ranged::known(&file.key, items);
-    play_range(&pw, &file.key, &known, &read, k, &|_| Rc::clone(&fetch));
+    let Ranged::Index { seq, .. } = &*ranged else {
+        return;
+    };
+    let known = Ranged::known(&file.key, Arc::clone(seq), items);
+    play_range(
+        &pw,
+        &file.key,
+        &known,
+        &read,
+        k,
+        &|_| Rc::clone(&fetch),
+        viewer,
+    );
     px.prefetch.set_ranged(&file.key, known);
     // An index is read like a playlist: counted once its ranges are known.
     px.prefetch.playlist_read();

@@ -256,7 +256,19 @@ impl ProxyShared {
                 .collect(),
             writes,
             write_counts: DiskWriteCounts::default(),
-            prefetch: ahead::Memory::new(origins.len()),
+            prefetch: ahead::Memory::new(
+                origins.len(),
+                opts.routes
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.prefetch_segments > 0 || r.slice_readahead > 0,
+                            r.host.clone().unwrap_or_else(|| "*".to_owned()),
+                            r.path_prefix.clone(),
+                        )
+                    })
+                    .collect(),
+            ),
             opts,
             store,
             fills: Arc::new(Fills::default()),
