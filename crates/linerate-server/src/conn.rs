@@ -140,7 +140,7 @@ pub(crate) async fn serve(
     let ending = conn.run(first, h2c).await;
     if ending == Ending::Http2 {
         let buf = std::mem::take(&mut conn.buf);
-        return Box::pin(crate::http2::serve(worker, mode, conn.io, buf)).await;
+        return Outcome::Closed(Box::pin(crate::http2::serve(worker, mode, conn.io, buf)).await);
     }
     worker.give_buffer(std::mem::take(&mut conn.buf));
     if let Ending::Parked(deadline) = ending {

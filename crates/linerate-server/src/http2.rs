@@ -40,7 +40,6 @@ use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
 use crate::accesslog::{Finished, Pending};
-use crate::conn::Outcome;
 use crate::context::Worker;
 use crate::handler::Mode;
 use crate::openfiles::Hot;
@@ -160,14 +159,14 @@ struct Stream {
     turn: u64,
 }
 
-/// Serve one HTTP/2 connection until it closes. `buf` holds bytes already received
-/// (the client preface at least in part).
+/// Serve one HTTP/2 connection until it closes (HTTP/2 connections never park); why
+/// it closed. `buf` holds bytes already received (the client preface at least in part).
 pub(crate) async fn serve(
     worker: &Rc<Worker>,
     mode: &Rc<Mode>,
     io: Transport,
     buf: Vec<u8>,
-) -> Outcome {
+) -> CloseReason {
     let logging = worker.log.borrow().enabled();
     let peer = if logging || mode.wants_peer() {
         io.tcp().peer_addr().ok()
@@ -196,7 +195,7 @@ pub(crate) async fn serve(
     }
     c.io.goodbye();
     tracing::trace!(why = ?why, "h2 connection closed");
-    Outcome::Closed(why)
+    why
 }
 
 struct H2<'w> {

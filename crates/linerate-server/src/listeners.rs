@@ -15,6 +15,10 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Mutex;
 
+/// A listener socket and the address it was configured as (port 0 included), which
+/// per-listener settings (`[tcp.listeners]`) are keyed by.
+pub(crate) type ConfiguredListener = (TcpListener, SocketAddr);
+
 /// What a listening socket is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ListenerKind {

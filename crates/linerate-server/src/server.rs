@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crate::admin::control::{Control, Reloader, RunState};
 use crate::coldpool::ColdPool;
 use crate::context::Shared;
-use crate::listeners::{Handover, Inherited, ListenerKind};
+use crate::listeners::{ConfiguredListener, Handover, Inherited, ListenerKind};
 use crate::notify::{Notifier, SystemdSockets};
 use crate::options::{KtlsMode, Pinning, ServerOptions};
 use crate::stats::WorkerStats;
@@ -665,10 +665,6 @@ fn bind_all(
     }
     Ok((per_worker, local_addrs))
 }
-
-/// A listener socket and the address it was configured as (port 0 included), which
-/// per-listener settings (`[tcp.listeners]`) are keyed by.
-pub(crate) type ConfiguredListener = (std::net::TcpListener, SocketAddr);
 
 /// Cache mode's origins for the start-up log: `name=url,url; name=url`.
 fn describe_origins(c: &crate::cacheopts::CacheOptions) -> String {

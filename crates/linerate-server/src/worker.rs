@@ -38,9 +38,9 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 pub(crate) struct WorkerPlan {
     pub(crate) index: usize,
     pub(crate) cpu: Option<usize>,
-    pub(crate) listeners: Vec<crate::server::ConfiguredListener>,
+    pub(crate) listeners: Vec<crate::listeners::ConfiguredListener>,
     /// Listeners whose connections begin with a TLS handshake.
-    pub(crate) tls_listeners: Vec<crate::server::ConfiguredListener>,
+    pub(crate) tls_listeners: Vec<crate::listeners::ConfiguredListener>,
     pub(crate) shared: Arc<Shared>,
     /// Cache mode's shared state, when the server runs in cache mode.
     pub(crate) cache: Option<Arc<crate::proxy::ProxyShared>>,
@@ -237,12 +237,7 @@ fn spawn_tls_connection(worker: &Rc<Worker>, mode: &Rc<Mode>, stream: tokio::net
         // accept loop's task should not carry that inline; the connection's future
         // is boxed for the same reason.
         let why = match Box::pin(crate::tls::accept::accept(&w, stream)).await {
-            Some((io, early, true)) => {
-                match Box::pin(crate::http2::serve(&w, &mode, io, early)).await {
-                    crate::conn::Outcome::Closed(why) => why,
-                    crate::conn::Outcome::Parked => CloseReason::Idle,
-                }
-            }
+            Some((io, early, true)) => Box::pin(crate::http2::serve(&w, &mode, io, early)).await,
             Some((io, early, false)) => {
                 match Box::pin(crate::conn::serve(&w, &mode, io, true, false, early)).await {
                     crate::conn::Outcome::Closed(why) => why,

@@ -4,7 +4,8 @@
 //! kept in `target/test-artifacts/dashboard.png`. Then the player page (`/player`)
 //! plays the bundled sample with the embedded hls.js, and the DASH player page
 //! (`/dash-player`) the sample DASH with the embedded dash.js, watched over the
-//! DevTools protocol.
+//! DevTools protocol; hls.js also plays it over HTTPS, where Chromium chooses HTTP/2
+//! (ALPN `h2`) and the server's access log shows every request of the stream was one.
 //!
 //! The browser tests are `#[ignore]`d so that a plain `cargo test` on a machine without Chromium reports it as
 //! ignored (never as passed); `scripts/test.sh` installs Chromium when it can and runs
@@ -12,6 +13,7 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod support;
+mod tlssupport;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -392,7 +394,7 @@ fn player_plays_the_sample_with_hls_js_in_chromium() {
         srv.admin_addr(),
         srv.addr
     );
-    let state = watch_player(&browser, &url, "/player", 1.0);
+    let state = watch_player(&browser, &url, "/player", 1.0, &[]);
     eprintln!("player state: {state:?}");
     let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
     assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
@@ -403,6 +405,68 @@ fn player_plays_the_sample_with_hls_js_in_chromium() {
     assert_eq!(get("playing"), "true", "{state:?}");
     let time: f64 = get("currentTime").parse().unwrap_or(0.0);
     assert!(time > 1.0, "the media clock ran past 1 s: {state:?}");
+    assert!(srv.stop().success());
+}
+
+/// hls.js in headless Chromium plays the sample from an HTTPS listener: Chromium
+/// negotiates HTTP/2 (ALPN `h2`, on by default), playback reaches 1 s with no error, and
+/// the server's access log shows the master playlist, the media playlist and the
+/// segments all asked as `HTTP/2.0` (none as HTTP/1.1). The certificate is the test's
+/// own (`--ignore-certificate-errors`).
+#[test]
+#[ignore = "needs headless Chromium; scripts/test.sh runs it with --ignored"]
+fn player_plays_the_sample_over_https_with_http2_in_chromium() {
+    let browser = chromium().expect("chromium is not installed (apt-get install chromium)");
+    let cert = tlssupport::TestCert::new(&["localhost"]);
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("access.log");
+    let srv = Server::start(
+        &sample_root(),
+        &format!(
+            "{}[access_log]\npath = {:?}\nflush_ms = 50\n",
+            tlssupport::tls_section("", &[cert.toml(&["localhost"], true)]),
+            log.to_str().unwrap()
+        ),
+    );
+    let https = tlssupport::https_addr(&srv.log);
+    let url = format!(
+        "http://{}/player?src=https://localhost:{}/hls/master.m3u8",
+        srv.admin_addr(),
+        https.port()
+    );
+    let state = watch_player(
+        &browser,
+        &url,
+        "/player",
+        1.0,
+        &["--ignore-certificate-errors"],
+    );
+    eprintln!("player state: {state:?}");
+    let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
+    assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
+    assert_eq!(get("playing"), "true", "{state:?}");
+    let time: f64 = get("currentTime").parse().unwrap_or(0.0);
+    assert!(time > 1.0, "the media clock ran past 1 s: {state:?}");
+    let mut lines = Vec::new();
+    support::eventually("the stream's requests logged", || {
+        lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("/hls/"))
+            .map(str::to_owned)
+            .collect();
+        lines.iter().any(|l| l.contains(".ts HTTP/2.0\" 200"))
+    });
+    for want in [
+        "GET /hls/master.m3u8 HTTP/2.0\" 200",
+        ".m3u8 HTTP/2.0\" 200",
+    ] {
+        assert!(lines.iter().any(|l| l.contains(want)), "{want}: {lines:?}");
+    }
+    assert!(
+        lines.iter().all(|l| l.contains(" HTTP/2.0\" ")),
+        "every request of the stream over HTTP/2: {lines:?}"
+    );
     assert!(srv.stop().success());
 }
 
@@ -467,7 +531,7 @@ fn dash_player_plays_the_sample_with_dash_js_in_chromium() {
         srv.admin_addr(),
         srv.addr
     );
-    let state = watch_player(&browser, &url, "/dash-player", 1.0);
+    let state = watch_player(&browser, &url, "/dash-player", 1.0, &[]);
     eprintln!("DASH player state: {state:?}");
     let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
     assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
@@ -522,7 +586,7 @@ fn dash_js_plays_through_cache_mode_prefetch_in_chromium() {
         cache.admin_addr(),
         cache.connect().peer_addr().unwrap()
     );
-    let state = watch_player(&browser, &url, "/dash-player", 7.5);
+    let state = watch_player(&browser, &url, "/dash-player", 7.5, &[]);
     eprintln!("DASH player state: {state:?}");
     let get = |k: &str| state.get(k).map_or("", |v| v.as_str());
     assert_eq!(get("fatal"), "", "no fatal error: {state:?}");
@@ -569,6 +633,7 @@ fn watch_player(
     url: &str,
     page: &str,
     until: f64,
+    extra: &[&str],
 ) -> HashMap<String, String> {
     let profile = tempfile::tempdir().unwrap();
     let mut child = Command::new(browser)
@@ -577,6 +642,7 @@ fn watch_player(
             "--autoplay-policy=no-user-gesture-required",
             "--remote-debugging-port=0",
         ])
+        .args(extra)
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg(url)
         .stdout(Stdio::null())
