@@ -267,6 +267,11 @@ fn http2_over_kernel_tls_sends_byte_exact_zero_copy_frames() {
     srv.stop();
 }
 
+/// HTTP/2 against HTTP/1.1 on the kernel-TLS path, 2 MiB objects on one connection
+/// each: three rounds of (HTTP/1.1, HTTP/2), the first a warm-up (under TCG the first
+/// run pays for translating the kernel's code), the other two printed with their
+/// ratio. Printed, not asserted: speed is a benchmark's (docs/benchmarks.md), and the
+/// VM is emulated, so only the ratio means anything.
 #[test]
 fn http2_versus_http1_over_kernel_tls() {
     if tls_stat().is_none() {
@@ -276,7 +281,7 @@ fn http2_versus_http1_over_kernel_tls() {
     let body = content(2 * 1024 * 1024, 6);
     let lib = library(&[("seg.m4s", &body)]);
     let cert = TestCert::new(&["localhost"]);
-    let rounds = 24;
+    let objects = 24;
     let srv = Server::start_with(
         lib.path(),
         "workers = 1\n",
@@ -286,53 +291,56 @@ fn http2_versus_http1_over_kernel_tls() {
     let addr = https_addr(&srv.log);
     use rustls::crypto::ring::cipher_suite as cs;
     let suite = cs::TLS13_AES_128_GCM_SHA256;
-    let mut rates = Vec::new();
-    for h2 in [false, true] {
-        let cpu0;
-        let t0;
-        if h2 {
-            let s = connect(addr, "localhost", &h2_client(&cert, Versions::Tls13, suite)).unwrap();
-            let mut raw = h2support::Raw::over(s, &[(4, 16 << 20)], 1 << 30);
-            let req = raw.get(1, "/seg.m4s", &[]);
-            raw.send(&req);
-            assert!(raw.responses(&[1]).0[&1].1 == body);
-            cpu0 = cpu_seconds(srv.pid());
-            t0 = Instant::now();
-            for i in 0..rounds {
-                let id = 3 + 2 * i;
-                let req = raw.get(id, "/seg.m4s", &[]);
-                raw.send(&req);
-                assert_eq!(raw.responses(&[id]).0[&id].1.len(), body.len());
+    // One connection of each kind, kept across rounds.
+    let mut h1 = connect(
+        addr,
+        "localhost",
+        &client_with_suite(&cert.der, Versions::Tls13, suite),
+    )
+    .unwrap();
+    let s = connect(addr, "localhost", &h2_client(&cert, Versions::Tls13, suite)).unwrap();
+    let mut h2 = h2support::Raw::over(s, &[(4, 16 << 20)], 1 << 30);
+    let mut next_id = 1;
+    let mut ratios = Vec::new();
+    for round in 0..3 {
+        let mut rate = [0.0; 2];
+        for (k, use_h2) in [false, true].into_iter().enumerate() {
+            let cpu0 = cpu_seconds(srv.pid());
+            let t0 = Instant::now();
+            for _ in 0..objects {
+                if use_h2 {
+                    let req = h2.get(next_id, "/seg.m4s", &[]);
+                    h2.send(&req);
+                    assert!(h2.responses(&[next_id]).0[&next_id].1 == body);
+                    next_id += 2;
+                } else {
+                    assert!(get(&mut h1, "/seg.m4s", &[]).body == body);
+                }
             }
-        } else {
-            let mut s = connect(
-                addr,
-                "localhost",
-                &client_with_suite(&cert.der, Versions::Tls13, suite),
-            )
-            .unwrap();
-            assert!(get(&mut s, "/seg.m4s", &[]).body == body);
-            cpu0 = cpu_seconds(srv.pid());
-            t0 = Instant::now();
-            for _ in 0..rounds {
-                assert_eq!(get(&mut s, "/seg.m4s", &[]).body.len(), body.len());
-            }
+            let secs = t0.elapsed().as_secs_f64();
+            let cpu = cpu_seconds(srv.pid()) - cpu0;
+            let mb = (objects * body.len()) as f64 / 1e6;
+            rate[k] = mb / secs;
+            println!(
+                "round {round}{}: {} over kernel TLS: {:.1} MB/s, server CPU {:.2} s per GB ({objects} x 2 MiB, emulated VM: compare within a round only)",
+                if round == 0 { " (warm-up)" } else { "" },
+                if use_h2 { "HTTP/2" } else { "HTTP/1.1" },
+                mb / secs,
+                cpu / (mb / 1000.0),
+            );
         }
-        let secs = t0.elapsed().as_secs_f64();
-        let cpu = cpu_seconds(srv.pid()) - cpu0;
-        let mb = (rounds as usize * body.len()) as f64 / 1e6;
-        rates.push(mb / secs);
-        println!(
-            "{} over kernel TLS: {:.1} MB/s, server CPU {:.2} s per GB ({} x 2 MiB, emulated VM: compare the two lines only)",
-            if h2 { "HTTP/2" } else { "HTTP/1.1" },
-            mb / secs,
-            cpu / (mb / 1000.0),
-            rounds
-        );
+        if round > 0 {
+            ratios.push(rate[1] / rate[0]);
+        }
     }
     println!(
-        "HTTP/2 / HTTP/1.1 over kernel TLS, 2 MiB: {:.2}x",
-        rates[1] / rates[0]
+        "HTTP/2 / HTTP/1.1 over kernel TLS, 2 MiB: {}",
+        ratios
+            .iter()
+            .map(|r| format!("{r:.2}x"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
+    drop(h1);
     srv.stop();
 }
