@@ -121,6 +121,8 @@ type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 /// A stream's response as its task hands it to the connection.
 #[derive(Default)]
 struct Out {
+    /// Interim (1xx) responses' fields, sent as HEADERS before the final ones.
+    interim: Vec<Fields>,
     /// The response's fields (`:status` first), until sent as HEADERS.
     fields: Option<Fields>,
     headers_sent: bool,
@@ -529,7 +531,18 @@ impl H2<'_> {
     /// Send HEADERS for every stream whose response is ready, then one turn of DATA for
     /// the most urgent stream that has bytes and window. `Ok(false)`: nothing to send.
     async fn send_some(&mut self) -> Result<bool, TransferError> {
-        // HEADERS first (they cost no window), in stream order.
+        // Interim HEADERS (103 Early Hints relayed from the origin), then final HEADERS
+        // (they cost no window), in stream order.
+        for (&id, s) in &self.streams {
+            let mut out = s.out.borrow_mut();
+            for fields in std::mem::take(&mut out.interim) {
+                let refs: Vec<(&[u8], &[u8])> = fields
+                    .iter()
+                    .map(|(n, v)| (n.as_slice(), v.as_slice()))
+                    .collect();
+                self.conn.send_headers(id, &refs, false);
+            }
+        }
         let mut ready: Vec<u32> = self
             .streams
             .iter()
@@ -817,7 +830,11 @@ async fn produce(
                 peer,
                 secure,
                 http2: true,
-                interim: crate::exchange::Interim::closed(&worker),
+                interim: crate::exchange::Interim::stream(&worker, |head| {
+                    let (fields, _) = h1_head_to_fields(&head);
+                    out.borrow_mut().interim.push(fields);
+                    wake.notify_one();
+                }),
             };
             mode.respond(&worker, request).await
         }
