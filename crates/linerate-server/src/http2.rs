@@ -195,6 +195,7 @@ pub(crate) async fn serve(
     for (_, s) in c.streams.drain() {
         s.task.abort();
     }
+    worker.give_buffer(std::mem::take(&mut c.buf));
     c.io.goodbye();
     tracing::trace!(why = ?why, "h2 connection closed");
     why
@@ -288,6 +289,11 @@ impl H2<'_> {
                 blocked_since = None;
             }
             let window_deadline = blocked_since.map_or(idle_deadline, |t| t + timeouts.send);
+            // An idle connection holds no read buffer (as an idle HTTP/1.1 one): it goes
+            // back to the worker's pool until the next bytes arrive.
+            if self.streams.is_empty() && self.buf.is_empty() {
+                self.worker.give_buffer(std::mem::take(&mut self.buf));
+            }
             let settings_deadline = opened + timeouts.request_head;
             let settings_pending = !self.conn.settings_acked();
             tokio::select! {
@@ -330,6 +336,9 @@ impl H2<'_> {
     /// Read what the socket has and feed it to the state machine. `Ok(false)` at end of
     /// stream.
     fn read(&mut self) -> Result<bool, CloseReason> {
+        if self.buf.capacity() == 0 {
+            self.buf = self.worker.take_buffer();
+        }
         self.buf.reserve(READ_CHUNK);
         loop {
             match self.io.try_read_buf(&mut self.buf) {
