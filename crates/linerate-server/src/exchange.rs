@@ -37,6 +37,8 @@ pub(crate) struct Request<'a> {
 /// client"). A failed send closes it: the final response will find the client gone.
 pub(crate) struct Interim<'a> {
     io: Option<&'a mut Transport>,
+    /// An HTTP/2 stream's: the head goes to its connection as a HEADERS frame.
+    stream: Option<Box<dyn FnMut(Vec<u8>) + 'a>>,
     worker: &'a Worker,
 }
 
@@ -45,22 +47,33 @@ impl<'a> Interim<'a> {
     pub(crate) fn new(io: &'a mut Transport, worker: &'a Worker, open: bool) -> Interim<'a> {
         Interim {
             io: open.then_some(io),
+            stream: None,
             worker,
         }
     }
 
-    /// No interim responses (HTTP/2 streams: 103 is not relayed there yet).
-    pub(crate) fn closed(worker: &'a Worker) -> Interim<'a> {
-        Interim { io: None, worker }
+    /// Interim responses for an HTTP/2 stream: each head is handed to `sink`, which
+    /// queues it for the stream's connection (RFC 9113 §8.1: HEADERS before the final
+    /// ones).
+    pub(crate) fn stream(worker: &'a Worker, sink: impl FnMut(Vec<u8>) + 'a) -> Interim<'a> {
+        Interim {
+            io: None,
+            stream: Some(Box::new(sink)),
+            worker,
+        }
     }
 
     /// Whether interim responses reach the client.
     pub(crate) fn enabled(&self) -> bool {
-        self.io.is_some()
+        self.io.is_some() || self.stream.is_some()
     }
 
     /// Send one interim response head (status line, fields, blank line).
     pub(crate) async fn send(&mut self, head: Vec<u8>) {
+        if let Some(sink) = &mut self.stream {
+            sink(head);
+            return;
+        }
         let Some(io) = self.io.as_deref_mut() else {
             return;
         };

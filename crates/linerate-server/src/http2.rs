@@ -121,6 +121,8 @@ type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 /// A stream's response as its task hands it to the connection.
 #[derive(Default)]
 struct Out {
+    /// Interim (1xx) responses' fields, sent as HEADERS before the final ones.
+    interim: Vec<Fields>,
     /// The response's fields (`:status` first), until sent as HEADERS.
     fields: Option<Fields>,
     headers_sent: bool,
@@ -193,6 +195,7 @@ pub(crate) async fn serve(
     for (_, s) in c.streams.drain() {
         s.task.abort();
     }
+    worker.give_buffer(std::mem::take(&mut c.buf));
     c.io.goodbye();
     tracing::trace!(why = ?why, "h2 connection closed");
     why
@@ -286,6 +289,11 @@ impl H2<'_> {
                 blocked_since = None;
             }
             let window_deadline = blocked_since.map_or(idle_deadline, |t| t + timeouts.send);
+            // An idle connection holds no read buffer (as an idle HTTP/1.1 one): it goes
+            // back to the worker's pool until the next bytes arrive.
+            if self.streams.is_empty() && self.buf.is_empty() {
+                self.worker.give_buffer(std::mem::take(&mut self.buf));
+            }
             let settings_deadline = opened + timeouts.request_head;
             let settings_pending = !self.conn.settings_acked();
             tokio::select! {
@@ -328,6 +336,9 @@ impl H2<'_> {
     /// Read what the socket has and feed it to the state machine. `Ok(false)` at end of
     /// stream.
     fn read(&mut self) -> Result<bool, CloseReason> {
+        if self.buf.capacity() == 0 {
+            self.buf = self.worker.take_buffer();
+        }
         self.buf.reserve(READ_CHUNK);
         loop {
             match self.io.try_read_buf(&mut self.buf) {
@@ -529,7 +540,18 @@ impl H2<'_> {
     /// Send HEADERS for every stream whose response is ready, then one turn of DATA for
     /// the most urgent stream that has bytes and window. `Ok(false)`: nothing to send.
     async fn send_some(&mut self) -> Result<bool, TransferError> {
-        // HEADERS first (they cost no window), in stream order.
+        // Interim HEADERS (103 Early Hints relayed from the origin), then final HEADERS
+        // (they cost no window), in stream order.
+        for (&id, s) in &self.streams {
+            let mut out = s.out.borrow_mut();
+            for fields in std::mem::take(&mut out.interim) {
+                let refs: Vec<(&[u8], &[u8])> = fields
+                    .iter()
+                    .map(|(n, v)| (n.as_slice(), v.as_slice()))
+                    .collect();
+                self.conn.send_headers(id, &refs, false);
+            }
+        }
         let mut ready: Vec<u32> = self
             .streams
             .iter()
@@ -817,7 +839,11 @@ async fn produce(
                 peer,
                 secure,
                 http2: true,
-                interim: crate::exchange::Interim::closed(&worker),
+                interim: crate::exchange::Interim::stream(&worker, |head| {
+                    let (fields, _) = h1_head_to_fields(&head);
+                    out.borrow_mut().interim.push(fields);
+                    wake.notify_one();
+                }),
             };
             mode.respond(&worker, request).await
         }

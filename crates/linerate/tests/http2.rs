@@ -679,3 +679,54 @@ fn h2c_per_listener() {
     assert!(!out.status.success());
     assert!(err.contains("http2 is for plain listeners"), "{err}");
 }
+
+/// An origin's `103 Early Hints` reaches an HTTP/2 client as an interim HEADERS frame
+/// (`:status` 103 and its `link`), before the final response's HEADERS, as HTTP/1.1
+/// clients get it as an interim head.
+#[test]
+fn early_hints_are_relayed_as_interim_headers() {
+    let origin = Origin::start(|_| Reply::Interim {
+        heads: vec![(103, origin::owned(&[("link", "</seg1.ts>; rel=preload")]))],
+        reply: Box::new(origin::ok(b"#EXTM3U\n", &[("cache-control", "max-age=60")])),
+    });
+    let cache = CacheConfig::new(&origin).start();
+    let mut raw = Raw::connect(cache.server.addr, &[], 0);
+    let req = raw.get(1, "/live.m3u8", &[]);
+    raw.send(&req);
+    let mut statuses = Vec::new();
+    let mut link = None;
+    loop {
+        match raw.next().expect("closed") {
+            Got::Headers {
+                stream: 1,
+                fields,
+                end,
+            } => {
+                let status = fields
+                    .iter()
+                    .find(|(n, _)| n == ":status")
+                    .unwrap()
+                    .1
+                    .clone();
+                if status == "103" {
+                    link = fields
+                        .iter()
+                        .find(|(n, _)| n == "link")
+                        .map(|(_, v)| v.clone());
+                }
+                statuses.push(status);
+                if end {
+                    break;
+                }
+            }
+            Got::Data {
+                stream: 1,
+                end: true,
+                ..
+            } => break,
+            _ => {}
+        }
+    }
+    assert_eq!(statuses, ["103", "200"]);
+    assert_eq!(link.as_deref(), Some("</seg1.ts>; rel=preload"));
+}
