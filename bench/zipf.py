@@ -495,6 +495,7 @@ def main() -> int:
     ap.add_argument("--linerate", default="target/release/linerate")
     ap.add_argument("--nginx-open-files", type=int, default=16384)
     ap.add_argument("--nginx-open-file-cache", type=int, default=P.NGINX_OPEN_FILE_CACHE)
+    ap.add_argument("--linerate-config", default=None, help="appliance and slowdisk: passed to linerate serve --config")
     ap.add_argument("--keep-caches", action="store_true", help="keep the filled caches after the cache test")
     ap.add_argument("--generator", default=None)
     ap.add_argument("--out", type=Path, default=None)
@@ -512,7 +513,6 @@ def main() -> int:
     cfg.hot_count = max(1, round(cfg.objects * cfg.hot_percent / 100))
     cfg.cache_servers = [s for s in CACHE_SERVERS if s in servers]
     # bench.py / proxy.py settings their functions read from cfg.
-    cfg.linerate_config = None
     cfg.linerate_base = None
     cfg.linerate_args = []
     cfg.idle_settle = 0.0
