@@ -45,7 +45,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -226,6 +228,69 @@ def server_pids(server: B.Server) -> list[int]:
     return server.pids()
 
 
+# ------------------------------------------------------- linerate's own view (metrics)
+
+METRICS = {
+    "linerate_worker_stall_seconds_total": "stall_s",
+    "linerate_worker_stalls_total": "stalls",
+    "linerate_disk_pool_sends_total": "pool_sends",
+    "linerate_disk_pool_sent_bytes_total": "pool_bytes",
+}
+
+
+def admin_port(server: B.Server) -> int | None:
+    """linerate's admin port: the other TCP port its process listens on (`ss`)."""
+    try:
+        out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        if f"pid={server.proc.pid}," in line:
+            port = int(line.split()[3].rsplit(":", 1)[1])
+            if port != server.port:
+                return port
+    return None
+
+
+def scrape(port: int) -> dict:
+    """The METRICS counters (summed over their labels) and, per thread kind, the
+    scheduler's on-CPU and runnable-waiting nanoseconds are read by the caller."""
+    out = {v: 0.0 for v in METRICS.values()}
+    try:
+        with socket.create_connection((B.HOST, port), timeout=2) as s:
+            s.sendall(f"GET /metrics HTTP/1.1\r\nHost: {B.HOST}:{port}\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while chunk := s.recv(1 << 16):
+                data += chunk
+    except OSError:
+        return out
+    for line in data.decode(errors="replace").splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in METRICS:
+            try:
+                out[METRICS[name]] += float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return out
+
+
+def sched(pid: int) -> dict:
+    """Seconds on the CPU and runnable but waiting for it, summed per thread kind
+    (linerate's worker `linerate-w0`, its disk-pool threads `linerate-cold*`)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            run, wait, _ = (int(x) for x in (task / "schedstat").read_text().split())
+        except (OSError, ValueError):
+            continue
+        kind = "worker" if "-w" in comm else "pool" if "cold" in comm else None
+        if kind:
+            out[f"{kind}_cpu_s"] = out.get(f"{kind}_cpu_s", 0.0) + run / 1e9
+            out[f"{kind}_wait_s"] = out.get(f"{kind}_wait_s", 0.0) + wait / 1e9
+    return out
+
+
 # ------------------------------------------------------------------------------- runs
 
 
@@ -244,9 +309,13 @@ def zipf_run(cfg, cg: Cgroup, server: B.Server, test: str, rnd: int, drop_also: 
     drop(cfg.lib_files + drop_also)
     cg.reset()
     marks: dict[str, tuple] = {}
+    port = admin_port(server) if server.name == "linerate" else None
+    own: dict[str, dict] = {}
 
     def on_event(kind: str) -> None:
         marks[kind] = (disk_reads(cfg.dev_name), cg.blkio(), time.monotonic())
+        if port:
+            own[kind] = {**scrape(port), **sched(server.proc.pid)}
 
     run = B.run_generator(cfg, server, zipf_args(cfg), on_event=on_event)
     row = B.summarize(server, test, rnd, run)
@@ -262,6 +331,15 @@ def zipf_run(cfg, cg: Cgroup, server: B.Server, test: str, rnd: int, drop_also: 
         row["cg_read_mib_per_request"] = (b1["read_bytes"] - b0["read_bytes"]) / n / 2**20
         body = run.result["body_bytes"] or 1
         row["read_share_of_sent"] = (b1["read_bytes"] - b0["read_bytes"]) / body
+        if len(own) == 2:
+            # linerate's own account of the window, per second of it: event-loop stall
+            # time, the share of the bytes its disk pool sent, and how the one core
+            # was split between the worker and the pool threads.
+            secs = marks["measure_end"][2] - marks["measure_start"][2]
+            for k in own["measure_end"]:
+                d = own["measure_end"][k] - own["measure_start"].get(k, 0.0)
+                row[f"lr_{k}"] = d / secs if k.endswith("_s") or k == "stalls" else d
+            row["lr_pool_share_of_sent"] = row.pop("lr_pool_bytes") / body
     row.update({f"mem_{k}": v for k, v in cg.mem_stat().items()})
     return row
 
@@ -279,7 +357,10 @@ def appliance_run(cfg, cg: Cgroup, name: str, rnd: int) -> dict:
 def slowdisk_run(cfg, cg: Cgroup, name: str, rnd: int, with_cold: bool) -> dict:
     cg.empty()
     cg.limit(None, cfg.read_bps, cfg.read_iops)
+    # The hot files are resident and the cold ones are evicted all along: nothing to
+    # fill, so bench.py's 2 s warm-up rather than the Zipf tests' longer one.
     saved_root, cfg.root = cfg.root, cfg.cold_root
+    saved_warmup, cfg.warmup = cfg.warmup, cfg.slowdisk_warmup
     server = B.start_server(cfg, name, B.free_port())
     try:
         cg.join(server_pids(server))
@@ -300,6 +381,7 @@ def slowdisk_run(cfg, cg: Cgroup, name: str, rnd: int, with_cold: bool) -> dict:
     finally:
         B.stop(server.proc)
         cfg.root = saved_root
+        cfg.warmup = saved_warmup
 
 
 def quiet(cfg) -> None:
@@ -326,7 +408,10 @@ def log_row(label: str, r: dict) -> None:
         f"p99 {B.fmt(r.get('p99_us'), '.0f')} µs, hot p99 {B.fmt(r.get('hot_p99_us'), '.0f')} µs, "
         f"disk reads/req {B.fmt(r.get('disk_reads_per_request'), '.2f')}, "
         f"read MiB/req {B.fmt(r.get('cg_read_mib_per_request'), '.2f')}, errors {r.get('errors')}, "
-        f"origin {r.get('origin_requests', '-')}, other load {B.fmt(r.get('other_load'), '.2f')}")
+        f"origin {r.get('origin_requests', '-')}, other load {B.fmt(r.get('other_load'), '.2f')}"
+        + (f"; linerate: stall {r['lr_stall_s']:.2f} s/s, pool sent {r['lr_pool_share_of_sent']:.2f} of bytes, "
+           f"worker cpu {r.get('lr_worker_cpu_s', 0):.2f} wait {r.get('lr_worker_wait_s', 0):.2f}, pool cpu "
+           f"{r.get('lr_pool_cpu_s', 0):.2f} wait {r.get('lr_pool_wait_s', 0):.2f} (s/s)" if "lr_stall_s" in r else ""))
 
 
 # ------------------------------------------------------------------------------ cache
@@ -477,6 +562,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=8.0,
                     help="generator warm-up per run: the cgroup starts empty and fills in it (8 s)")
+    ap.add_argument("--slowdisk-warmup", type=float, default=2.0, help="generator warm-up per slowdisk run (2 s)")
     ap.add_argument("--objects", type=int, default=2800)
     ap.add_argument("--zipf", type=float, default=0.9, help="Zipf exponent of the popularity (0.9)")
     ap.add_argument("--hot-percent", type=float, default=1.0,
