@@ -524,6 +524,14 @@ def zipf_table(rows: list[dict], test: str, servers) -> list[str]:
                            f"{a[0]['cpu_s_per_gb'] / b[0]['cpu_s_per_gb']:.2f}× CPU/GB")
         if per:
             lines.append(f"| per round vs {other} | " + "; ".join(per) + " |" + " |" * (len(cols) - 1))
+    lr = [r for r in rs if r["server"] == "linerate" and "lr_stall_s" in r]
+    if lr:
+        lines.append(
+            f"| linerate's own account (medians, per second of window) | event-loop stall "
+            f"{med(lr, 'lr_stall_s'):.2f} s ({med(lr, 'lr_stalls'):.0f} stalls); disk pool sent "
+            f"{med(lr, 'lr_pool_share_of_sent'):.2f} of the bytes; worker on CPU {med(lr, 'lr_worker_cpu_s'):.2f} s, "
+            f"runnable but waiting {med(lr, 'lr_worker_wait_s'):.2f} s; pool threads on CPU "
+            f"{med(lr, 'lr_pool_cpu_s'):.2f} s, waiting {med(lr, 'lr_pool_wait_s'):.2f} s |" + " |" * (len(cols) - 1))
     return lines
 
 
