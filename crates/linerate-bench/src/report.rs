@@ -388,6 +388,7 @@ mod tests {
         stats.ok = 2;
         stats.body_bytes = 3_000_000_000;
         stats.latency.record(50_000);
+        stats.hot_latency.record(40_000);
         stats.errors.add(ErrorKind::Status);
         let r = Report {
             workload: "files",
@@ -418,6 +419,10 @@ mod tests {
             "{j}"
         );
         assert!(j.contains("\"p50\":50.0"), "{j}");
+        assert!(
+            j.contains("\"hot_latency_us\":{\"p50\":40.0,\"p99\":40.0,\"count\":1}"),
+            "{j}"
+        );
         assert!(j.ends_with("\"open_at_end\":5,\"open_s\":0.000}}"), "{j}");
         assert!(r.human().contains("active clients served: yes"));
         let mut none = r.clone();
