@@ -524,6 +524,12 @@ def zipf_table(rows: list[dict], test: str, servers) -> list[str]:
                            f"{a[0]['cpu_s_per_gb'] / b[0]['cpu_s_per_gb']:.2f}× CPU/GB")
         if per:
             lines.append(f"| per round vs {other} | " + "; ".join(per) + " |" + " |" * (len(cols) - 1))
+    for s in servers:
+        bad = [r for r in rs if r["server"] == s and (r.get("origin_requests") or r.get("fill_not_200")
+                                                     or r.get("fill_second_pass_origin_requests") or r.get("errors"))]
+        if bad:
+            lines.append(f"| **{s}: errors, a fill that was not all 200s or not all hits on its second pass, "
+                         f"or origin requests in the window** |" + " |" * len(cols))
     lr = [r for r in rs if r["server"] == "linerate" and "lr_stall_s" in r]
     if lr:
         lines.append(
