@@ -405,8 +405,11 @@ class GenRun:
     rss_after_kb: int = 0
 
 
-def run_generator(cfg, server: Server, args: list[str], rss_pid: int | None = None) -> GenRun:
-    """Run one generator, pinned to the client CPU, sampling /proc at its events."""
+def run_generator(cfg, server: Server, args: list[str], rss_pid: int | None = None,
+                  on_event=None) -> GenRun:
+    """Run one generator, pinned to the client CPU, sampling /proc at its events.
+    `on_event(kind)`, when given, is called at measure_start and measure_end too, so a
+    caller can sample what it measures (bench/zipf.py: disk and cgroup counters)."""
     cmd = ["taskset", "-c", str(cfg.client_cpu)] + cfg.generator + [
         "--target", f"{HOST}:{server.port}", "--events",
     ] + args
@@ -431,7 +434,9 @@ def run_generator(cfg, server: Server, args: list[str], rss_pid: int | None = No
             # real idle connection spends only its first second in.
             time.sleep(max(0.5, cfg.idle_settle - 0.3))
             run.rss_after_kb = rss_kb(rss_pid)
-        elif kind == "measure_start":
+        elif kind in ("measure_start", "measure_end") and on_event is not None:
+            on_event(kind)
+        if kind == "measure_start":
             start = dict(
                 t=time.monotonic(),
                 server=proc_ticks(server.pids()),

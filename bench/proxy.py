@@ -167,6 +167,7 @@ http {{
     keepalive_requests 1000000;
     keepalive_timeout 600s;
 {open_file_cache}
+{aio}
     client_body_temp_path {work}/tmp;
     proxy_temp_path {work}/tmp;
     fastcgi_temp_path {work}/tmp;
@@ -245,6 +246,9 @@ def start_nginx_proxy(cfg, origin: Origin) -> B.Server:
             work=work, host=HOST, port=port, origin_port=origin.port, cache=work / "cache",
             nofile=nofile, worker_connections=max(1024, nofile - 100), slice=SLICE,
             open_file_cache=B.nginx_open_file_cache(cfg.nginx_open_file_cache),
+            # bench/zipf.py's cache test: cache files read (and written) by a thread pool
+            # when not in memory, as an operator of a library larger than memory runs it.
+            aio="    aio threads;\n    aio_write on;" if getattr(cfg, "nginx_aio", False) else "",
         )
     )
     with open(work / "stderr.log", "ab") as f:

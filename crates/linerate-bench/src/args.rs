@@ -95,6 +95,18 @@ pub struct BenchArgs {
     #[arg(long)]
     pub unique: bool,
 
+    /// files/idle: choose paths by Zipf popularity with this exponent instead of
+    /// uniformly: the i-th path (1-based, in file or --count order: the first is the
+    /// most popular) is asked with probability proportional to 1/i^S. Video libraries
+    /// measure S around 0.8-1.0. A number above 0, at most 10.
+    #[arg(long)]
+    pub zipf: Option<f64>,
+
+    /// files/idle: also report the latency of requests for the first K paths on their
+    /// own ("hot_latency_us" in the JSON line): with --zipf, the K most popular.
+    #[arg(long, default_value_t = 0)]
+    pub hot_count: usize,
+
     /// ranges: the path of the file to read ranges from.
     #[arg(long)]
     pub path: Option<String>,
@@ -167,6 +179,10 @@ pub struct Plan {
     pub seed: u64,
     /// Every `Files` request a new URL (`--unique`).
     pub unique: bool,
+    /// Zipf exponent of the path choice (`--zipf`); `None` is uniform.
+    pub zipf: Option<f64>,
+    /// Requests for the first this many paths are also timed on their own.
+    pub hot_count: usize,
     /// Print event lines.
     pub events: bool,
 }
@@ -201,18 +217,29 @@ impl BenchArgs {
         if self.workload == WorkloadKind::Idle && self.idle_connections == 0 {
             bail!("--workload idle needs --idle-connections N (N > 0)");
         }
+        if let Some(s) = self.zipf {
+            if !(s > 0.0 && s <= 10.0) {
+                bail!("--zipf must be a number above 0 and at most 10 (got {s})");
+            }
+        }
         let requests = match self.workload {
             WorkloadKind::Files | WorkloadKind::Idle => {
                 if self.path.is_some() || self.file_size.is_some() {
                     bail!("--path and --file-size belong to --workload ranges");
                 }
-                RequestKind::Files {
-                    paths: self.paths()?,
+                let paths = self.paths()?;
+                if self.hot_count > paths.len() {
+                    bail!(
+                        "--hot-count {} is more than the {} request paths",
+                        self.hot_count,
+                        paths.len()
+                    );
                 }
+                RequestKind::Files { paths }
             }
             WorkloadKind::Ranges => {
-                if self.unique {
-                    bail!("--unique belongs to --workload files or idle");
+                if self.unique || self.zipf.is_some() || self.hot_count > 0 {
+                    bail!("--unique, --zipf and --hot-count belong to --workload files or idle");
                 }
                 if self.paths_file.is_some() || self.prefix.is_some() {
                     bail!("--paths-file and --prefix belong to --workload files or idle");
@@ -240,6 +267,8 @@ impl BenchArgs {
             duration: self.duration,
             seed: self.seed,
             unique: self.unique,
+            zipf: self.zipf,
+            hot_count: self.hot_count,
             events: self.events,
         })
     }
@@ -388,6 +417,36 @@ mod tests {
         ])
         .is_ok());
         assert!(plan(&["--prefix", "/a", "--count", "1", "--connections", "0"]).is_err());
+        let p = plan(&[
+            "--prefix",
+            "/a",
+            "--count",
+            "4",
+            "--zipf",
+            "0.9",
+            "--hot-count",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!((p.zipf, p.hot_count), (Some(0.9), 2));
+        for bad in ["0", "-1", "NaN", "11"] {
+            assert!(
+                plan(&["--prefix", "/a", "--count", "4", "--zipf", bad]).is_err(),
+                "--zipf {bad}"
+            );
+        }
+        assert!(plan(&["--prefix", "/a", "--count", "4", "--hot-count", "5"]).is_err());
+        assert!(plan(&[
+            "--workload",
+            "ranges",
+            "--path",
+            "/x",
+            "--file-size",
+            "1G",
+            "--zipf",
+            "1"
+        ])
+        .is_err());
         assert!(plan(&["--prefix", "/a", "--count", "1", "--duration", "0"]).is_err());
     }
 }

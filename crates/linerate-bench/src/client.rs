@@ -86,6 +86,11 @@ pub fn run_plan(plan: &Plan, emit: &mut dyn FnMut(&str)) -> Result<Report> {
     } else {
         gen
     };
+    let gen = match plan.zipf {
+        Some(s) => gen.zipf(s),
+        None => gen,
+    }
+    .hot_count(plan.hot_count);
     let mut engine = Engine {
         plan,
         poll: Poll::new().context("creating the epoll instance")?,
@@ -379,6 +384,7 @@ impl Engine<'_> {
             expect: Expect {
                 status: 200,
                 body_len: None,
+                hot: false,
             },
             started: Instant::now(),
         };
@@ -629,6 +635,9 @@ fn complete(conn: &mut Conn, ctx: &mut Ctx, head: ResponseHead) -> Option<Step> 
                 ctx.stats.ok += 1;
                 let ns = u64::try_from((now - conn.started).as_nanos()).unwrap_or(u64::MAX);
                 ctx.stats.latency.record(ns);
+                if conn.expect.hot {
+                    ctx.stats.hot_latency.record(ns);
+                }
             }
         }
         Role::Active => {}

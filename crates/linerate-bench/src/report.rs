@@ -96,6 +96,8 @@ pub struct Stats {
     pub body_bytes: u64,
     /// Request start to last body byte, nanoseconds, responses with the expected status.
     pub latency: Histogram,
+    /// The same, for requests of the first `--hot-count` paths only (empty without it).
+    pub hot_latency: Histogram,
     /// Reconnections after the server closed a connection cleanly (`Connection: close`).
     pub reconnects: u64,
 }
@@ -109,6 +111,7 @@ impl Default for Stats {
             errors: ErrorCounts::default(),
             body_bytes: 0,
             latency: Histogram::new(),
+            hot_latency: Histogram::new(),
             reconnects: 0,
         }
     }
@@ -140,6 +143,7 @@ impl Stats {
         self.errors = ErrorCounts::default();
         self.body_bytes = 0;
         self.latency.clear();
+        self.hot_latency.clear();
         self.reconnects = 0;
     }
 }
@@ -239,6 +243,15 @@ impl Report {
             us(s.latency.max()),
             s.latency.mean() / 1e3
         );
+        if s.hot_latency.count() > 0 {
+            let _ = writeln!(
+                out,
+                "  hot latency us ({} requests of the first --hot-count paths): p50 {:.1}, p99 {:.1}",
+                s.hot_latency.count(),
+                us(s.hot_latency.quantile(0.50)),
+                us(s.hot_latency.quantile(0.99)),
+            );
+        }
         let _ = writeln!(
             out,
             "  errors: {} ({}), outside the window: {}, clean reconnects: {}",
@@ -305,7 +318,8 @@ impl Report {
         let _ = write!(
             out,
             "}},\"errors_total\":{},\"setup_errors\":{},\"reconnects\":{},\
-             \"latency_us\":{{\"p50\":{:.1},\"p99\":{:.1},\"p999\":{:.1},\"max\":{:.1},\"mean\":{:.1},\"count\":{}}}",
+             \"latency_us\":{{\"p50\":{:.1},\"p99\":{:.1},\"p999\":{:.1},\"max\":{:.1},\"mean\":{:.1},\"count\":{}}},\
+             \"hot_latency_us\":{{\"p50\":{:.1},\"p99\":{:.1},\"count\":{}}}",
             s.errors.total(),
             self.setup_errors.total(),
             s.reconnects,
@@ -314,7 +328,10 @@ impl Report {
             us(s.latency.quantile(0.999)),
             us(s.latency.max()),
             s.latency.mean() / 1e3,
-            s.latency.count()
+            s.latency.count(),
+            us(s.hot_latency.quantile(0.50)),
+            us(s.hot_latency.quantile(0.99)),
+            s.hot_latency.count()
         );
         match &self.idle {
             None => out.push_str(",\"idle\":null}"),
@@ -371,6 +388,7 @@ mod tests {
         stats.ok = 2;
         stats.body_bytes = 3_000_000_000;
         stats.latency.record(50_000);
+        stats.hot_latency.record(40_000);
         stats.errors.add(ErrorKind::Status);
         let r = Report {
             workload: "files",
@@ -401,6 +419,10 @@ mod tests {
             "{j}"
         );
         assert!(j.contains("\"p50\":50.0"), "{j}");
+        assert!(
+            j.contains("\"hot_latency_us\":{\"p50\":40.0,\"p99\":40.0,\"count\":1}"),
+            "{j}"
+        );
         assert!(j.ends_with("\"open_at_end\":5,\"open_s\":0.000}}"), "{j}");
         assert!(r.human().contains("active clients served: yes"));
         let mut none = r.clone();

@@ -71,6 +71,9 @@ pub struct Expect {
     pub status: u16,
     /// Exact body length, when the workload knows it.
     pub body_len: Option<u64>,
+    /// The request is for one of the first `--hot-count` paths (the most popular under
+    /// `--zipf`): its latency is also recorded on its own.
+    pub hot: bool,
 }
 
 /// Produces requests: one per call, into a reused buffer.
@@ -87,6 +90,11 @@ pub struct RequestGen {
     unique: Option<(Vec<String>, u64)>,
     seed: u64,
     rng: Rng,
+    /// For `Files` with [`RequestGen::zipf`]: cumulative weights of the paths in order
+    /// (path `i` weighs `1 / (i + 1)^s`), so a choice is one binary search.
+    zipf_cdf: Option<Vec<f64>>,
+    /// Requests for paths `0..hot_count` are marked [`Expect::hot`].
+    hot_count: usize,
 }
 
 impl RequestGen {
@@ -133,7 +141,48 @@ impl RequestGen {
             unique: None,
             seed,
             rng: Rng::new(seed),
+            zipf_cdf: None,
+            hot_count: 0,
         })
+    }
+
+    /// Choose `Files` paths by Zipf popularity instead of uniformly: the path at index
+    /// `i` (0-based, in the order given: the first is the most popular) is asked with
+    /// probability proportional to `1 / (i + 1)^s`. `s` must be finite and positive
+    /// (the caller checks; a non-positive `s` would make every weight 1 or more, i.e.
+    /// not a popularity ranking).
+    pub fn zipf(mut self, s: f64) -> Self {
+        if let RequestKind::Files { paths } = &self.kind {
+            let mut total = 0.0;
+            let cdf = (0..paths.len())
+                .map(|i| {
+                    total += 1.0 / ((i + 1) as f64).powf(s);
+                    total
+                })
+                .collect();
+            self.zipf_cdf = Some(cdf);
+        }
+        self
+    }
+
+    /// Mark requests for the first `k` paths as hot ([`Expect::hot`]).
+    pub fn hot_count(mut self, k: usize) -> Self {
+        self.hot_count = k;
+        self
+    }
+
+    /// The index of the next `Files` path: uniform, or by the Zipf weights.
+    fn pick(&mut self) -> usize {
+        let n = self.prebuilt.len();
+        match &self.zipf_cdf {
+            None => self.rng.below(n as u64) as usize,
+            Some(cdf) => {
+                let total = cdf.last().copied().unwrap_or(0.0);
+                // 53 random bits as a fraction in [0, 1), scaled to the total weight.
+                let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
+                cdf.partition_point(|&c| c <= u).min(n.saturating_sub(1))
+            }
+        }
     }
 
     /// Make every `Files` request a URL never asked before: the chosen path with
@@ -173,7 +222,8 @@ impl RequestGen {
         out.clear();
         match &self.kind {
             RequestKind::Files { .. } => {
-                let i = self.rng.below(self.prebuilt.len() as u64) as usize;
+                let i = self.pick();
+                let hot = i < self.hot_count;
                 if let Some((paths, n)) = &mut self.unique {
                     let p = &paths[i];
                     let sep = if p.contains('?') { '&' } else { '?' };
@@ -186,7 +236,10 @@ impl RequestGen {
                 } else if let Some(req) = self.prebuilt.get(i) {
                     out.extend_from_slice(req);
                 }
-                self.expect(None)
+                Expect {
+                    hot,
+                    ..self.expect(None)
+                }
             }
             RequestKind::Ranges {
                 path,
@@ -221,10 +274,12 @@ impl RequestGen {
             Some(s) if s != default => Expect {
                 status: s,
                 body_len: None,
+                hot: false,
             },
             _ => Expect {
                 status: default,
                 body_len,
+                hot: false,
             },
         }
     }
@@ -284,7 +339,8 @@ mod tests {
                 e,
                 Expect {
                     status: 200,
-                    body_len: None
+                    body_len: None,
+                    hot: false
                 }
             );
             let text = std::str::from_utf8(&out).unwrap();
@@ -301,6 +357,45 @@ mod tests {
             seen[i] += 1;
         }
         assert!(seen.iter().all(|&n| (800..1200).contains(&n)), "{seen:?}");
+    }
+
+    /// Guards `--zipf`: the path at index i must be asked ~1/(i+1)^s as often as the
+    /// first (uniform choice, or an off-by-one in the search, fails this), and
+    /// `--hot-count` must mark exactly the requests for the first k paths.
+    #[test]
+    fn zipf_requests_follow_the_ranking() {
+        let paths = generated_paths("/v/", 100, ".bin");
+        let mut gen = RequestGen::new(RequestKind::Files { paths }, "h", None, 5)
+            .unwrap()
+            .zipf(1.0)
+            .hot_count(2);
+        let mut out = Vec::new();
+        let mut seen = [0u32; 100];
+        let n = 200_000;
+        for _ in 0..n {
+            let e = gen.next_request(&mut out);
+            let text = std::str::from_utf8(&out).unwrap();
+            let i: usize = text["GET /v/".len()..]
+                .split('.')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(e.hot, i < 2, "{text}");
+            seen[i] += 1;
+        }
+        // H(100, 1) = 5.187...: path 0 gets 19.3 % of the requests, path 1 9.6 %,
+        // path 9 1.93 %, path 99 0.193 %.
+        let h: f64 = (1..=100).map(|k| 1.0 / f64::from(k)).sum();
+        for (i, want) in [(0usize, 1.0), (1, 0.5), (9, 0.1), (99, 0.01)] {
+            let expected = f64::from(n) * want / h;
+            let got = f64::from(seen[i]);
+            assert!(
+                (got - expected).abs() < 0.1 * expected,
+                "path {i}: {got} requests, expected ~{expected:.0}; {seen:?}"
+            );
+        }
+        assert!(seen.iter().all(|&c| c > 0), "every path is reachable");
     }
 
     #[test]
@@ -339,7 +434,8 @@ mod tests {
                 gen.next_request(&mut out),
                 Expect {
                     status: 206,
-                    body_len: Some(4)
+                    body_len: Some(4),
+                    hot: false
                 }
             );
             let text = String::from_utf8(out.clone()).unwrap();
