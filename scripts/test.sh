@@ -49,11 +49,12 @@ echo "== deploy/kubernetes and deploy/envoy (schemas, strict)"
 scripts/check-deploy.sh target/debug/linerate
 echo "== dashboard, hls.js and dash.js players in headless Chromium"
 # The browser tests are #[ignore]d in plain `cargo test` (reported as ignored, never as
-# passed); here it runs for real. Install Debian's chromium when it is missing and we can.
-if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+# passed); here it runs for real. Install Debian's chromium when it is missing and we can,
+# and ffmpeg, which makes the two-rendition HLS stream of the hls.js ABR switch test.
+if { ! command -v chromium >/dev/null || ! command -v ffmpeg >/dev/null; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     # A fresh machine has empty package lists: update once, then install.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
-        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium ffmpeg >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium ffmpeg >/dev/null; }
 fi
 cargo test -p linerate --test dashboard -- --ignored
 echo "== ffmpeg plays HLS and byte-range HLS through cache-mode segment prefetch; ffmpeg-made single-file DASH"
