@@ -76,12 +76,6 @@ const KTLS_FRAME: u32 = (1 << 14) - linerate_http::h2::frame::HEADER_LEN as u32;
 /// most urgent, 3 the default).
 const PLAYLIST_URGENCY: u8 = 2;
 
-/// The protocol's settings as this server offers them.
-pub(crate) fn limits(worker: &Worker) -> Limits {
-    let _ = worker;
-    Limits::default()
-}
-
 /// An open file a DATA frame's payload comes from: appliance mode shares its
 /// open-file cache's `Rc`, cache mode the store's `Arc`.
 #[derive(Clone)]
@@ -183,7 +177,7 @@ pub(crate) async fn serve(
         mode,
         secure: io.secure(),
         io,
-        conn: Connection::new(limits(worker)),
+        conn: Connection::new(Limits::default()),
         buf,
         streams: HashMap::new(),
         wake: Rc::new(Notify::new()),
@@ -685,14 +679,7 @@ impl H2<'_> {
                     break;
                 };
                 // The frame header rides with the bytes before it.
-                match batch.last_mut() {
-                    Some(Chunk::Bytes(b)) => b.extend_from_slice(&header),
-                    _ => {
-                        let mut b = std::mem::take(&mut headers);
-                        b.extend_from_slice(&header);
-                        batch.push(Chunk::Bytes(b));
-                    }
-                }
+                push_frame_header(&mut batch, &mut headers, &header);
                 match piece {
                     Chunk::Bytes(b) => {
                         if let Some(Chunk::Bytes(last)) = batch.last_mut() {
@@ -714,14 +701,7 @@ impl H2<'_> {
             if !ended && out.done && out.chunks.is_empty() && out.failed.is_none() {
                 // Everything sent: an empty DATA frame carries the END_STREAM flag.
                 if let Some(header) = self.conn.data_frame(id, 0, true) {
-                    match batch.last_mut() {
-                        Some(Chunk::Bytes(b)) => b.extend_from_slice(&header),
-                        _ => {
-                            let mut b = std::mem::take(&mut headers);
-                            b.extend_from_slice(&header);
-                            batch.push(Chunk::Bytes(b));
-                        }
-                    }
+                    push_frame_header(&mut batch, &mut headers, &header);
                 }
                 ended = true;
             }
@@ -1009,13 +989,24 @@ async fn push(out: &Rc<RefCell<Out>>, room: &Notify, wake: &Notify, chunk: Chunk
     wake.notify_one();
 }
 
-/// Whether a `content-type` is an HLS playlist or a DASH manifest.
+/// Whether a `content-type` is an HLS playlist or a DASH manifest (the media types
+/// prefetch reads them by).
 fn is_playlist(value: &[u8]) -> bool {
-    let v = value.to_ascii_lowercase();
-    v.starts_with(b"application/vnd.apple.mpegurl")
-        || v.starts_with(b"application/x-mpegurl")
-        || v.starts_with(b"audio/mpegurl")
-        || v.starts_with(b"application/dash+xml")
+    linerate_http::hls::is_playlist_type(value) || linerate_http::dash::is_mpd_type(value)
+}
+
+/// A DATA frame's 9-byte header goes at the end of the batch's last byte chunk (the
+/// frame before it ended in bytes), else in a new one that starts with the pending
+/// control frames (`headers`, taken).
+fn push_frame_header(batch: &mut Vec<Chunk>, headers: &mut Vec<u8>, header: &[u8]) {
+    match batch.last_mut() {
+        Some(Chunk::Bytes(b)) => b.extend_from_slice(header),
+        _ => {
+            let mut b = std::mem::take(headers);
+            b.extend_from_slice(header);
+            batch.push(Chunk::Bytes(b));
+        }
+    }
 }
 
 /// Split an HTTP/1.1 response head (as the handlers write it) into HTTP/2 fields
