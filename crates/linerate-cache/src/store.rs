@@ -374,7 +374,9 @@ impl Store {
     /// Cancels an in-progress write of it: lookups stop finding it at once, its appends
     /// still succeed, its `finish` fails with [`crate::WriteFailure::Aborted`] (so it is
     /// never published, even if it was finishing right now) and readers following it get
-    /// that failure. Returns whether a stored object was removed.
+    /// that failure. Returns whether an object was removed: a stored one, or a write
+    /// whose body was complete (it answers lookups as the object while it waits for
+    /// its publish, so cancelling it is what takes the object down).
     /// Blocks until the index is loaded (at most [`PURGE_LOAD_WAIT`]) so a purge is
     /// never undone by the loader.
     pub fn purge(&self, key: &[u8]) -> bool {
@@ -384,24 +386,29 @@ impl Store {
         }
         inner.wait_loaded(PURGE_LOAD_WAIT);
         let hash = KeyHash::of(key);
-        let entry = {
+        let (entry, cancelled_whole) = {
             // Cancel under the shard lock: a writer indexes under it after checking
             // the flag, so either it sees the cancel or this purge sees its entry.
             let mut shard = inner.index.shard(hash);
+            let mut cancelled_whole = false;
             if shard.inflight.get(&hash.0).is_some_and(|w| *w.key == *key) {
                 if let Some(w) = shard.inflight.remove(&hash.0) {
                     w.cancel();
+                    // A body already complete (waiting for its publish) has been
+                    // answering lookups as the object: removing it is a purge.
+                    cancelled_whole = matches!(*w.tx.borrow(), Progress::Complete { .. });
                 }
             }
-            shard.objects.get(&hash.0).cloned()
+            (shard.objects.get(&hash.0).cloned(), cancelled_whole)
         };
-        match entry.filter(|e| *e.key == *key) {
+        let removed = match entry.filter(|e| *e.key == *key) {
             Some(e) if inner.index.remove_if_same(&e) => {
                 inner.delete_object(&e);
                 true
             }
             _ => false,
-        }
+        };
+        removed || cancelled_whole
     }
 
     /// Remove every object whose key starts with `prefix` (index, files, journals), and

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use linerate_cache::fault::FaultyIo;
-use linerate_cache::{Body, Lookup, Progress, Store, WriteRefused};
+use linerate_cache::{Body, Durability, Lookup, Progress, Store, WriteRefused};
 
 const MIB: u64 = 1 << 20;
 
@@ -154,4 +154,40 @@ fn a_complete_write_waiting_for_its_publish_wins_over_the_stored_copy() {
     assert!(rx.recv_timeout(Duration::from_secs(10)).unwrap());
     io.set_sync_delay(None);
     check_hit(&store, b"k", b"new").unwrap();
+}
+
+/// Guards a takedown's proof: a write whose body is complete answers lookups as the
+/// object while it waits for its publish, so purging it reports the object removed
+/// (it answered `false` -- "nothing purged" -- for an object a client had just been
+/// served), and it is never published.
+#[test]
+fn purging_a_complete_write_awaiting_its_publish_counts_as_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    // A disk whose flush takes 500 ms: the write waits for its publish meanwhile.
+    let io = Arc::new(FaultyIo::new());
+    io.set_sync_delay(Some(Duration::from_millis(500)));
+    let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
+    cfg.durability = Durability::SyncBeforePublish;
+    let store = Store::open_with_io(cfg, io).unwrap();
+    let body = body_for(b"k", 100_000);
+    let mut w = store
+        .begin_write(b"k", meta(), Some(body.len() as u64))
+        .unwrap();
+    w.append(&body).unwrap();
+    let (tx, rx) = mpsc::channel();
+    w.finish_later(Box::new(move |r| tx.send(r.is_ok()).unwrap()));
+    assert!(
+        matches!(store.lookup(b"k"), Lookup::Filling(_)),
+        "complete, awaiting its publish"
+    );
+    assert!(
+        store.purge(b"k"),
+        "the object clients were served is removed"
+    );
+    assert!(
+        !rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "a purged write is not published"
+    );
+    assert!(matches!(store.lookup(b"k"), Lookup::Miss(_)));
+    assert!(!store.purge(b"k"), "nothing left to remove");
 }
