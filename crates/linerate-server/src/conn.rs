@@ -96,7 +96,8 @@ pub(crate) enum Outcome {
 
 /// Serve one connection until it closes or parks. `first`: no request has been served
 /// on it yet (the head timeout applies to the wait, not the keep-alive timeout). `h2c`:
-/// the HTTP/2 preface as its first bytes makes it an HTTP/2 connection (`http2`).
+/// when set, the HTTP/2 preface as its first bytes makes it an HTTP/2 connection
+/// (`http2`), which the gate (the setting that allowed it) may close at a reload.
 /// `io` is the connection's transport; `buf` holds request bytes already received (a
 /// TLS handshake's last flight can carry the first request).
 pub(crate) async fn serve(
@@ -104,7 +105,7 @@ pub(crate) async fn serve(
     mode: &Rc<Mode>,
     io: Transport,
     first: bool,
-    h2c: bool,
+    h2c: Option<crate::http2::Gate>,
     buf: Vec<u8>,
 ) -> Outcome {
     // Sampling is decided per connection task: a connection resumed from parking is a
@@ -137,10 +138,12 @@ pub(crate) async fn serve(
         rtt_us: None,
         congestion,
     };
-    let ending = conn.run(first, h2c).await;
-    if ending == Ending::Http2 {
+    let ending = conn.run(first, h2c.is_some()).await;
+    if let (Ending::Http2, Some(gate)) = (ending, h2c) {
         let buf = std::mem::take(&mut conn.buf);
-        return Outcome::Closed(Box::pin(crate::http2::serve(worker, mode, conn.io, buf)).await);
+        return Outcome::Closed(
+            Box::pin(crate::http2::serve(worker, mode, conn.io, buf, gate)).await,
+        );
     }
     worker.give_buffer(std::mem::take(&mut conn.buf));
     if let Ending::Parked(deadline) = ending {

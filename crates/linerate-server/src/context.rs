@@ -120,6 +120,11 @@ pub(crate) struct Worker {
     /// a field of this worker and nothing another thread can write.
     metrics: Metrics,
     live: RefCell<Rc<Live>>,
+    /// Counts reloads this worker applied (options or TLS configuration): a
+    /// long-lived connection compares it to see whether to read its settings again.
+    reloads: Cell<u64>,
+    /// Woken at each reload (see [`Worker::reloaded`]).
+    reload_notify: Notify,
     /// This worker's access log.
     pub(crate) log: RefCell<AccessLog>,
     /// xorshift state for choosing the connections whose TCP_INFO is sampled.
@@ -157,6 +162,8 @@ impl Worker {
             tls_config: RefCell::new(tls_config),
             tls_chunks: RefCell::new(Vec::new()),
             live: RefCell::new(Rc::new(Live::new(options))),
+            reloads: Cell::new(0),
+            reload_notify: Notify::new(),
             log: RefCell::new(log),
             metrics: shared.options.admin.metrics,
             stats,
@@ -211,6 +218,25 @@ impl Worker {
     /// Apply reloaded options: requests that start from now on see them.
     pub(crate) fn set_live(&self, live: Live) {
         self.live.replace(Rc::new(live));
+        self.reloads.set(self.reloads.get() + 1);
+        self.reload_notify.notify_waiters();
+    }
+
+    /// Apply a reloaded TLS configuration: handshakes that start from now on use it.
+    pub(crate) fn set_tls_config(&self, config: Arc<ServerConfig>) {
+        *self.tls_config.borrow_mut() = Some(config);
+        self.reloads.set(self.reloads.get() + 1);
+        self.reload_notify.notify_waiters();
+    }
+
+    /// How many reloads this worker has applied (see the field).
+    pub(crate) fn reloads(&self) -> u64 {
+        self.reloads.get()
+    }
+
+    /// Resolves at the next reload this worker applies (options or TLS configuration).
+    pub(crate) async fn reloaded(&self) {
+        self.reload_notify.notified().await;
     }
 
     /// Account for a connection that closed (from a task or from parking).

@@ -48,6 +48,40 @@ use crate::stats::{CacheStatus, CloseReason, ConnState, Refusal};
 use crate::transfer::Part;
 use crate::transport::Transport;
 
+/// What let a connection speak HTTP/2, read again when its worker applies a reload (an
+/// idle connection is woken for it, see `H2::run`): a
+/// reload that turns HTTP/2 off for it sends GOAWAY (its open streams finish; the
+/// client's next connection speaks HTTP/1.1). Other reloads need none: each stream's
+/// request reads the options in force when it starts, as an HTTP/1.1 request does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Gate {
+    /// h2c with prior knowledge on the plain listener configured as this address: its
+    /// `[tcp.listeners]` entry's `http2`, else `[server] http2`.
+    Plain(std::net::SocketAddr),
+    /// ALPN `h2` on a TLS listener (`[tls] http2`, in the worker's TLS configuration).
+    Tls,
+}
+
+impl Gate {
+    /// Whether the worker's settings in force let the connection speak HTTP/2.
+    pub(crate) fn open(self, worker: &Worker) -> bool {
+        match self {
+            Gate::Plain(listen) => {
+                let live = worker.live();
+                live.options
+                    .tcp
+                    .http2_for(listen)
+                    .unwrap_or(live.options.http2)
+            }
+            Gate::Tls => worker.tls_config().is_some_and(|c| {
+                c.alpn_protocols
+                    .iter()
+                    .any(|p| p == crate::tls::config::ALPN_H2)
+            }),
+        }
+    }
+}
+
 /// Bytes read from the socket at once.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -162,6 +196,7 @@ pub(crate) async fn serve(
     mode: &Rc<Mode>,
     io: Transport,
     buf: Vec<u8>,
+    gate: Gate,
 ) -> CloseReason {
     let logging = worker.log.borrow().enabled();
     let peer = if logging || mode.wants_peer() {
@@ -184,6 +219,8 @@ pub(crate) async fn serve(
         peer,
         turns: 0,
         going_away: false,
+        gate,
+        reloads: worker.reloads(),
     };
     let why = c.run().await;
     for (_, s) in c.streams.drain() {
@@ -211,6 +248,10 @@ struct H2<'w> {
     turns: u64,
     /// A GOAWAY was sent: finish the open streams, then close.
     going_away: bool,
+    /// What let this connection speak HTTP/2 (read again after a reload).
+    gate: Gate,
+    /// The worker's reload count when the gate was last read.
+    reloads: u64,
 }
 
 impl H2<'_> {
@@ -261,6 +302,16 @@ impl H2<'_> {
                 self.conn.go_away(ErrorCode::NO_ERROR, b"");
                 self.going_away = true;
                 continue;
+            }
+            if self.reloads != self.worker.reloads() && !self.going_away {
+                // A reload: one integer compare per turn until one happens.
+                self.reloads = self.worker.reloads();
+                if !self.gate.open(self.worker) {
+                    tracing::debug!("HTTP/2 turned off by a reload: GOAWAY");
+                    self.conn.go_away(ErrorCode::NO_ERROR, b"http2 turned off");
+                    self.going_away = true;
+                    continue;
+                }
             }
             let idle_deadline = idle_since
                 + if first {
@@ -315,6 +366,7 @@ impl H2<'_> {
                     return if first { CloseReason::HeadTimeout } else { CloseReason::Idle };
                 }
                 _ = self.worker.stopped(), if !stopping => {}
+                _ = self.worker.reloaded(), if !self.going_away => {}
                 _ = sleep_until(window_deadline), if blocked_since.is_some() => {}
                 _ = sleep_until(settings_deadline), if settings_pending => {
                     if !self.conn.settings_acked() {

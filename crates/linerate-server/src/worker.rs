@@ -214,12 +214,8 @@ async fn accept_loop(
             Security::Plain => {
                 // h2c on this listener: its `[tcp.listeners]` entry, else `[server]`
                 // (read per connection: both reload).
-                let live = worker.live();
-                let h2c = live
-                    .options
-                    .tcp
-                    .http2_for(configured)
-                    .unwrap_or(live.options.http2);
+                let gate = crate::http2::Gate::Plain(configured);
+                let h2c = gate.open(&worker).then_some(gate);
                 spawn_connection(&worker, &mode, stream, true, h2c)
             }
             Security::Tls => spawn_tls_connection(&worker, &mode, stream),
@@ -237,9 +233,18 @@ fn spawn_tls_connection(worker: &Rc<Worker>, mode: &Rc<Mode>, stream: tokio::net
         // accept loop's task should not carry that inline; the connection's future
         // is boxed for the same reason.
         let why = match Box::pin(crate::tls::accept::accept(&w, stream)).await {
-            Some((io, early, true)) => Box::pin(crate::http2::serve(&w, &mode, io, early)).await,
+            Some((io, early, true)) => {
+                Box::pin(crate::http2::serve(
+                    &w,
+                    &mode,
+                    io,
+                    early,
+                    crate::http2::Gate::Tls,
+                ))
+                .await
+            }
             Some((io, early, false)) => {
-                match Box::pin(crate::conn::serve(&w, &mode, io, true, false, early)).await {
+                match Box::pin(crate::conn::serve(&w, &mode, io, true, None, early)).await {
                     crate::conn::Outcome::Closed(why) => why,
                     // TLS connections never park (see `transport`).
                     crate::conn::Outcome::Parked => CloseReason::Idle,
@@ -259,7 +264,7 @@ fn spawn_connection(
     mode: &Rc<Mode>,
     stream: tokio::net::TcpStream,
     first: bool,
-    h2c: bool,
+    h2c: Option<crate::http2::Gate>,
 ) {
     let w = worker.clone();
     let mode = mode.clone();
@@ -279,7 +284,7 @@ async fn watch_parked(worker: Rc<Worker>, mode: Rc<Mode>) {
     crate::park::watch(
         &worker.parking,
         worker.stopped(),
-        |stream| spawn_connection(&worker, &mode, stream, false, false),
+        |stream| spawn_connection(&worker, &mode, stream, false, None),
         |why| worker.connection_closed(why),
     )
     .await;

@@ -460,6 +460,58 @@ fn stopping_sends_goaway_and_finishes_open_streams() {
     srv.stop_waiting();
 }
 
+/// A reload that turns h2c off sends GOAWAY NO_ERROR to the HTTP/2 connections it
+/// closes (naming the last stream taken) and new connections get HTTP/1.1's answer to
+/// the preface; a reload that leaves HTTP/2 on sends none (the connection serves the
+/// next stream). An idle connection is told at once, not at its next request.
+#[test]
+fn a_reload_that_turns_http2_off_sends_goaway() {
+    let (_lib, srv) = appliance(&[("a.ts", b"abc")], "");
+    let mut raw = Raw::connect(srv.addr, &[], 0);
+    let req = raw.get(1, "/a.ts", &[]);
+    raw.send(&req);
+    let (got, _) = raw.responses(&[1]);
+    assert_eq!(got[&1], (200, b"abc".to_vec()));
+
+    // A reload that changes nothing for HTTP/2: the connection goes on.
+    srv.signal("HUP");
+    support::eventually("reloaded", || srv.logged("configuration reloaded"));
+    let req = raw.get(3, "/a.ts", &[]);
+    raw.send(&req);
+    let (got, _) = raw.responses(&[3]);
+    assert_eq!(
+        got[&3],
+        (200, b"abc".to_vec()),
+        "GOAWAY at a reload that kept HTTP/2"
+    );
+
+    // `[server] http2 = false`: the idle connection is sent GOAWAY, then closed.
+    let config = std::fs::read_to_string(srv.config_path()).unwrap();
+    let off = config.replacen("[server]\n", "[server]\nhttp2 = false\n", 1);
+    assert_ne!(off, config, "{config}");
+    std::fs::write(srv.config_path(), off).unwrap();
+    srv.signal("HUP");
+    let mut away = None;
+    while let Some(g) = raw.next() {
+        if let Got::GoAway { last_stream, code } = g {
+            away = Some((last_stream, code));
+        }
+    }
+    assert_eq!(
+        away,
+        Some((3, ErrorCode::NO_ERROR)),
+        "no GOAWAY at the reload"
+    );
+    // Every worker applies the reload on its own: new connections are refused h2c once
+    // theirs has.
+    support::eventually("h2c refused on new connections", || {
+        let mut s = srv.connect();
+        s.write_all(frame::PREFACE).unwrap();
+        String::from_utf8_lossy(&support::read_to_close(&mut s)).starts_with("HTTP/1.1 505")
+    });
+    srv.stop();
+}
+
 /// A body the origin cuts short is never ended as whole: the stream is reset
 /// (INTERNAL_ERROR) after the bytes that came, and the object is not stored.
 #[test]

@@ -42,7 +42,7 @@ pub(crate) async fn follow_config(worker: Rc<Worker>, control: Arc<Control>) {
                     return;
                 }
                 let config = configs.borrow_and_update().clone();
-                *worker.tls_config.borrow_mut() = Some(config);
+                worker.set_tls_config(config);
                 tracing::debug!(worker = worker.index, "TLS configuration updated");
             }
             r = options.changed(), if rebuilds => {
