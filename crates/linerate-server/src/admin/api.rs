@@ -36,6 +36,7 @@ use crate::admin::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrap
 use crate::fill::{Fills, Submitted, MAX_JOB_BODY};
 use crate::logbudget::{Admit, LogBudget};
 use crate::operate::Metrics;
+use crate::purge::Kind;
 use crate::stats::WorkerStats;
 
 /// Largest admin request head. Admin requests are a line and a few fields.
@@ -316,6 +317,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         201 => "Created",
+        202 => "Accepted",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -700,22 +702,69 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
     // the purge names the object every spelling of it was stored under; a URL the
     // normaliser refuses (`/../x`, `%2F`) names none, and is answered with why.
     let refused = |why: &str| Reply::text(400, &format!("bad purge URL: {why}"));
-    let (kind, removed) = match (url, prefix) {
+    let (kind, key, removed) = match (url, prefix) {
         (Some(Some(u)), None) => match cache.key_for_url(&u) {
-            Ok(key) => ("url", cache.purge_url(&key)),
+            Ok(key) => {
+                let n = cache.purge_url(&key);
+                (Kind::Url, key, n)
+            }
             Err(why) => return refused(why),
         },
         (None, Some(Some(p))) => match cache.key_for_url(&p) {
-            Ok(key) => ("prefix", cache.purge_prefix(&key)),
+            Ok(key) => {
+                let n = cache.purge_prefix(&key);
+                (Kind::Prefix, key, n)
+            }
             Err(why) => return refused(why),
         },
         _ => return bad(),
     };
-    tracing::info!(kind, removed, "purge through the admin API");
+    let kind_str = kind.as_str();
+    let (Some(cluster), Some(log)) = (&cache.cluster, &cache.purges) else {
+        tracing::info!(kind = kind_str, removed, "purge through the admin API");
+        return Reply::new(
+            200,
+            "application/json",
+            format!("{{\"purged\":{removed},\"by\":\"{kind_str}\"}}\n"),
+        );
+    };
+    // In a cluster: logged with a generation (peers that miss it read it from the log
+    // later), and sent to every other node now; the answer is the proof of who has it.
+    let m = cluster.membership();
+    let entry = log.issue(&m.opts.self_name, kind, &key);
+    let outcomes = crate::purge::fan_out(&m, &entry);
+    let mut applied = vec![json_string(&m.opts.self_name)];
+    let mut missing = Vec::new();
+    for o in &outcomes {
+        match &o.result {
+            Ok(()) => applied.push(json_string(&o.node)),
+            Err(why) => missing.push(format!(
+                "{{\"node\":{},\"reason\":{}}}",
+                json_string(&o.node),
+                json_string(why)
+            )),
+        }
+    }
+    tracing::info!(
+        kind = kind_str,
+        removed,
+        generation = entry.generation,
+        applied = applied.len(),
+        not_applied = missing.len(),
+        "purge through the admin API, sent to the cluster"
+    );
+    // 202 when a node has not applied it yet (it will from the log when it is back).
+    let status = if missing.is_empty() { 200 } else { 202 };
     Reply::new(
-        200,
+        status,
         "application/json",
-        format!("{{\"purged\":{removed},\"by\":\"{kind}\"}}\n"),
+        format!(
+            "{{\"purged\":{removed},\"by\":\"{kind_str}\",\"issuer\":{},\"generation\":{},\"applied\":[{}],\"not_applied\":[{}]}}\n",
+            json_string(&m.opts.self_name),
+            entry.generation,
+            applied.join(","),
+            missing.join(",")
+        ),
     )
 }
 

@@ -187,6 +187,8 @@ pub(crate) struct ProxyShared {
     passes: Mutex<HashMap<Box<[u8]>, u64>>,
     /// The cluster this node is part of (`[cluster]`); `None`: a lone node.
     pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The purges this node applied, which its peers read (`[cluster]` only).
+    pub(crate) purges: Option<Arc<crate::purge::PurgeLog>>,
 }
 
 /// A route with its origin resolved and its TTL table indexed.
@@ -247,6 +249,10 @@ impl ProxyShared {
             })
             .collect();
         let writes = WritePool::start(WRITE_THREADS).map_err(|e| format!("fill threads: {e}"))?;
+        let purges = cluster.as_ref().and_then(|_| {
+            let dir = &opts.store.disks.first()?.path;
+            Some(Arc::new(crate::purge::PurgeLog::open(dir)))
+        });
         Ok(Arc::new(ProxyShared {
             via: format!("1.1 {}", opts.cache_name),
             targets: opts
@@ -275,6 +281,7 @@ impl ProxyShared {
             origins,
             routes,
             passes: Mutex::new(HashMap::new()),
+            purges,
             cluster,
         }))
     }
