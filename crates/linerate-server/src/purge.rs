@@ -65,6 +65,8 @@ pub(crate) enum Kind {
     Url,
     /// Every URL starting with the key.
     Prefix,
+    /// Every object tagged with the key (a value of `[cache] tag_header`).
+    Tag,
 }
 
 impl Kind {
@@ -72,6 +74,7 @@ impl Kind {
         match self {
             Kind::Url => "url",
             Kind::Prefix => "prefix",
+            Kind::Tag => "tag",
         }
     }
 
@@ -79,6 +82,7 @@ impl Kind {
         match s {
             "url" => Some(Kind::Url),
             "prefix" => Some(Kind::Prefix),
+            "tag" => Some(Kind::Tag),
             _ => None,
         }
     }
@@ -297,7 +301,150 @@ pub(crate) fn apply(px: &ProxyShared, e: &Entry) -> u64 {
     match e.kind {
         Kind::Url => px.purge_url(&key),
         Kind::Prefix => px.purge_prefix(&key),
+        Kind::Tag => apply_tag(px, &key),
     }
+}
+
+/// Most (tag, key) pairs the tag index holds; past it, the index is rebuilt from the
+/// store (pairs of evicted objects go).
+const MAX_TAG_PAIRS: usize = 4_000_000;
+
+/// The tag index: per tag (a value of `[cache] tag_header`), the keys stored with it.
+/// In memory: noted when an object is written, rebuilt from the objects' stored fields
+/// at start (one header read per object, in the background). Costs about the key's
+/// and the tag's bytes plus ~100 bytes per (tag, key) pair. A key stays under its tags
+/// after it is evicted until a purge of the tag (a no-op for it) or a rebuild.
+pub(crate) struct Tags {
+    /// The field name, lower case.
+    field: Vec<u8>,
+    map: Mutex<TagMap>,
+    ready: std::sync::atomic::AtomicBool,
+    /// Held by the one rebuild running.
+    rebuilding: Mutex<()>,
+}
+
+#[derive(Default)]
+struct TagMap {
+    by_tag: HashMap<Vec<u8>, HashSet<Box<[u8]>>>,
+    pairs: usize,
+}
+
+impl Tags {
+    pub(crate) fn new(field: &str) -> Tags {
+        Tags {
+            field: field.to_ascii_lowercase().into_bytes(),
+            map: Mutex::new(TagMap::default()),
+            ready: std::sync::atomic::AtomicBool::new(false),
+            rebuilding: Mutex::new(()),
+        }
+    }
+
+    /// The tags of a stored response (its fields): each value of the field, split on
+    /// spaces and tabs.
+    pub(crate) fn of<'m>(&self, fields: &'m [(Vec<u8>, Vec<u8>)]) -> Vec<&'m [u8]> {
+        fields
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(&self.field))
+            .flat_map(|(_, v)| v.split(|b| *b == b' ' || *b == b'\t'))
+            .filter(|t| !t.is_empty())
+            .collect()
+    }
+
+    /// Note that `key` is stored with response fields `fields`.
+    pub(crate) fn note(&self, key: &[u8], fields: &[(Vec<u8>, Vec<u8>)]) {
+        let tags = self.of(fields);
+        if tags.is_empty() {
+            return;
+        }
+        let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        for t in tags {
+            if m.by_tag.entry(t.to_vec()).or_default().insert(key.into()) {
+                m.pairs += 1;
+            }
+        }
+        if m.pairs > MAX_TAG_PAIRS {
+            // Rebuilt by the purge thread (see `start`).
+            self.ready
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Remove and return the keys under `tag`.
+    fn take(&self, tag: &[u8]) -> Vec<Box<[u8]>> {
+        let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let keys: Vec<Box<[u8]>> = m.by_tag.remove(tag).into_iter().flatten().collect();
+        m.pairs -= keys.len().min(m.pairs);
+        keys
+    }
+
+    /// Whether the index covers the store (its rebuild at start is done).
+    pub(crate) fn is_ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The index, rebuilt first unless it covers the store (at start, the purge
+    /// thread's rebuild may not have run yet: a purge by tag waits for it, or runs it).
+    pub(crate) fn ensure_ready(&self, store: &linerate_cache::Store) -> &Tags {
+        let _one = self
+            .rebuilding
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !self.is_ready() {
+            self.rebuild(store);
+        }
+        self
+    }
+
+    /// Rebuild from the store: every stored object's fields, read once. Blocking; run
+    /// through [`Tags::ensure_ready`].
+    fn rebuild(&self, store: &linerate_cache::Store) {
+        store.wait_loaded(Duration::from_secs(3600));
+        let started = Instant::now();
+        let keys = store.keys();
+        let mut fresh = TagMap::default();
+        for k in &keys {
+            if let linerate_cache::Lookup::Hit(h) = store.peek(k) {
+                for t in self.of(&h.meta.headers) {
+                    if fresh
+                        .by_tag
+                        .entry(t.to_vec())
+                        .or_default()
+                        .insert(k.clone())
+                    {
+                        fresh.pairs += 1;
+                    }
+                }
+            }
+        }
+        let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        // Objects noted while this ran stay noted.
+        for (t, ks) in std::mem::take(&mut m.by_tag) {
+            for k in ks {
+                if fresh.by_tag.entry(t.clone()).or_default().insert(k) {
+                    fresh.pairs += 1;
+                }
+            }
+        }
+        *m = fresh;
+        tracing::info!(
+            objects = keys.len(),
+            tags = m.by_tag.len(),
+            pairs = m.pairs,
+            took_ms = started.elapsed().as_millis() as u64,
+            "tag index rebuilt from the store"
+        );
+        self.ready.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Purge every object tagged `tag` on this node. Blocking.
+pub(crate) fn apply_tag(px: &ProxyShared, tag: &[u8]) -> u64 {
+    px.tags
+        .ensure_ready(&px.store)
+        .take(tag)
+        .iter()
+        .map(|k| px.purge_url(k))
+        .sum()
 }
 
 /// Apply `e` unless this node has; log it. Blocking. `Some(removed)` when applied now.
@@ -546,19 +693,23 @@ fn sync_once(px: &ProxyShared, log: &PurgeLog) {
 
 /// Catch up from the peers once now (before the listeners serve), then every
 /// [`SYNC_INTERVAL`] on a thread of its own until the server stops.
+/// The thread also rebuilds the tag index (at start, and when it outgrew its bound).
 pub(crate) fn start(px: Arc<ProxyShared>, control: Arc<Control>) -> std::io::Result<()> {
-    let Some(log) = px.purges.clone() else {
-        return Ok(());
-    };
-    sync_once(&px, &log);
+    let log = px.purges.clone();
+    if let Some(log) = &log {
+        sync_once(&px, log);
+    }
     std::thread::Builder::new()
         .name("linerate-purge".into())
         .spawn(move || {
             let mut last = Instant::now();
             while control.run_state() != RunState::Stopping {
+                if !px.tags.is_ready() {
+                    px.tags.ensure_ready(&px.store);
+                }
                 std::thread::sleep(Duration::from_millis(100));
-                if last.elapsed() >= SYNC_INTERVAL {
-                    sync_once(&px, &log);
+                if let Some(log) = log.as_ref().filter(|_| last.elapsed() >= SYNC_INTERVAL) {
+                    sync_once(&px, log);
                     last = Instant::now();
                 }
             }

@@ -685,32 +685,50 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
     };
     let mut url = None;
     let mut prefix = None;
+    let mut tag = None;
+    let mut given = 0;
     for pair in query.split('&') {
         match pair.split_once('=') {
             Some(("url", v)) => url = Some(percent_decode(v)),
             Some(("prefix", v)) => prefix = Some(percent_decode(v)),
-            _ => {}
+            Some(("tag", v)) => tag = Some(percent_decode(v)),
+            _ => continue,
         }
+        given += 1;
     }
     let bad = || {
         Reply::text(
             400,
-            "give exactly one of url= or prefix= (a percent-encoded http:// or https:// URL)",
+            "give exactly one of url= or prefix= (a percent-encoded http:// or https:// URL) or tag= (one tag)",
         )
     };
+    if given != 1 {
+        return bad();
+    }
     // The URL's path is normalised as a request's is (`ProxyShared::key_for_url`), so
     // the purge names the object every spelling of it was stored under; a URL the
     // normaliser refuses (`/../x`, `%2F`) names none, and is answered with why.
     let refused = |why: &str| Reply::text(400, &format!("bad purge URL: {why}"));
-    let (kind, key, removed) = match (url, prefix) {
-        (Some(Some(u)), None) => match cache.key_for_url(&u) {
+    let (kind, key, removed) = match (url, prefix, tag) {
+        (None, None, Some(Some(t))) => {
+            // A tag is one token of the field: visible ASCII, no space.
+            if t.is_empty() || t.len() > 1024 || !t.iter().all(|b| b.is_ascii_graphic()) {
+                return Reply::text(
+                    400,
+                    "bad purge tag: 1-1024 visible ASCII characters, no spaces (one tag of the tag field)",
+                );
+            }
+            let n = crate::purge::apply_tag(cache, &t);
+            (Kind::Tag, t, n)
+        }
+        (Some(Some(u)), None, None) => match cache.key_for_url(&u) {
             Ok(key) => {
                 let n = cache.purge_url(&key);
                 (Kind::Url, key, n)
             }
             Err(why) => return refused(why),
         },
-        (None, Some(Some(p))) => match cache.key_for_url(&p) {
+        (None, Some(Some(p)), None) => match cache.key_for_url(&p) {
             Ok(key) => {
                 let n = cache.purge_prefix(&key);
                 (Kind::Prefix, key, n)

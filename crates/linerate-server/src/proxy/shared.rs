@@ -189,6 +189,8 @@ pub(crate) struct ProxyShared {
     pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The purges this node applied, which its peers read (`[cluster]` only).
     pub(crate) purges: Option<Arc<crate::purge::PurgeLog>>,
+    /// Stored keys by tag (`[cache] tag_header`), for purges by tag.
+    pub(crate) tags: crate::purge::Tags,
 }
 
 /// A route with its origin resolved and its TTL table indexed.
@@ -249,6 +251,7 @@ impl ProxyShared {
             })
             .collect();
         let writes = WritePool::start(WRITE_THREADS).map_err(|e| format!("fill threads: {e}"))?;
+        let tags = crate::purge::Tags::new(&opts.tag_header);
         let purges = cluster.as_ref().and_then(|_| {
             let dir = &opts.store.disks.first()?.path;
             Some(Arc::new(crate::purge::PurgeLog::open(dir)))
@@ -282,6 +285,7 @@ impl ProxyShared {
             routes,
             passes: Mutex::new(HashMap::new()),
             purges,
+            tags,
             cluster,
         }))
     }
