@@ -100,6 +100,9 @@ pub(crate) struct Entry {
     pub(crate) kind: Kind,
     /// The normalised key (or key prefix), hex.
     pub(crate) key: String,
+    /// Mark stale (revalidate on next use) instead of removing.
+    #[serde(default)]
+    pub(crate) soft: bool,
     /// Where it sits in this node's log (peers read from a position on).
     #[serde(default)]
     pub(crate) pos: u64,
@@ -193,7 +196,7 @@ impl PurgeLog {
     }
 
     /// A new purge issued by this node (`issuer`), logged.
-    pub(crate) fn issue(&self, issuer: &str, kind: Kind, key: &[u8]) -> Entry {
+    pub(crate) fn issue(&self, issuer: &str, kind: Kind, key: &[u8], soft: bool) -> Entry {
         let mut st = self.lock();
         let generation = (st.saved.last_generation + 1).max(now_ms());
         st.saved.last_generation = generation;
@@ -203,6 +206,7 @@ impl PurgeLog {
             at_ms: now_ms(),
             kind,
             key: hex_encode(key),
+            soft,
             pos: 0,
         };
         self.append(&mut st, e.clone());
@@ -298,6 +302,14 @@ fn horizon(saved: &Saved) -> u64 {
 /// Apply `e` to this node's store. Blocking (journal writes). Returns the objects removed.
 pub(crate) fn apply(px: &ProxyShared, e: &Entry) -> u64 {
     let Some(key) = e.key_bytes() else { return 0 };
+    if e.soft {
+        return match e.kind {
+            Kind::Url => soft_url(px, &key),
+            Kind::Tag => soft_tag(px, &key),
+            // Refused where it is issued; a forged one does nothing.
+            Kind::Prefix => 0,
+        };
+    }
     match e.kind {
         Kind::Url => px.purge_url(&key),
         Kind::Prefix => px.purge_prefix(&key),
@@ -377,6 +389,12 @@ impl Tags {
         keys
     }
 
+    /// The keys under `tag` (left there).
+    fn keys(&self, tag: &[u8]) -> Vec<Box<[u8]>> {
+        let m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        m.by_tag.get(tag).into_iter().flatten().cloned().collect()
+    }
+
     /// Whether the index covers the store (its rebuild at start is done).
     pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(std::sync::atomic::Ordering::Acquire)
@@ -437,6 +455,55 @@ impl Tags {
     }
 }
 
+/// Mark the stored object `key` stale: its exchange times are set to the epoch, so
+/// its age is past every freshness lifetime and every stale-while-revalidate or
+/// stale-if-error window, and the next request revalidates it with the origin
+/// (`If-None-Match` / `If-Modified-Since` from its validators); a `304` makes it fresh
+/// again with its body kept. A Vary stub is left alone (its variants are marked).
+/// Blocking; costs a rewrite of the object (`Store::update_meta`). Whether it was
+/// marked.
+fn soft_one(px: &ProxyShared, key: &[u8]) -> bool {
+    let linerate_cache::Lookup::Hit(h) = px.store.peek(key) else {
+        return false;
+    };
+    if h.meta.header(crate::proxy::VARY_STUB).is_some() {
+        return false;
+    }
+    let mut meta = (*h.meta).clone();
+    meta.request_time_ms = 1;
+    meta.response_time_ms = 1;
+    px.store.update_meta(key, meta).unwrap_or(false)
+}
+
+/// Soft purge of a URL: the object, its variants and slices (found by walking the
+/// index, like a prefix purge). Blocking. How many were marked.
+pub(crate) fn soft_url(px: &ProxyShared, primary: &[u8]) -> u64 {
+    let under = linerate_http::cache::key::descendants(primary);
+    let mut n = u64::from(soft_one(px, primary));
+    for k in px.store.keys().iter().filter(|k| k.starts_with(&under)) {
+        n += u64::from(soft_one(px, k));
+    }
+    n
+}
+
+/// Soft purge of a tag: every object under it stays indexed under it. Blocking.
+pub(crate) fn soft_tag(px: &ProxyShared, tag: &[u8]) -> u64 {
+    let keys = px.tags.ensure_ready(&px.store).keys(tag);
+    keys.iter().map(|k| u64::from(soft_one(px, k))).sum()
+}
+
+/// Apply a purge taken by this node's admin API to this node. Blocking. How many
+/// objects were removed (or marked, `soft`).
+pub(crate) fn apply_local(px: &ProxyShared, kind: Kind, key: &[u8], soft: bool) -> u64 {
+    match (kind, soft) {
+        (Kind::Url, false) => px.purge_url(key),
+        (Kind::Prefix, _) => px.purge_prefix(key),
+        (Kind::Tag, false) => apply_tag(px, key),
+        (Kind::Url, true) => soft_url(px, key),
+        (Kind::Tag, true) => soft_tag(px, key),
+    }
+}
+
 /// Purge every object tagged `tag` on this node. Blocking.
 pub(crate) fn apply_tag(px: &ProxyShared, tag: &[u8]) -> u64 {
     px.tags
@@ -469,12 +536,13 @@ pub(crate) struct Outcome {
 /// the pauses.
 pub(crate) fn fan_out(m: &Membership, e: &Entry) -> Vec<Outcome> {
     let target = format!(
-        "{PEER_PURGE_PATH}?issuer={}&generation={}&at={}&kind={}&key={}",
+        "{PEER_PURGE_PATH}?issuer={}&generation={}&at={}&kind={}&key={}&soft={}",
         e.issuer,
         e.generation,
         e.at_ms,
         e.kind.as_str(),
-        e.key
+        e.key,
+        u8::from(e.soft)
     );
     let peers: Vec<_> = m
         .opts
@@ -769,6 +837,11 @@ pub(crate) async fn serve_peer(
             at_ms: arg("at")?.parse().ok()?,
             kind: Kind::parse(arg("kind")?)?,
             key: arg("key")?.to_string(),
+            soft: match arg("soft") {
+                None | Some("0") => false,
+                Some("1") => true,
+                Some(_) => return None,
+            },
             pos: 0,
         };
         e.key_bytes().map(|_| e)
@@ -864,8 +937,8 @@ mod tests {
     fn log_records_once_and_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let log = PurgeLog::open(dir.path());
-        let a = log.issue("a", Kind::Url, b"http://h/x");
-        let b = log.issue("a", Kind::Prefix, b"http://h/");
+        let a = log.issue("a", Kind::Url, b"http://h/x", false);
+        let b = log.issue("a", Kind::Prefix, b"http://h/", false);
         assert!(b.generation > a.generation);
         assert!(!log.is_new(&a));
         let from_peer = Entry {
@@ -874,6 +947,7 @@ mod tests {
             at_ms: now_ms(),
             kind: Kind::Url,
             key: hex_encode(b"http://h/y"),
+            soft: false,
             pos: 0,
         };
         assert!(log.is_new(&from_peer));
@@ -881,7 +955,7 @@ mod tests {
         assert!(!log.is_new(&from_peer));
         let again = PurgeLog::open(dir.path());
         assert!(!again.is_new(&from_peer));
-        let c = again.issue("a", Kind::Url, b"http://h/z");
+        let c = again.issue("a", Kind::Url, b"http://h/z", true);
         assert!(c.generation > b.generation);
         let ans: LogAnswer = serde_json::from_str(&again.answer(1)).unwrap();
         assert_eq!(ans.next, 4);

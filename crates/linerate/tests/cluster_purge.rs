@@ -7,6 +7,10 @@
 //! - `a_node_down_during_a_purge_catches_up_when_back`: c is stopped, the purge's
 //!   answer says c has not applied it (202), c restarts on its store and applies it
 //!   from a peer's log before it serves.
+//! - `tag_purge_reaches_every_node`, `tags_survive_a_restart_under_a_configured_field`:
+//!   purge by tag (`Surrogate-Key`, or `[cache] tag_header`) on every node, and after a
+//!   restart (the tag index rebuilt from the stored fields).
+//! - `soft_purge_*`: `&soft=1` marks stale: one conditional request, a 304, body kept.
 //! - `peer_purge_paths_refuse_unauthenticated_calls`: `/_linerate/purge` on a data
 //!   listener without a valid `Linerate-Peer` MAC is 403 and removes nothing.
 #![allow(
@@ -76,7 +80,7 @@ fn start_node_with(i: usize, ports: &[u16], dir: &Path, origin: &Origin, cache: 
 
 /// An origin whose every object is fresh for an hour, with a strong ETag; `/t/N`
 /// objects carry tags (`Surrogate-Key` and `Cache-Tag`): `/t/1` "show-a all", `/t/2`
-/// "show-b all".
+/// "show-b all". A request with `If-None-Match: "v1"` gets a 304.
 fn start_origin() -> Origin {
     Origin::start(|req| {
         let body = format!("body of {}", req.path());
@@ -86,6 +90,9 @@ fn start_origin() -> Origin {
             _ => "",
         };
         let mut fields = vec![("Cache-Control", "max-age=3600"), ("ETag", "\"v1\"")];
+        if req.header("if-none-match") == Some("\"v1\"") {
+            return origin::status(304, &fields);
+        }
         if !tags.is_empty() {
             fields.push(("Surrogate-Key", tags));
             fields.push(("Cache-Tag", tags));
@@ -378,4 +385,103 @@ fn tags_survive_a_restart_under_a_configured_field() {
     assert_eq!(origin.count("/t/1"), 2);
     assert_eq!(origin.count("/t/2"), 1);
     server.stop();
+}
+
+/// The origin's requests for `path` after the first `skip`: whether each was
+/// conditional (`If-None-Match`).
+fn conditional(origin: &Origin, path: &str, skip: usize) -> Vec<bool> {
+    origin
+        .requests()
+        .iter()
+        .filter(|r| r.path() == path)
+        .skip(skip)
+        .map(|r| r.header("if-none-match").is_some())
+        .collect()
+}
+
+/// Guards soft purge: `&soft=1` keeps the object but marks it stale, so the next
+/// request revalidates it with the origin (one conditional request, a 304, the body
+/// kept) and the one after is a hit; it used to be ignored (a hard purge and an
+/// unconditional refetch). A soft prefix purge is a defined 400.
+#[test]
+fn soft_purge_revalidates_instead_of_refetching() {
+    let origin = start_origin();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 2\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\
+         [cache]\ndurability = \"no_sync\"\n\
+         [[cache.disk]]\nname = \"d0\"\npath = {store:?}\nmax_bytes = 1073741824\n\
+         [[origin]]\nname = \"o\"\nservers = [\"http://{o}\"]\n\
+         [[route]]\npath_prefix = \"/\"\norigin = \"o\"\nslice_bytes = 0\n",
+        store = dir.path().join("cache").to_str().unwrap(),
+        o = origin.addr(),
+    );
+    let server = Server::start_text(&text, &[]);
+    let first = get(server.addr, "/s/1");
+    let (status, v) = purge(server.admin_addr(), "url=http://test/s/1&soft=1");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["purged"], 1, "{v}");
+    let again = get(server.addr, "/s/1");
+    assert_eq!(again.body, first.body);
+    assert_eq!(
+        conditional(&origin, "/s/1", 0),
+        [false, true],
+        "one revalidation"
+    );
+    get(server.addr, "/s/1");
+    assert_eq!(origin.count("/s/1"), 2, "fresh again after the 304");
+    // By tag: the tagged object revalidates, the other stays fresh.
+    get(server.addr, "/t/1");
+    get(server.addr, "/t/2");
+    let (status, v) = purge(server.admin_addr(), "tag=show-a&soft=1");
+    assert_eq!(status, 200, "{v}");
+    get(server.addr, "/t/1");
+    get(server.addr, "/t/2");
+    assert_eq!(conditional(&origin, "/t/1", 0), [false, true]);
+    assert_eq!(origin.count("/t/2"), 1);
+    let (status, _) = purge_status(server.admin_addr(), "prefix=http://test/&soft=1");
+    assert_eq!(status, 400);
+    server.stop();
+}
+
+/// Guards soft purge across the cluster: after a soft purge on a, no node serves its
+/// copy without asking: exactly one origin request follows, conditional (the owner's
+/// revalidation; the other nodes revalidate with the owner), the bodies are kept, and
+/// every copy is fresh again after it. It used to be a hard purge: an unconditional
+/// refetch.
+#[test]
+fn soft_purge_reaches_every_node() {
+    let origin = start_origin();
+    let ports = ports();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<Server> = (0..3)
+        .map(|i| start_node(i, &ports, dirs[i].path(), &origin))
+        .collect();
+    warm(&nodes, &origin, "/s/2");
+    let (status, v) = purge(nodes[0].admin_addr(), "url=http://test/s/2&soft=1");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(names(&v["applied"]), ["a", "b", "c"], "{v}");
+    for n in [&nodes[1], &nodes[2], &nodes[0]] {
+        assert_eq!(get(n.addr, "/s/2").body, b"body of /s/2");
+    }
+    let after = conditional(&origin, "/s/2", 1);
+    assert_eq!(after, [true], "one revalidation, by the owner");
+    let n = origin.count("/s/2");
+    for n in &nodes {
+        get(n.addr, "/s/2");
+    }
+    assert_eq!(origin.count("/s/2"), n, "fresh again everywhere");
+    for n in nodes {
+        n.stop();
+    }
+}
+
+fn purge_status(admin: SocketAddr, query: &str) -> (u16, String) {
+    let r = post(
+        admin,
+        &format!("/purge?{query}"),
+        &format!("Authorization: Bearer {TOKEN}\r\n"),
+    );
+    (r.status, String::from_utf8_lossy(&r.body).to_string())
 }

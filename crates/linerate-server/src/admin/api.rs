@@ -686,12 +686,19 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
     let mut url = None;
     let mut prefix = None;
     let mut tag = None;
+    let mut soft = false;
     let mut given = 0;
     for pair in query.split('&') {
         match pair.split_once('=') {
             Some(("url", v)) => url = Some(percent_decode(v)),
             Some(("prefix", v)) => prefix = Some(percent_decode(v)),
             Some(("tag", v)) => tag = Some(percent_decode(v)),
+            Some(("soft", "1")) => {
+                soft = true;
+                continue;
+            }
+            Some(("soft", "0")) => continue,
+            Some(("soft", _)) => return Reply::text(400, "soft= is 1 or 0"),
             _ => continue,
         }
         given += 1;
@@ -709,7 +716,7 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
     // the purge names the object every spelling of it was stored under; a URL the
     // normaliser refuses (`/../x`, `%2F`) names none, and is answered with why.
     let refused = |why: &str| Reply::text(400, &format!("bad purge URL: {why}"));
-    let (kind, key, removed) = match (url, prefix, tag) {
+    let (kind, key) = match (url, prefix, tag) {
         (None, None, Some(Some(t))) => {
             // A tag is one token of the field: visible ASCII, no space.
             if t.is_empty() || t.len() > 1024 || !t.iter().all(|b| b.is_ascii_graphic()) {
@@ -718,38 +725,38 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
                     "bad purge tag: 1-1024 visible ASCII characters, no spaces (one tag of the tag field)",
                 );
             }
-            let n = crate::purge::apply_tag(cache, &t);
-            (Kind::Tag, t, n)
+            (Kind::Tag, t)
         }
         (Some(Some(u)), None, None) => match cache.key_for_url(&u) {
-            Ok(key) => {
-                let n = cache.purge_url(&key);
-                (Kind::Url, key, n)
-            }
+            Ok(key) => (Kind::Url, key),
             Err(why) => return refused(why),
         },
         (None, Some(Some(p)), None) => match cache.key_for_url(&p) {
-            Ok(key) => {
-                let n = cache.purge_prefix(&key);
-                (Kind::Prefix, key, n)
-            }
+            Ok(key) => (Kind::Prefix, key),
             Err(why) => return refused(why),
         },
         _ => return bad(),
     };
+    if soft && kind == Kind::Prefix {
+        return Reply::text(
+            400,
+            "soft=1 takes url= or tag= (a soft purge rewrites each object it marks)",
+        );
+    }
+    let removed = crate::purge::apply_local(cache, kind, &key, soft);
     let kind_str = kind.as_str();
     let (Some(cluster), Some(log)) = (&cache.cluster, &cache.purges) else {
         tracing::info!(kind = kind_str, removed, "purge through the admin API");
         return Reply::new(
             200,
             "application/json",
-            format!("{{\"purged\":{removed},\"by\":\"{kind_str}\"}}\n"),
+            format!("{{\"purged\":{removed},\"by\":\"{kind_str}\",\"soft\":{soft}}}\n"),
         );
     };
     // In a cluster: logged with a generation (peers that miss it read it from the log
     // later), and sent to every other node now; the answer is the proof of who has it.
     let m = cluster.membership();
-    let entry = log.issue(&m.opts.self_name, kind, &key);
+    let entry = log.issue(&m.opts.self_name, kind, &key, soft);
     let outcomes = crate::purge::fan_out(&m, &entry);
     let mut applied = vec![json_string(&m.opts.self_name)];
     let mut missing = Vec::new();
@@ -777,7 +784,7 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
         status,
         "application/json",
         format!(
-            "{{\"purged\":{removed},\"by\":\"{kind_str}\",\"issuer\":{},\"generation\":{},\"applied\":[{}],\"not_applied\":[{}]}}\n",
+            "{{\"purged\":{removed},\"by\":\"{kind_str}\",\"soft\":{soft},\"issuer\":{},\"generation\":{},\"applied\":[{}],\"not_applied\":[{}]}}\n",
             json_string(&m.opts.self_name),
             entry.generation,
             applied.join(","),

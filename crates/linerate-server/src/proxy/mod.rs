@@ -51,7 +51,7 @@ pub(crate) use ahead::Counts as PrefetchCounts;
 #[cfg(test)]
 pub(crate) use ahead::RouteCounts as PrefetchRouteCounts;
 use request::{CacheRequest, Trace};
-pub(crate) use shared::{now_ms, ProxyShared, ProxyWorker};
+pub(crate) use shared::{now_ms, ProxyShared, ProxyWorker, VARY_STUB};
 
 /// Answer one request in cache mode.
 pub(crate) async fn respond(
