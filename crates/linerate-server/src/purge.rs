@@ -48,6 +48,8 @@ pub(crate) const LOG_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 pub(crate) const ATTEMPTS: u32 = 3;
 /// Pauses before the retries.
 const RETRY_PAUSES: [Duration; 2] = [Duration::from_millis(200), Duration::from_millis(800)];
+/// How long a soft purge waits for a write of its object in flight to be published.
+const SOFT_WAIT: Duration = Duration::from_secs(5);
 /// How often a node reads its peers' logs (catch-up after a partition).
 pub(crate) const SYNC_INTERVAL: Duration = Duration::from_secs(5);
 /// The log file, on the first disk.
@@ -463,8 +465,18 @@ impl Tags {
 /// Blocking; costs a rewrite of the object (`Store::update_meta`). Whether it was
 /// marked.
 fn soft_one(px: &ProxyShared, key: &[u8]) -> bool {
-    let linerate_cache::Lookup::Hit(h) = px.store.peek(key) else {
-        return false;
+    // A write of it that is not published yet (its body may be complete, waiting for
+    // the disk's publisher) is waited for, up to [`SOFT_WAIT`]: marking it then is
+    // what the purge asks.
+    let until = Instant::now() + SOFT_WAIT;
+    let h = loop {
+        match px.store.peek(key) {
+            linerate_cache::Lookup::Hit(h) => break h,
+            _ if px.store.contains(key) && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            _ => return false,
+        }
     };
     if h.meta.header(crate::proxy::VARY_STUB).is_some() {
         return false;
@@ -806,7 +818,13 @@ pub(crate) async fn serve_peer(
     if path != PEER_PURGE_PATH && path != PEER_LOG_PATH {
         return answer(404, "{\"error\":\"no such peer path\"}\n".into());
     }
-    if !cluster.admit(head, from) {
+    if let Err(why) = cluster.is_peer_call(head, from) {
+        tracing::warn!(
+            from = %from.map_or_else(|| "-".to_string(), |a| a.to_string()),
+            reason = why.as_str(),
+            path,
+            "peer purge call refused"
+        );
         return answer(
             403,
             "{\"error\":\"peer calls need a valid Linerate-Peer field (signed with the cluster secret)\"}\n"
