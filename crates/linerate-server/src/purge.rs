@@ -212,6 +212,7 @@ impl PurgeLog {
             pos: 0,
         };
         self.append(&mut st, e.clone());
+        self.save(&st.saved);
         e
     }
 
@@ -222,8 +223,9 @@ impl PurgeLog {
         !st.seen.contains(&(e.issuer.clone(), e.generation)) && e.at_ms >= horizon(&st.saved)
     }
 
-    /// Log `e` (applied here), unless it is there already.
-    fn record(&self, self_name: &str, e: Entry) {
+    /// Log `e` (applied here), unless it is there already; written to disk when `save`
+    /// (a catch-up of many entries writes once, at its end: [`PurgeLog::flush`]).
+    fn record(&self, self_name: &str, e: Entry, save: bool) {
         let mut st = self.lock();
         if st.seen.contains(&(e.issuer.clone(), e.generation)) {
             return;
@@ -233,8 +235,18 @@ impl PurgeLog {
             st.saved.last_generation = e.generation;
         }
         self.append(&mut st, e);
+        if save {
+            self.save(&st.saved);
+        }
     }
 
+    /// Write the log now.
+    fn flush(&self) {
+        let st = self.lock();
+        self.save(&st.saved);
+    }
+
+    /// Add `e` to the log in memory (bounded by age and count).
     fn append(&self, st: &mut State, mut e: Entry) {
         e.pos = st.saved.next_pos;
         st.saved.next_pos += 1;
@@ -251,7 +263,6 @@ impl PurgeLog {
                 st.seen.remove(&(gone.issuer, gone.generation));
             }
         }
-        self.save(&st.saved);
     }
 
     /// Write the log (a temporary file renamed over it). A failure is logged: the purge
@@ -527,12 +538,18 @@ pub(crate) fn apply_tag(px: &ProxyShared, tag: &[u8]) -> u64 {
 }
 
 /// Apply `e` unless this node has; log it. Blocking. `Some(removed)` when applied now.
-fn apply_new(px: &ProxyShared, log: &PurgeLog, self_name: &str, e: Entry) -> Option<u64> {
+fn apply_new(
+    px: &ProxyShared,
+    log: &PurgeLog,
+    self_name: &str,
+    e: Entry,
+    save: bool,
+) -> Option<u64> {
     if !log.is_new(&e) {
         return None;
     }
     let removed = apply(px, &e);
-    log.record(self_name, e);
+    log.record(self_name, e, save);
     Some(removed)
 }
 
@@ -716,6 +733,7 @@ fn sync_once(px: &ProxyShared, log: &PurgeLog) {
             .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
             .collect()
     });
+    let mut answered = false;
     for ((p, from), answer) in peers.iter().zip(froms).zip(answers) {
         let a = match answer {
             Ok((200, body)) => match serde_json::from_slice::<LogAnswer>(&body) {
@@ -749,7 +767,7 @@ fn sync_once(px: &ProxyShared, log: &PurgeLog) {
         }
         let mut applied = 0usize;
         for e in a.entries {
-            if let Some(removed) = apply_new(px, log, &self_name, e.clone()) {
+            if let Some(removed) = apply_new(px, log, &self_name, e.clone(), false) {
                 applied += 1;
                 tracing::info!(
                     peer = %p.name,
@@ -765,10 +783,17 @@ fn sync_once(px: &ProxyShared, log: &PurgeLog) {
         let next = if a.next < from { 0 } else { a.next };
         log.lock().read_from.insert(p.name.clone(), next);
         if applied > 0 {
+            log.flush();
             tracing::info!(peer = %p.name, applied, "purge log caught up");
         }
+        answered = true;
     }
-    log.touch_alive();
+    // Current only when a peer's log was read (or there is no peer): a node that
+    // heard from none may be cut off, and must still compare its last run with the
+    // horizon of the first log it reads.
+    if answered || peers.is_empty() {
+        log.touch_alive();
+    }
 }
 
 /// Catch up from the peers once now (before the listeners serve), then every
@@ -874,9 +899,10 @@ pub(crate) async fn serve_peer(
     let (shared, log) = (Arc::clone(px), Arc::clone(log));
     let issuer = e.issuer.clone();
     let generation = e.generation;
-    let applied = tokio::task::spawn_blocking(move || apply_new(&shared, &log, &self_name, e))
-        .await
-        .ok()?;
+    let applied =
+        tokio::task::spawn_blocking(move || apply_new(&shared, &log, &self_name, e, true))
+            .await
+            .ok()?;
     tracing::info!(
         %issuer,
         generation,
@@ -969,7 +995,7 @@ mod tests {
             pos: 0,
         };
         assert!(log.is_new(&from_peer));
-        log.record("a", from_peer.clone());
+        log.record("a", from_peer.clone(), true);
         assert!(!log.is_new(&from_peer));
         let again = PurgeLog::open(dir.path());
         assert!(!again.is_new(&from_peer));

@@ -7,6 +7,7 @@
 //! - `a_node_down_during_a_purge_catches_up_when_back`: c is stopped, the purge's
 //!   answer says c has not applied it (202), c restarts on its store and applies it
 //!   from a peer's log before it serves.
+//! - `a_node_away_longer_than_the_log_drops_its_cache`: past the log's horizon.
 //! - `tag_purge_reaches_every_node`, `tags_survive_a_restart_under_a_configured_field`:
 //!   purge by tag (`Surrogate-Key`, or `[cache] tag_header`) on every node, and after a
 //!   restart (the tag index rebuilt from the stored fields).
@@ -49,8 +50,8 @@ fn start_node(i: usize, ports: &[u16], dir: &Path, origin: &Origin) -> Server {
     start_node_with(i, ports, dir, origin, "")
 }
 
-/// [`start_node`] with `cache` lines added to `[cache]`.
-fn start_node_with(i: usize, ports: &[u16], dir: &Path, origin: &Origin, cache: &str) -> Server {
+/// [`start_node`] with `cluster` lines added to `[cluster]`.
+fn start_node_with(i: usize, ports: &[u16], dir: &Path, origin: &Origin, cluster: &str) -> Server {
     let peers: String = ports
         .iter()
         .enumerate()
@@ -63,12 +64,12 @@ fn start_node_with(i: usize, ports: &[u16], dir: &Path, origin: &Origin, cache: 
     let text = format!(
         "[server]\nlisten = [\"127.0.0.1:{port}\"]\nworkers = 2\n\
          [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\
-         [cache]\ndurability = \"no_sync\"\ncache_name = \"{n}\"\n{cache}\n\
+         [cache]\ndurability = \"no_sync\"\ncache_name = \"{n}\"\n\
          [[cache.disk]]\nname = \"d0\"\npath = {store:?}\nmax_bytes = 1073741824\n\
          [[origin]]\nname = \"o\"\nservers = [\"http://{o}\"]\n\
          [[route]]\npath_prefix = \"/\"\norigin = \"o\"\nslice_bytes = 0\n\
          [cluster]\nself = \"{n}\"\npeers_file = {pf:?}\nsecret_file = {kf:?}\n\
-         connect_timeout_ms = 300\nfirst_byte_timeout_ms = 5000\n",
+         connect_timeout_ms = 300\nfirst_byte_timeout_ms = 5000\n{cluster}\n",
         port = ports[i],
         n = name(i),
         store = dir.join("cache").to_str().unwrap(),
@@ -537,6 +538,62 @@ fn linerate_purge_on_the_command_line() {
         get(n.addr, "/t/2");
     }
     assert_eq!(origin.count("/t/2"), 2);
+    for n in nodes {
+        n.stop();
+    }
+}
+
+/// A path that node `owner` of a, b, c owns.
+fn owned_by(owner: usize) -> String {
+    (0..)
+        .map(|k| format!("/own/{k}"))
+        .find(|p| {
+            let key = format!("http://test{p}");
+            let names = [("a", 1.0), ("b", 1.0), ("c", 1.0)];
+            linerate_server::cluster_rank(&names, key.as_bytes())[0] == owner
+        })
+        .unwrap()
+}
+
+/// Guards the log's horizon: a node that was away longer than its peers' purge logs
+/// reach back (7 days; here its record of its last run is set to 8 days ago while it
+/// is stopped) cannot know which purges it missed, so it drops every object it holds
+/// when it comes back: a key it owns is fetched from the origin again (with the
+/// previous-owner window off, so it does not ask a peer's copy). Before, it served
+/// its old copy.
+#[test]
+fn a_node_away_longer_than_the_log_drops_its_cache() {
+    let origin = start_origin();
+    let ports = ports();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<Server> = (0..3)
+        .map(|i| start_node(i, &ports, dirs[i].path(), &origin))
+        .collect();
+    let path = owned_by(2);
+    warm(&nodes, &origin, &path);
+    let c = nodes.pop().unwrap();
+    c.stop();
+    let eight_days_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        - 8 * 24 * 3600 * 1000;
+    std::fs::write(
+        dirs[2].path().join("cache").join("purge-alive"),
+        format!("{eight_days_ago}\n"),
+    )
+    .unwrap();
+    let no_window = "previous_owner_window_s = 0";
+    let c = start_node_with(2, &ports, dirs[2].path(), &origin, no_window);
+    assert!(c.logged("away longer than the peer's purge log reaches back"));
+    get(c.addr, &path);
+    assert_eq!(origin.count(&path), 2, "c's copy was dropped");
+    // Back in step: a restart now keeps its cache.
+    c.stop();
+    let c = start_node_with(2, &ports, dirs[2].path(), &origin, no_window);
+    get(c.addr, &path);
+    assert_eq!(origin.count(&path), 2, "a short absence keeps the cache");
+    c.stop();
     for n in nodes {
         n.stop();
     }
