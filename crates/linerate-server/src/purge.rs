@@ -556,8 +556,9 @@ fn apply_new(
 /// One peer's outcome of a purge fan-out.
 pub(crate) struct Outcome {
     pub(crate) node: String,
-    /// `Err`: why it has not applied it (after every try).
-    pub(crate) result: Result<(), String>,
+    /// `Ok`: the objects it removed (or marked); `Err`: why it has not applied it
+    /// (after every try).
+    pub(crate) result: Result<u64, String>,
 }
 
 /// Send `e` to every other node of `m`, each tried up to [`ATTEMPTS`] times, in
@@ -591,7 +592,13 @@ pub(crate) fn fan_out(m: &Membership, e: &Entry) -> Vec<Outcome> {
                             std::thread::sleep(RETRY_PAUSES[(attempt as usize - 1).min(1)]);
                         }
                         match call(m, &p.name, p.address, "POST", target) {
-                            Ok((200, _)) => return Ok(()),
+                            Ok((200, body)) => {
+                                let removed = serde_json::from_slice::<serde_json::Value>(&body)
+                                    .ok()
+                                    .and_then(|v| v["removed"].as_u64())
+                                    .unwrap_or(0);
+                                return Ok(removed);
+                            }
                             Ok((status, body)) => {
                                 last = format!(
                                     "answered {status}: {}",

@@ -188,6 +188,10 @@ fn purge_on_one_node_reaches_every_node() {
     assert_eq!(names(&v["applied"]), ["a", "b", "c"], "{v}");
     assert_eq!(names(&v["not_applied"]), Vec::<String>::new(), "{v}");
     assert!(v["generation"].as_u64().is_some_and(|g| g > 0), "{v}");
+    // Each node removed its copy.
+    for n in ["a", "b", "c"] {
+        assert_eq!(v["removed_by_node"][n], 1, "{v}");
+    }
     for n in [&nodes[1], &nodes[2], &nodes[0]] {
         get(n.addr, "/v/1");
     }

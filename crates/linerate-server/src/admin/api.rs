@@ -759,10 +759,14 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
     let entry = log.issue(&m.opts.self_name, kind, &key, soft);
     let outcomes = crate::purge::fan_out(&m, &entry);
     let mut applied = vec![json_string(&m.opts.self_name)];
+    let mut counts = vec![format!("{}:{removed}", json_string(&m.opts.self_name))];
     let mut missing = Vec::new();
     for o in &outcomes {
         match &o.result {
-            Ok(()) => applied.push(json_string(&o.node)),
+            Ok(n) => {
+                applied.push(json_string(&o.node));
+                counts.push(format!("{}:{n}", json_string(&o.node)));
+            }
             Err(why) => missing.push(format!(
                 "{{\"node\":{},\"reason\":{}}}",
                 json_string(&o.node),
@@ -784,10 +788,11 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
         status,
         "application/json",
         format!(
-            "{{\"purged\":{removed},\"by\":\"{kind_str}\",\"soft\":{soft},\"issuer\":{},\"generation\":{},\"applied\":[{}],\"not_applied\":[{}]}}\n",
+            "{{\"purged\":{removed},\"by\":\"{kind_str}\",\"soft\":{soft},\"issuer\":{},\"generation\":{},\"applied\":[{}],\"removed_by_node\":{{{}}},\"not_applied\":[{}]}}\n",
             json_string(&m.opts.self_name),
             entry.generation,
             applied.join(","),
+            counts.join(","),
             missing.join(",")
         ),
     )
