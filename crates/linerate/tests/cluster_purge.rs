@@ -12,6 +12,7 @@
 //!   purge by tag (`Surrogate-Key`, or `[cache] tag_header`) on every node, and after a
 //!   restart (the tag index rebuilt from the stored fields).
 //! - `soft_purge_*`: `&soft=1` marks stale: one conditional request, a 304, body kept.
+//! - `a_stalled_peer_delays_only_the_purge`: retries, and `/health` answers meanwhile.
 //! - `linerate_purge_on_the_command_line`: the `linerate purge` subcommand.
 //! - `peer_purge_paths_refuse_unauthenticated_calls`: `/_linerate/purge` on a data
 //!   listener without a valid `Linerate-Peer` MAC is 403 and removes nothing.
@@ -69,13 +70,18 @@ fn start_node_with(i: usize, ports: &[u16], dir: &Path, origin: &Origin, cluster
          [[origin]]\nname = \"o\"\nservers = [\"http://{o}\"]\n\
          [[route]]\npath_prefix = \"/\"\norigin = \"o\"\nslice_bytes = 0\n\
          [cluster]\nself = \"{n}\"\npeers_file = {pf:?}\nsecret_file = {kf:?}\n\
-         connect_timeout_ms = 300\nfirst_byte_timeout_ms = 5000\n{cluster}\n",
+         connect_timeout_ms = 300\n{first_byte}{cluster}\n",
         port = ports[i],
         n = name(i),
         store = dir.join("cache").to_str().unwrap(),
         o = origin.addr(),
         pf = peers_file.to_str().unwrap(),
         kf = key_file.to_str().unwrap(),
+        first_byte = if cluster.contains("first_byte_timeout_ms") {
+            ""
+        } else {
+            "first_byte_timeout_ms = 5000\n"
+        },
     );
     Server::start_text(&text, &[])
 }
@@ -598,6 +604,74 @@ fn a_node_away_longer_than_the_log_drops_its_cache() {
     get(c.addr, &path);
     assert_eq!(origin.count(&path), 2, "a short absence keeps the cache");
     c.stop();
+    for n in nodes {
+        n.stop();
+    }
+}
+
+/// Guards the admin API while a purge waits on a peer: a peer that accepts and never
+/// answers costs the purge its 3 tries (each bounded by `first_byte_timeout_ms`), and
+/// meanwhile `/health` still answers at once (a load balancer's check must not time
+/// out because of a purge). The peer is then listed as not applied, with why.
+#[test]
+fn a_stalled_peer_delays_only_the_purge() {
+    let origin = start_origin();
+    let ports = ports();
+    // c: a listener that accepts and never answers.
+    let stall = TcpListener::bind(("127.0.0.1", ports[2])).unwrap();
+    stall.set_nonblocking(true).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let held = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok((s, _)) = stall.accept() {
+                    held.push(s);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            held.len()
+        })
+    };
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<Server> = (0..2)
+        .map(|i| {
+            start_node_with(
+                i,
+                &ports,
+                dirs[i].path(),
+                &origin,
+                "first_byte_timeout_ms = 700",
+            )
+        })
+        .collect();
+    let admin = nodes[0].admin_addr();
+    let started = std::time::Instant::now();
+    let purging = std::thread::spawn(move || purge(admin, "url=http://test/x/1"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut s = TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+        .unwrap();
+    s.write_all(
+        format!("GET /health HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let health = read_response(&mut s, false).expect("health answered while the purge waits");
+    assert_eq!(health.status, 200);
+    let (status, v) = purging.join().unwrap();
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(2100),
+        "3 tries"
+    );
+    assert_eq!(status, 202, "{v}");
+    assert_eq!(names(&v["applied"]), ["a", "b"], "{v}");
+    assert_eq!(names(&v["not_applied"]), ["c"], "{v}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        held.join().unwrap() >= 3,
+        "every try reached the stalled peer"
+    );
     for n in nodes {
         n.stop();
     }

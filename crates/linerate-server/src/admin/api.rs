@@ -287,6 +287,10 @@ struct Reply {
     cache_control: &'static str,
     /// Why the call was refused (`401`, `403`, `421`), for the log line.
     refused: Option<&'static str>,
+    /// Work that blocks (a purge: journal writes, the cluster fan-out): run on the
+    /// blocking pool, its reply sent instead, so `/health` and `/metrics` keep
+    /// answering meanwhile.
+    later: Option<Box<dyn FnOnce() -> Reply + Send>>,
 }
 
 impl Reply {
@@ -298,6 +302,7 @@ impl Reply {
             extra: "",
             cache_control: "no-store",
             refused: None,
+            later: None,
         }
     }
 
@@ -359,6 +364,12 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
     if let Some(why) = reply.refused {
         log_refusal(&admin, stream.peer_addr().ok(), reply.status, why);
     }
+    let reply = match reply.later {
+        Some(job) => tokio::task::spawn_blocking(job)
+            .await
+            .unwrap_or_else(|_| Reply::text(500, "the command failed")),
+        None => reply,
+    };
     let head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: {}\r\nConnection: close\r\n{}\r\n",
         reply.status,
@@ -743,7 +754,16 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
             "soft=1 takes url= or tag= (a soft purge rewrites each object it marks)",
         );
     }
-    let removed = crate::purge::apply_local(cache, kind, &key, soft);
+    let cache = Arc::clone(cache);
+    let mut r = Reply::text(500, "purge not run");
+    r.later = Some(Box::new(move || purge_run(&cache, kind, &key, soft)));
+    r
+}
+
+/// Apply a checked purge here and, in a cluster, send it to every peer. Blocking (the
+/// admin's blocking pool).
+fn purge_run(cache: &crate::proxy::ProxyShared, kind: Kind, key: &[u8], soft: bool) -> Reply {
+    let removed = crate::purge::apply_local(cache, kind, key, soft);
     let kind_str = kind.as_str();
     let (Some(cluster), Some(log)) = (&cache.cluster, &cache.purges) else {
         tracing::info!(kind = kind_str, removed, "purge through the admin API");
@@ -756,7 +776,7 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
     // In a cluster: logged with a generation (peers that miss it read it from the log
     // later), and sent to every other node now; the answer is the proof of who has it.
     let m = cluster.membership();
-    let entry = log.issue(&m.opts.self_name, kind, &key, soft);
+    let entry = log.issue(&m.opts.self_name, kind, key, soft);
     let outcomes = crate::purge::fan_out(&m, &entry);
     let mut applied = vec![json_string(&m.opts.self_name)];
     let mut counts = vec![format!("{}:{removed}", json_string(&m.opts.self_name))];
