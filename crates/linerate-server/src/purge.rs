@@ -593,11 +593,18 @@ pub(crate) fn fan_out(m: &Membership, e: &Entry) -> Vec<Outcome> {
                         }
                         match call(m, &p.name, p.address, "POST", target) {
                             Ok((200, body)) => {
-                                let removed = serde_json::from_slice::<serde_json::Value>(&body)
-                                    .ok()
-                                    .and_then(|v| v["removed"].as_u64())
-                                    .unwrap_or(0);
-                                return Ok(removed);
+                                // Only this answer is proof: a node of an older version
+                                // relays the path to its origin, which may say 200 too.
+                                let v = serde_json::from_slice::<serde_json::Value>(&body)
+                                    .unwrap_or_default();
+                                if v["applied"] == true {
+                                    return Ok(v["removed"].as_u64().unwrap_or(0));
+                                }
+                                // Not retried: the same node answers the same way.
+                                return Err(
+                                    "answered 200 without applying it (a node without cluster purges?)"
+                                        .to_string(),
+                                );
                             }
                             Ok((status, body)) => {
                                 last = format!(

@@ -13,6 +13,7 @@
 //!   restart (the tag index rebuilt from the stored fields).
 //! - `soft_purge_*`: `&soft=1` marks stale: one conditional request, a 304, body kept.
 //! - `a_stalled_peer_delays_only_the_purge`: retries, and `/health` answers meanwhile.
+//! - `a_200_without_the_applied_answer_is_not_proof`: only the node's own answer counts.
 //! - `linerate_purge_on_the_command_line`: the `linerate purge` subcommand.
 //! - `peer_purge_paths_refuse_unauthenticated_calls`: `/_linerate/purge` on a data
 //!   listener without a valid `Linerate-Peer` MAC is 403 and removes nothing.
@@ -618,22 +619,7 @@ fn a_stalled_peer_delays_only_the_purge() {
     let origin = start_origin();
     let ports = ports();
     // c: a listener that accepts and never answers.
-    let stall = TcpListener::bind(("127.0.0.1", ports[2])).unwrap();
-    stall.set_nonblocking(true).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let held = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut held = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok((s, _)) = stall.accept() {
-                    held.push(s);
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            held.len()
-        })
-    };
+    let (stop, held) = fake_peer(ports[2], None);
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes: Vec<Server> = (0..2)
         .map(|i| {
@@ -672,6 +658,73 @@ fn a_stalled_peer_delays_only_the_purge() {
         held.join().unwrap() >= 3,
         "every try reached the stalled peer"
     );
+    for n in nodes {
+        n.stop();
+    }
+}
+
+/// A stand-in for node c on `port`: it accepts every connection and holds it, and
+/// answers each request with `answer` when given. Stopped by setting the flag; the
+/// thread returns how many connections it accepted.
+fn fake_peer(
+    port: u16,
+    answer: Option<&'static [u8]>,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<usize>,
+) {
+    let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok((mut s, _)) = l.accept() {
+                if let Some(a) = answer {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+                        .unwrap();
+                    let mut buf = [0u8; 4096];
+                    let _ = std::io::Read::read(&mut s, &mut buf);
+                    let _ = s.write_all(a);
+                }
+                held.push(s);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        held.len()
+    });
+    (stop, thread)
+}
+
+/// Guards the proof: a node that answers 200 without applying the purge (a node of
+/// an older version relays the path to its origin, which may well say 200) is listed
+/// as not applied, with why.
+#[test]
+fn a_200_without_the_applied_answer_is_not_proof() {
+    let origin = start_origin();
+    let ports = ports();
+    let (stop, held) = fake_peer(
+        ports[2],
+        Some(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"),
+    );
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<Server> = (0..2)
+        .map(|i| start_node(i, &ports, dirs[i].path(), &origin))
+        .collect();
+    let (status, v) = purge(nodes[1].admin_addr(), "url=http://test/x/2");
+    assert_eq!(status, 202, "{v}");
+    assert_eq!(names(&v["applied"]), ["a", "b"], "{v}");
+    assert_eq!(names(&v["not_applied"]), ["c"], "{v}");
+    assert!(
+        v["not_applied"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("without applying")),
+        "{v}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    held.join().unwrap();
     for n in nodes {
         n.stop();
     }
