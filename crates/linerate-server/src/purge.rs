@@ -346,6 +346,9 @@ pub(crate) struct Tags {
     ready: std::sync::atomic::AtomicBool,
     /// Held by the one rebuild running.
     rebuilding: Mutex<()>,
+    /// Pairs past which the index is rebuilt ([`MAX_TAG_PAIRS`], or twice the live
+    /// pairs the last rebuild found).
+    rebuild_above: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -361,6 +364,7 @@ impl Tags {
             map: Mutex::new(TagMap::default()),
             ready: std::sync::atomic::AtomicBool::new(false),
             rebuilding: Mutex::new(()),
+            rebuild_above: std::sync::atomic::AtomicUsize::new(MAX_TAG_PAIRS),
         }
     }
 
@@ -387,7 +391,11 @@ impl Tags {
                 m.pairs += 1;
             }
         }
-        if m.pairs > MAX_TAG_PAIRS {
+        if m.pairs
+            > self
+                .rebuild_above
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
             // Rebuilt by the purge thread (see `start`).
             self.ready
                 .store(false, std::sync::atomic::Ordering::Release);
@@ -448,15 +456,21 @@ impl Tags {
             }
         }
         let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        // Objects noted while this ran stay noted.
+        // Keys noted before that the store still holds (written while this ran, or
+        // still being written) stay; the others (evicted, purged) go.
         for (t, ks) in std::mem::take(&mut m.by_tag) {
-            for k in ks {
+            for k in ks.into_iter().filter(|k| store.contains(k)) {
                 if fresh.by_tag.entry(t.clone()).or_default().insert(k) {
                     fresh.pairs += 1;
                 }
             }
         }
         *m = fresh;
+        // Live pairs past the bound: the next rebuild waits until they double.
+        self.rebuild_above.store(
+            MAX_TAG_PAIRS.max(m.pairs.saturating_mul(2)),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         tracing::info!(
             objects = keys.len(),
             tags = m.by_tag.len(),
@@ -1032,5 +1046,59 @@ mod tests {
             b"\x00\xffab"
         );
         assert!(hex_decode("abc").is_none());
+    }
+
+    fn fields(v: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![
+            (b"Content-Type".to_vec(), b"video/mp2t".to_vec()),
+            (b"surrogate-KEY".to_vec(), v.as_bytes().to_vec()),
+        ]
+    }
+
+    /// Guards the tag index: the field is found case-insensitively and split on runs
+    /// of spaces and tabs; a purge takes a tag's keys once; a rebuild reads the stored
+    /// objects' fields and drops keys the store no longer holds.
+    #[test]
+    fn tag_index_notes_takes_and_rebuilds() {
+        let tags = Tags::new("Surrogate-Key");
+        assert_eq!(
+            tags.of(&fields(" a  b\tc ")),
+            [&b"a"[..], &b"b"[..], &b"c"[..]]
+        );
+        tags.note(b"k1", &fields("a b"));
+        tags.note(b"k2", &fields("b"));
+        let mut b = tags.take(b"b");
+        b.sort();
+        assert_eq!(b, [b"k1".to_vec().into(), b"k2".to_vec().into()]);
+        assert!(tags.take(b"b").is_empty());
+        assert_eq!(tags.keys(b"a"), [Box::<[u8]>::from(&b"k1"[..])]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let disk = linerate_cache::DiskConfig {
+            name: "d0".into(),
+            path: dir.path().join("d0"),
+            max_bytes: 64 << 20,
+        };
+        let mut cfg = linerate_cache::StoreConfig::new(vec![disk]);
+        cfg.durability = linerate_cache::Durability::NoSync;
+        let store = linerate_cache::Store::open(cfg).unwrap();
+        let meta = linerate_cache::ObjectMeta {
+            status: 200,
+            headers: fields("show"),
+            ..Default::default()
+        };
+        let mut w = store.begin_write(b"stored", meta, Some(1)).unwrap();
+        w.append(b"x").unwrap();
+        w.finish().unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while !matches!(store.peek(b"stored"), linerate_cache::Lookup::Hit(_)) {
+            assert!(Instant::now() < until, "never published");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let fresh = Tags::new("Surrogate-Key");
+        fresh.note(b"evicted", &fields("show"));
+        fresh.ensure_ready(&store);
+        assert!(fresh.is_ready());
+        assert_eq!(fresh.keys(b"show"), [Box::<[u8]>::from(&b"stored"[..])]);
     }
 }
