@@ -725,6 +725,10 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// Read every peer's log and apply what this node has not. Blocking; peers in parallel.
 fn sync_once(px: &ProxyShared, log: &PurgeLog) {
     let Some(cluster) = &px.cluster else { return };
+    if px.store.is_lent() {
+        // Handed to the next process of an upgrade, which keeps the log from now on.
+        return;
+    }
     let m = cluster.membership();
     let self_name = m.opts.self_name.clone();
     let peers: Vec<_> = m
@@ -901,6 +905,12 @@ pub(crate) async fn serve_peer(
     if head.method_token != "POST" {
         return answer(405, "{\"error\":\"POST only\"}\n".into());
     }
+    if px.store.is_lent() {
+        return answer(
+            503,
+            "{\"error\":\"the store was handed to the next process of an upgrade\"}\n".into(),
+        );
+    }
     let entry = (|| {
         let e = Entry {
             issuer: arg("issuer")?.to_string(),
@@ -960,6 +970,8 @@ fn json(
         400 => StatusCode::BadRequest,
         403 => StatusCode::Forbidden,
         404 => StatusCode::NotFound,
+        405 => StatusCode::MethodNotAllowed,
+        503 => StatusCode::ServiceUnavailable,
         n => StatusCode::Other(n),
     };
     let mut head = Vec::with_capacity(256 + body.len());
