@@ -182,6 +182,16 @@ impl Index {
         out
     }
 
+    /// A copy of every stored key, one shard at a time (for indexes kept outside the
+    /// store, rebuilt at start).
+    pub(crate) fn keys(&self) -> Vec<Box<[u8]>> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            out.extend(lock(s).objects.values().map(|e| e.key.clone()));
+        }
+        out
+    }
+
     /// Writes in flight (sums every shard, one lock at a time).
     pub(crate) fn inflight_len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).inflight.len()).sum()

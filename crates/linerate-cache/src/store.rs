@@ -434,6 +434,25 @@ impl Store {
         removed.len() as u64
     }
 
+    /// A copy of every stored key (for an index kept outside the store, such as the
+    /// cache's tag index, rebuilt at start). Walks every index shard once, one lock at
+    /// a time; costs the keys' bytes in memory while the caller holds them.
+    pub fn keys(&self) -> Vec<Box<[u8]>> {
+        self.inner.index.keys()
+    }
+
+    /// Look the stored object `key` up like [`Store::lookup`] without counting a use
+    /// for the eviction policy, and without following a write in flight (a rebuild of
+    /// an index kept outside the store reads each object's metadata once).
+    pub fn peek(&self, key: &[u8]) -> crate::Lookup {
+        let hash = KeyHash::of(key);
+        let entry = self.inner.index.shard(hash).objects.get(&hash.0).cloned();
+        match entry {
+            Some(e) => self.inner.lookup_entry(key, &e, false),
+            None => crate::Lookup::Miss(crate::MissReason::NotCached),
+        }
+    }
+
     /// Pin (`pinned`) or unpin the stored object `key`: a pinned object is never
     /// evicted (purges still remove it); the change is journaled, so it survives a
     /// restart. Returns whether the object is stored (and so was changed). Pinning an

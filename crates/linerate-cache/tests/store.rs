@@ -448,3 +448,34 @@ fn contains_answers_from_the_index_for_stored_and_in_flight_keys() {
     assert!(store.purge(b"k"));
     assert!(!store.contains(b"k"), "purged");
 }
+
+/// Guards `Store::keys` and `Store::peek`, which the cache's tag index is rebuilt with
+/// at start: every stored key is listed (not one being written), and a peek reads the
+/// stored fields after a restart, misses what is not stored.
+#[test]
+fn keys_and_peek_read_every_stored_object_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &[("d0", 64 * MIB)]);
+    let store = Store::open(cfg.clone()).unwrap();
+    for i in 0..20 {
+        put(&store, format!("http://h/{i}").as_bytes(), b"x");
+    }
+    let _writing = store.begin_write(b"http://h/live", meta(), None).unwrap();
+    let mut keys: Vec<Vec<u8>> = store.keys().into_iter().map(Vec::from).collect();
+    keys.sort();
+    assert_eq!(keys.len(), 20, "the write in flight is not listed");
+    drop(_writing);
+    store.close();
+    drop(store);
+    let store = Store::open(cfg).unwrap();
+    assert!(store.wait_loaded(Duration::from_secs(10)));
+    assert_eq!(store.keys().len(), 20);
+    let Lookup::Hit(h) = store.peek(b"http://h/7") else {
+        panic!("stored object not found by peek")
+    };
+    assert_eq!(h.meta.header(b"content-type"), Some(&b"video/mp4"[..]));
+    assert!(matches!(
+        store.peek(b"http://h/none"),
+        Lookup::Miss(MissReason::NotCached)
+    ));
+}

@@ -82,6 +82,10 @@ pub struct CacheOptions {
     /// first one present with a valid value replaces `Cache-Control` and `Expires` for
     /// this cache's decisions. Default `["CDN-Cache-Control"]`; empty: none.
     pub targeted_fields: Vec<String>,
+    /// The response field whose space-separated keys tag a stored object, for
+    /// `POST /purge?tag=` (the Fastly and Varnish xkey convention). Default
+    /// `Surrogate-Key`.
+    pub tag_header: String,
 }
 
 /// One origin group (`[[origin]]`): one or more servers that hold the same content.
@@ -680,6 +684,7 @@ impl CacheOptions {
                 .iter()
                 .map(|s| (*s).to_owned())
                 .collect(),
+            tag_header: "Surrogate-Key".to_owned(),
         }
     }
 }

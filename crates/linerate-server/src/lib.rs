@@ -35,6 +35,7 @@ pub mod optserde;
 mod origin;
 mod park;
 mod proxy;
+mod purge;
 mod response;
 mod server;
 pub mod stats;

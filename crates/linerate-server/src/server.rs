@@ -398,6 +398,10 @@ fn run_controlled(
     if let Some(cluster) = cache.as_ref().and_then(|c| c.cluster.clone()) {
         crate::cluster::keeper(cluster, control.clone()).map_err(ServerError::Runtime)?;
     }
+    if let Some(px) = &cache {
+        // Purges this node missed while it was away, before it serves.
+        crate::purge::start(px.clone(), control.clone()).map_err(ServerError::Runtime)?;
+    }
     let stats: Vec<Arc<WorkerStats>> = (0..options.workers)
         .map(|_| Arc::new(WorkerStats::new()))
         .collect();

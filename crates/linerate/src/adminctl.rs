@@ -1,5 +1,5 @@
-//! The operator's side of the admin API: `linerate drain`, `linerate upgrade` and
-//! `linerate stats` (a live
+//! The operator's side of the admin API: `linerate drain`, `linerate upgrade`,
+//! `linerate purge` and `linerate stats` (a live
 //! terminal view in the spirit of varnishstat/top). A minimal blocking HTTP/1.1 client:
 //! one request per connection, read to close. No serving logic.
 
@@ -45,6 +45,31 @@ pub struct UpgradeArgs {
     /// disk now).
     #[arg(long, value_name = "PATH")]
     binary: Option<PathBuf>,
+}
+
+/// How long `linerate purge` waits: in a cluster the node sends the purge to every
+/// peer, each tried 3 times within its connect and first-byte timeouts.
+const PURGE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `linerate purge` options: exactly one of `--url`, `--prefix`, `--tag`.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["url", "prefix", "tag"])))]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Remove one URL (its variants and slices), e.g. `http://host/path`; normalised
+    /// as requests are.
+    #[arg(long)]
+    url: Option<String>,
+    /// Remove every URL starting with this one.
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Remove every object tagged with this key (`[cache] tag_header`).
+    #[arg(long)]
+    tag: Option<String>,
+    /// Mark stale (revalidated on next use) instead of removing; with `--url` or `--tag`.
+    #[arg(long)]
+    soft: bool,
 }
 
 /// `linerate stats` options.
@@ -179,6 +204,35 @@ pub fn upgrade(args: &UpgradeArgs) -> anyhow::Result<()> {
     }
     println!("{}", body.trim());
     Ok(())
+}
+
+/// `linerate purge`: prints the server's answer (JSON: the nodes that applied it and
+/// those that have not); exits non-zero when it was refused, or when a node of the
+/// cluster has not applied it yet (202; it applies it from a peer's log when back).
+pub fn purge(args: &PurgeArgs) -> anyhow::Result<()> {
+    let (addr, token) = args.admin.resolve()?;
+    let (name, value) = match (&args.url, &args.prefix, &args.tag) {
+        (Some(u), None, None) => ("url", u),
+        (None, Some(p), None) => ("prefix", p),
+        (None, None, Some(t)) => ("tag", t),
+        _ => anyhow::bail!("give exactly one of --url, --prefix, --tag"),
+    };
+    let mut path = format!("/purge?{name}={}", percent_encode(value));
+    if args.soft {
+        path.push_str("&soft=1");
+    }
+    let (status, body) = call_within(addr, "POST", &path, &token, b"", PURGE_TIMEOUT)?;
+    match status {
+        200 => {
+            println!("{}", body.trim());
+            Ok(())
+        }
+        202 => {
+            println!("{}", body.trim());
+            anyhow::bail!("purge not yet applied on every node (see not_applied; they apply it from a peer's purge log when back)")
+        }
+        _ => anyhow::bail!("purge refused ({status}): {}", body.trim()),
+    }
 }
 
 /// Percent-encode everything but unreserved characters and `/` (RFC 3986 §2.3).

@@ -66,6 +66,10 @@ pub struct CacheSection {
     /// `["CDN-Cache-Control"]`.
     #[serde(deserialize_with = "field_names")]
     pub targeted_cache_control: Vec<String>,
+    /// The response field whose space-separated keys tag an object for purges by tag.
+    /// Default `Surrogate-Key`.
+    #[serde(deserialize_with = "field_name")]
+    pub tag_header: String,
     /// `sync_before_publish` or `no_sync`. Default `sync_before_publish`.
     pub durability: DurabilityName,
     /// Start evicting above this percentage of a disk's capacity. Default 95.
@@ -99,6 +103,7 @@ impl Default for CacheSection {
             prefetch_in_flight: o.prefetch_in_flight,
             cache_name: o.cache_name,
             targeted_cache_control: o.targeted_fields,
+            tag_header: o.tag_header,
             durability: DurabilityName::from(store.durability),
             // Defaults have no position in the file.
             high_watermark_percent: Spanned::new(0..0, store.high_watermark_percent),
@@ -348,6 +353,7 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
         o.prefetch_in_flight = cache.prefetch_in_flight;
         o.cache_name = cache.cache_name.clone();
         o.targeted_fields = cache.targeted_cache_control.clone();
+        o.tag_header = cache.tag_header.clone();
         Ok(o)
     }
 }
@@ -497,6 +503,17 @@ fn cache_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         ));
     }
     Ok(s)
+}
+
+/// A field name (`tag_header`): a token (RFC 9110 §5.1) of at most 64 bytes.
+fn field_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let n = String::deserialize(d)?;
+    if n.is_empty() || n.len() > 64 || !n.bytes().all(is_tchar) {
+        return Err(serde::de::Error::custom(format!(
+            "field name {n:?}: 1-64 token characters"
+        )));
+    }
+    Ok(n)
 }
 
 /// Field names for `targeted_cache_control`: tokens (RFC 9110 §5.1), at most 64 bytes,

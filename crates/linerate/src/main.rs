@@ -41,6 +41,9 @@ enum Command {
     /// new one serves. Exits non-zero (the old one keeps serving) when the new one fails
     /// (admin API; needs `admin.token`). SIGUSR2 does the same.
     Upgrade(adminctl::UpgradeArgs),
+    /// Purge cached objects by URL, URL prefix or tag, on every node of a cluster;
+    /// prints which nodes applied it (admin API `/purge`; needs `admin.token`).
+    Purge(adminctl::PurgeArgs),
     /// A live terminal view of a running server (admin API `/stats.json`).
     Stats(adminctl::StatsArgs),
     /// Fill (pre-positioning) jobs: submit, follow with a progress bar, pause, resume,
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => check_config(&file),
         Command::Drain(args) => adminctl::drain(&args),
         Command::Upgrade(args) => adminctl::upgrade(&args),
+        Command::Purge(args) => adminctl::purge(&args),
         Command::Stats(args) => adminctl::stats(&args),
         Command::Fill(args) => fillctl::run(&args),
         Command::Bench(args) => linerate_bench::run(args),

@@ -36,6 +36,7 @@ use crate::admin::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrap
 use crate::fill::{Fills, Submitted, MAX_JOB_BODY};
 use crate::logbudget::{Admit, LogBudget};
 use crate::operate::Metrics;
+use crate::purge::Kind;
 use crate::stats::WorkerStats;
 
 /// Largest admin request head. Admin requests are a line and a few fields.
@@ -286,6 +287,10 @@ struct Reply {
     cache_control: &'static str,
     /// Why the call was refused (`401`, `403`, `421`), for the log line.
     refused: Option<&'static str>,
+    /// Work that blocks (a purge: journal writes, the cluster fan-out): run on the
+    /// blocking pool, its reply sent instead, so `/health` and `/metrics` keep
+    /// answering meanwhile.
+    later: Option<Box<dyn FnOnce() -> Reply + Send>>,
 }
 
 impl Reply {
@@ -297,6 +302,7 @@ impl Reply {
             extra: "",
             cache_control: "no-store",
             refused: None,
+            later: None,
         }
     }
 
@@ -316,6 +322,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         201 => "Created",
+        202 => "Accepted",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -357,6 +364,12 @@ async fn serve(admin: Rc<Admin>, mut stream: TcpStream) {
     if let Some(why) = reply.refused {
         log_refusal(&admin, stream.peer_addr().ok(), reply.status, why);
     }
+    let reply = match reply.later {
+        Some(job) => tokio::task::spawn_blocking(job)
+            .await
+            .unwrap_or_else(|_| Reply::text(500, "the command failed")),
+        None => reply,
+    };
     let head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: {}\r\nConnection: close\r\n{}\r\n",
         reply.status,
@@ -683,39 +696,125 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
     };
     let mut url = None;
     let mut prefix = None;
+    let mut tag = None;
+    let mut soft = false;
+    let mut given = 0;
     for pair in query.split('&') {
         match pair.split_once('=') {
             Some(("url", v)) => url = Some(percent_decode(v)),
             Some(("prefix", v)) => prefix = Some(percent_decode(v)),
-            _ => {}
+            Some(("tag", v)) => tag = Some(percent_decode(v)),
+            Some(("soft", "1")) => {
+                soft = true;
+                continue;
+            }
+            Some(("soft", "0")) => continue,
+            Some(("soft", _)) => return Reply::text(400, "soft= is 1 or 0"),
+            _ => continue,
         }
+        given += 1;
     }
     let bad = || {
         Reply::text(
             400,
-            "give exactly one of url= or prefix= (a percent-encoded http:// or https:// URL)",
+            "give exactly one of url= or prefix= (a percent-encoded http:// or https:// URL) or tag= (one tag)",
         )
     };
+    if given != 1 {
+        return bad();
+    }
     // The URL's path is normalised as a request's is (`ProxyShared::key_for_url`), so
     // the purge names the object every spelling of it was stored under; a URL the
     // normaliser refuses (`/../x`, `%2F`) names none, and is answered with why.
     let refused = |why: &str| Reply::text(400, &format!("bad purge URL: {why}"));
-    let (kind, removed) = match (url, prefix) {
-        (Some(Some(u)), None) => match cache.key_for_url(&u) {
-            Ok(key) => ("url", cache.purge_url(&key)),
+    let (kind, key) = match (url, prefix, tag) {
+        (None, None, Some(Some(t))) => {
+            // A tag is one token of the field: visible ASCII, no space.
+            if t.is_empty() || t.len() > 1024 || !t.iter().all(|b| b.is_ascii_graphic()) {
+                return Reply::text(
+                    400,
+                    "bad purge tag: 1-1024 visible ASCII characters, no spaces (one tag of the tag field)",
+                );
+            }
+            (Kind::Tag, t)
+        }
+        (Some(Some(u)), None, None) => match cache.key_for_url(&u) {
+            Ok(key) => (Kind::Url, key),
             Err(why) => return refused(why),
         },
-        (None, Some(Some(p))) => match cache.key_for_url(&p) {
-            Ok(key) => ("prefix", cache.purge_prefix(&key)),
+        (None, Some(Some(p)), None) => match cache.key_for_url(&p) {
+            Ok(key) => (Kind::Prefix, key),
             Err(why) => return refused(why),
         },
         _ => return bad(),
     };
-    tracing::info!(kind, removed, "purge through the admin API");
+    if soft && kind == Kind::Prefix {
+        return Reply::text(
+            400,
+            "soft=1 takes url= or tag= (a soft purge rewrites each object it marks)",
+        );
+    }
+    let cache = Arc::clone(cache);
+    let mut r = Reply::text(500, "purge not run");
+    r.later = Some(Box::new(move || purge_run(&cache, kind, &key, soft)));
+    r
+}
+
+/// Apply a checked purge here and, in a cluster, send it to every peer. Blocking (the
+/// admin's blocking pool).
+fn purge_run(cache: &crate::proxy::ProxyShared, kind: Kind, key: &[u8], soft: bool) -> Reply {
+    let removed = crate::purge::apply_local(cache, kind, key, soft);
+    let kind_str = kind.as_str();
+    let (Some(cluster), Some(log)) = (&cache.cluster, &cache.purges) else {
+        tracing::info!(kind = kind_str, removed, "purge through the admin API");
+        return Reply::new(
+            200,
+            "application/json",
+            format!("{{\"purged\":{removed},\"by\":\"{kind_str}\",\"soft\":{soft}}}\n"),
+        );
+    };
+    // In a cluster: logged with a generation (peers that miss it read it from the log
+    // later), and sent to every other node now; the answer is the proof of who has it.
+    let m = cluster.membership();
+    let entry = log.issue(&m.opts.self_name, kind, key, soft);
+    let outcomes = crate::purge::fan_out(&m, &entry);
+    let mut applied = vec![json_string(&m.opts.self_name)];
+    let mut counts = vec![format!("{}:{removed}", json_string(&m.opts.self_name))];
+    let mut missing = Vec::new();
+    for o in &outcomes {
+        match &o.result {
+            Ok(n) => {
+                applied.push(json_string(&o.node));
+                counts.push(format!("{}:{n}", json_string(&o.node)));
+            }
+            Err(why) => missing.push(format!(
+                "{{\"node\":{},\"reason\":{}}}",
+                json_string(&o.node),
+                json_string(why)
+            )),
+        }
+    }
+    tracing::info!(
+        kind = kind_str,
+        removed,
+        generation = entry.generation,
+        applied = applied.len(),
+        not_applied = missing.len(),
+        "purge through the admin API, sent to the cluster"
+    );
+    // 202 when a node has not applied it yet (it will from the log when it is back).
+    let status = if missing.is_empty() { 200 } else { 202 };
     Reply::new(
-        200,
+        status,
         "application/json",
-        format!("{{\"purged\":{removed},\"by\":\"{kind}\"}}\n"),
+        format!(
+            "{{\"purged\":{removed},\"by\":\"{kind_str}\",\"soft\":{soft},\"issuer\":{},\"generation\":{},\"applied\":[{}],\"removed_by_node\":{{{}}},\"not_applied\":[{}]}}\n",
+            json_string(&m.opts.self_name),
+            entry.generation,
+            applied.join(","),
+            counts.join(","),
+            missing.join(",")
+        ),
     )
 }
 

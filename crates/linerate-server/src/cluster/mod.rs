@@ -379,6 +379,24 @@ impl Cluster {
         }
     }
 
+    /// Whether request `head` from `from` is a peer's own call (a purge, a read of the
+    /// purge log): the same check as [`Cluster::admit`], without counting it as a hop
+    /// or a refusal (those metrics are about requests relayed for clients).
+    pub(crate) fn is_peer_call(
+        &self,
+        head: &linerate_http::RequestHead<'_>,
+        from: Option<IpAddr>,
+    ) -> Result<(), auth::Reason> {
+        let mut values = head.values(HOP_HEADER.as_bytes());
+        let Some(value) = values.next() else {
+            return Err(auth::Reason::MissingMac);
+        };
+        match (values.next(), auth::Field::parse(value)) {
+            (None, Some(field)) => self.membership().check(&field, head, from).map(|_| ()),
+            _ => Err(auth::Reason::Malformed),
+        }
+    }
+
     /// Count a refused peer field, and log it unless one was logged this second.
     fn refused(&self, reason: auth::Reason, from: Option<IpAddr>) {
         if let Some(i) = auth::Reason::ALL.iter().position(|r| *r == reason) {

@@ -433,6 +433,9 @@ async fn store(
         Answer::WholeAsPart { total } => Some(total),
         _ => resp.content_length(),
     };
+    // Its tags (`[cache] tag_header`), for purges by tag: noted before the write, so a
+    // purge of a tag while it is written cancels it.
+    px.tags.note(store_key, &meta.headers);
     let begun = if pw.disk_writes.inline() {
         // Create the temporary file here (see `DiskWrites`).
         let t = std::time::Instant::now();

@@ -51,7 +51,7 @@ pub(crate) use ahead::Counts as PrefetchCounts;
 #[cfg(test)]
 pub(crate) use ahead::RouteCounts as PrefetchRouteCounts;
 use request::{CacheRequest, Trace};
-pub(crate) use shared::{ProxyShared, ProxyWorker};
+pub(crate) use shared::{now_ms, ProxyShared, ProxyWorker, VARY_STUB};
 
 /// Answer one request in cache mode.
 pub(crate) async fn respond(
@@ -75,6 +75,11 @@ pub(crate) async fn respond(
     };
     if head.method == Method::Connect {
         return crate::response::error(worker, StatusCode::MethodNotAllowed, persistence);
+    }
+    // With `[cluster]`, `/_linerate/...` is the peers' (purges, purge logs), never an
+    // origin's.
+    if let Some(r) = crate::purge::serve_peer(worker, px, head, peer, persistence).await {
+        return r;
     }
     // One form of the target for routing, keying and forwarding: a route's prefix is
     // matched against the very path the origin receives, which has no dot segment left

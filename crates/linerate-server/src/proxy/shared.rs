@@ -187,6 +187,10 @@ pub(crate) struct ProxyShared {
     passes: Mutex<HashMap<Box<[u8]>, u64>>,
     /// The cluster this node is part of (`[cluster]`); `None`: a lone node.
     pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The purges this node applied, which its peers read (`[cluster]` only).
+    pub(crate) purges: Option<Arc<crate::purge::PurgeLog>>,
+    /// Stored keys by tag (`[cache] tag_header`), for purges by tag.
+    pub(crate) tags: crate::purge::Tags,
 }
 
 /// A route with its origin resolved and its TTL table indexed.
@@ -247,6 +251,11 @@ impl ProxyShared {
             })
             .collect();
         let writes = WritePool::start(WRITE_THREADS).map_err(|e| format!("fill threads: {e}"))?;
+        let tags = crate::purge::Tags::new(&opts.tag_header);
+        let purges = cluster.as_ref().and_then(|_| {
+            let dir = &opts.store.disks.first()?.path;
+            Some(Arc::new(crate::purge::PurgeLog::open(dir)))
+        });
         Ok(Arc::new(ProxyShared {
             via: format!("1.1 {}", opts.cache_name),
             targets: opts
@@ -275,6 +284,8 @@ impl ProxyShared {
             origins,
             routes,
             passes: Mutex::new(HashMap::new()),
+            purges,
+            tags,
             cluster,
         }))
     }
