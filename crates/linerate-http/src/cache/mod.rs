@@ -32,5 +32,5 @@ pub use policy::{
     admit, decide, decide_miss, freshen, to_store, Decision, Freshened, Freshness, Miss,
     NotStorable, OnError, Settings, NEGATIVE_TTL_SECS,
 };
-pub use status::{default_cacheable_status, understood_status, CacheStatus, Fwd};
+pub use status::{default_cacheable_status, understood_status, CachePhase, CacheStatus, Fwd};
 pub use vary::{vary_key, Vary, MAX_VARY_NAMES};
