@@ -129,18 +129,29 @@ impl CacheRequest<'_> {
 }
 
 /// The key of the variant of `primary` that a request with fields `values(name)`
-/// selects, for `Vary` names `names` (RFC 9111 §4.1).
+/// selects, for `Vary` names `names` as a stub stores them (RFC 9111 §4.1); the
+/// primary key when they do not parse.
 pub(crate) fn variant_key<'v>(
     primary: &[u8],
     names: &[u8],
     values: impl Fn(&[u8]) -> Vec<&'v [u8]>,
 ) -> Vec<u8> {
     match linerate_http::cache::Vary::parse([names]) {
-        linerate_http::cache::Vary::Names(names) => {
-            key::variant(primary, &linerate_http::cache::vary_key(&names, values))
-        }
+        linerate_http::cache::Vary::Names(names) => variant_of(primary, &names, values),
         _ => primary.to_vec(),
     }
+}
+
+/// The key of the variant of `primary` for parsed `Vary` names `names`: the one place
+/// a variant key is built, by a lookup (through the stub) and by the fill that stores
+/// the variant alike. The primary key is built in one place too
+/// (`ProxyShared::key_on`).
+pub(crate) fn variant_of<'v>(
+    primary: &[u8],
+    names: &[Vec<u8>],
+    values: impl Fn(&[u8]) -> Vec<&'v [u8]>,
+) -> Vec<u8> {
+    key::variant(primary, &linerate_http::cache::vary_key(names, values))
 }
 
 /// A request as a fill sends it, owned: a fill runs as its own task and outlives the
