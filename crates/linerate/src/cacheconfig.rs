@@ -806,6 +806,8 @@ profile = "video"
             ("[[route]]\norigin = \"o\"\npath_prefix = \"/a/./%7e/\"\n", "line 3", "write \"/a/~/\""),
             ("[[route]]\norigin = \"o\"\npath_prefix = \"/a/../../\"\n", "line 3", "escapes_root"),
             ("[[route]]\norigin = \"o\"\nhost = \"a.com:80\"\n", "line 3", "without port"),
+            ("[[route]]\norigin = \"o\"\nkey_host = \"a.com:80\"\n", "line 3", "without port"),
+            ("[[route]]\norigin = \"o\"\nkey_host = \"*.a.com\"\n", "line 3", "wildcard"),
             ("[[route]]\norigin = \"o\"\nquery = \"some\"\n", "line 3", "include"),
             ("[[route]]\norigin = \"o\"\nslice_bytes = 100\n", "line 3", "at least"),
             ("[[route]]\norigin = \"o\"\nprefetch_segments = 17\n", "line 3", "at most 16"),

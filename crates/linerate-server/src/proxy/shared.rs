@@ -301,8 +301,11 @@ impl ProxyShared {
         })
     }
 
-    /// The primary key of `scheme://host` + `target` on `route`: the normalised path,
-    /// and the query as the route keys it (`key::query`).
+    /// The primary key of `scheme://host` + `target` on `route`: the route's
+    /// `key_host` in place of `host` when it has one (every name of the route's site
+    /// is one object), the normalised path, and the query as the route keys it
+    /// (`key::query`). Every request, purge, fill job and prefetch on a route is keyed
+    /// here.
     pub(crate) fn key_on(
         &self,
         route: usize,
@@ -310,10 +313,11 @@ impl ProxyShared {
         host: &[u8],
         target: &ProxyTarget,
     ) -> Vec<u8> {
-        let keep = matches!(self.routes[route].opts.query, QueryKey::Include);
+        let opts = &self.routes[route].opts;
+        let keep = matches!(opts.query, QueryKey::Include);
         key::primary(
             scheme,
-            host,
+            opts.key_host.as_deref().map_or(host, str::as_bytes),
             target.path(),
             &key::query(target.query(), keep),
         )
