@@ -416,6 +416,9 @@ async fn store(
     moving: &Phase,
 ) -> Phase {
     let mut headers = to_store(&resp.head.headers, resp.response_time_ms);
+    if source.peer().is_some() {
+        super::head::set_apart_peer_status(&mut headers);
+    }
     if matches!(answer, Answer::WholeAsPart { .. }) {
         // Kept as the 200 it stands for.
         headers.retain(|(n, _)| !n.eq_ignore_ascii_case(b"content-range"));

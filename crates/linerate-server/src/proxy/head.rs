@@ -19,7 +19,7 @@ use linerate_http::{multipart, HeadWriter, Persistence, StatusCode, Version};
 
 use super::body::{Relay, Segment, Stored};
 use super::request::CacheRequest;
-use super::shared::known_len;
+use super::shared::{known_len, PEER_STATUS};
 use crate::context::Worker;
 use crate::origin::OriginResponse;
 use crate::response::{Body, Response};
@@ -58,11 +58,13 @@ fn replayable(name: &[u8], tokens: &[Vec<u8>]) -> bool {
         || lower.starts_with(b"x-linerate-"))
 }
 
-/// Write our common fields: Via (appended to the origin's), Cache-Status, connection.
+/// Write our common fields: Via (appended to the origin's), Cache-Status (after the
+/// member of the peer that served a stored object's fill, `peer_status`, when given),
+/// connection.
 fn common(
     w: &mut HeadWriter<'_>,
     req: &CacheRequest<'_>,
-    via_in: Option<&[u8]>,
+    (via_in, peer_status): (Option<&[u8]>, Option<&[u8]>),
     status: &CacheStatus,
     ttl: Option<i64>,
     persistence: Persistence,
@@ -79,11 +81,37 @@ fn common(
             w.field("Via", ours.as_bytes());
         }
     }
+    if let Some(p) = peer_status {
+        w.field("Cache-Status", p);
+    }
     w.field(
         "Cache-Status",
         status.to_header(worker_name(req), ttl).as_bytes(),
     );
     crate::response::persistence_field(w, req.head, persistence);
+}
+
+/// A stored response's own fields for `common`: its `Via`, and the member of the peer
+/// that served its fill when this response went forward with that fill (a hit says
+/// what this node did, not what the owner did when the copy was made).
+fn from_stored<'m>(meta: &'m ObjectMeta, st: &CacheStatus) -> (Option<&'m [u8]>, Option<&'m [u8]>) {
+    let peer = field(meta, PEER_STATUS).filter(|_| !st.is_hit());
+    (field(meta, b"via"), peer)
+}
+
+/// Set apart the `Cache-Status` member the peer that served a fill added (its last
+/// `Cache-Status` field line: a node writes its own member as a line of its own, after
+/// the ones it replays) as [`PEER_STATUS`], before the response is stored; the lines
+/// before it (the origin's, or caches' upstream of it) stay as stored fields, replayed
+/// on every response as the owner replays them.
+pub(crate) fn set_apart_peer_status(headers: &mut [(Vec<u8>, Vec<u8>)]) {
+    if let Some(last) = headers
+        .iter_mut()
+        .rev()
+        .find(|(n, _)| n.eq_ignore_ascii_case(b"cache-status"))
+    {
+        last.0 = PEER_STATUS.to_vec();
+    }
 }
 
 fn worker_name<'r>(req: &'r CacheRequest<'_>) -> &'r str {
@@ -138,7 +166,7 @@ pub(crate) fn serve_with_cookies(
             w.field("Set-Cookie", c);
         }
         w.field_u64("Age", fresh.age);
-        common(w, req, field(&meta, b"via"), &st, ttl, persistence);
+        common(w, req, from_stored(&meta, &st), &st, ttl, persistence);
     };
     let response = |head: Vec<u8>, body: Body, code: StatusCode| Response {
         head,
@@ -356,7 +384,7 @@ pub(crate) fn relayed(
             }
         }
     };
-    common(&mut w, req, via_in, &st, None, persistence);
+    common(&mut w, req, (via_in, None), &st, None, persistence);
     w.finish();
     let body = if req.head_only || matches!(r.head.framing, Framing::Empty) {
         Body::Empty
@@ -411,7 +439,7 @@ pub(crate) fn error(
     w.field("Content-Type", b"text/plain; charset=utf-8");
     w.field_u64("Content-Length", body.len() as u64);
     w.field("Cache-Control", b"no-store");
-    common(&mut w, req, None, &st, None, req.persistence);
+    common(&mut w, req, (None, None), &st, None, req.persistence);
     w.finish();
     if !req.head_only {
         head.extend_from_slice(body.as_bytes());
@@ -446,7 +474,7 @@ pub(crate) fn common_fields(
     fresh: &Freshness,
 ) {
     let ttl = Some(fresh.ttl());
-    common(w, req, field(meta, b"via"), st, ttl, req.persistence);
+    common(w, req, from_stored(meta, st), st, ttl, req.persistence);
 }
 
 /// 304 for a client whose validators match the stored response (`st.phase` as served:

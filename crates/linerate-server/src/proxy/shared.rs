@@ -23,6 +23,11 @@ use crate::origin::{Origin, OriginShared};
 /// Stored field marking a `Vary` stub at a URL's primary key: its value is the `Vary`
 /// names, and the variants live under `key::variant(primary, secondary key)`.
 pub(crate) const VARY_STUB: &[u8] = b"x-linerate-vary";
+
+/// Stored field holding the `Cache-Status` member of the peer (the key's owner) that
+/// served this node's fill: replayed only on the responses that went forward with that
+/// fill (`head::set_apart_peer_status`), never on this node's later hits.
+pub(crate) const PEER_STATUS: &[u8] = b"x-linerate-peer-status";
 /// How long a "may not be stored" verdict about a URL sends its requests straight to
 /// the origin (hit-for-pass): they are not queued behind one fill each.
 const HIT_FOR_PASS_MS: u64 = 30_000;
