@@ -37,50 +37,18 @@
 //! its next hit and must not hold evicted files' blocks while it drains.
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+pub(crate) use crate::index::{Live, OpenObject};
 use crate::index::{lock, Entry};
-use crate::meta::ObjectMeta;
 
 /// Default time a kept file answers hits before its path is checked again.
 pub const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
 
 /// Default bound on entries holding an open file (see `StoreConfig::open_handles`).
 pub const DEFAULT_OPEN_HANDLES: usize = 4096;
-
-/// An object file opened and verified by a lookup, shared by every hit on its entry.
-#[derive(Debug)]
-pub(crate) struct OpenObject {
-    pub(crate) file: Arc<File>,
-    pub(crate) body_offset: u64,
-    pub(crate) body_len: u64,
-    /// Length the header says the file has (header plus body).
-    pub(crate) file_len: u64,
-    /// Device and inode of the file, to tell that its path still names it.
-    pub(crate) dev: u64,
-    pub(crate) ino: u64,
-    pub(crate) meta: Arc<ObjectMeta>,
-    pub(crate) created_ms: u64,
-    /// When the file was last found intact ([`Handles::now`]).
-    pub(crate) checked: AtomicU64,
-    /// Which keeping this is (the ring names handles by it).
-    pub(crate) seq: u64,
-    pub(crate) _live: Live,
-}
-
-/// Counts an [`OpenObject`] for as long as it lives (held by its entry, or for a
-/// moment by a lookup that cloned it): the number of files kept open.
-#[derive(Debug)]
-pub(crate) struct Live(Arc<AtomicUsize>);
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// The bound on open handles and the order they are closed in.
 #[derive(Debug)]

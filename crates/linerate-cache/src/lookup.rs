@@ -21,7 +21,8 @@ use crate::io::{FileState, IoOp};
 use crate::key::KeyHash;
 use crate::meta::ObjectMeta;
 use crate::progress::BodyProgress;
-use crate::store::{Inner, Store};
+use crate::state::Inner;
+use crate::store::Store;
 
 /// Result of a lookup.
 #[derive(Debug)]
@@ -173,7 +174,7 @@ impl Store {
         inner: &Inner,
         key: &[u8],
         hash: KeyHash,
-        inflight: Option<Arc<crate::writer::Inflight>>,
+        inflight: Option<Arc<crate::index::Inflight>>,
     ) -> Lookup {
         if let Some(w) = inflight.filter(|w| w.followable && *w.key == *key) {
             return Lookup::Filling(ObjectHandle {
@@ -396,29 +397,3 @@ impl Inner {
     }
 }
 
-/// Read and verify the header of an object file at `path` (used by the reconcile scan).
-pub(crate) fn read_header(
-    io: &dyn crate::io::StoreIo,
-    path: &std::path::Path,
-) -> Result<Option<(crate::format::ObjectHeader, u64)>, std::io::Error> {
-    let file = io.open_read(path)?;
-    let mut buf = vec![0u8; HEADER_READ_LEN];
-    let n = io.read_at(&file, path, &mut buf, 0)?;
-    buf.truncate(n);
-    let Ok(need) = peek_header_len(&buf) else {
-        return Ok(None);
-    };
-    if need > n {
-        buf.resize(need, 0);
-        let m = io.read_at(&file, path, &mut buf[n..], n as u64)?;
-        buf.truncate(n + m);
-    }
-    let Ok(header) = decode_complete(&buf) else {
-        return Ok(None);
-    };
-    let len = io.file_state(&file, path)?.len;
-    if len < header.file_len() {
-        return Ok(None);
-    }
-    Ok(Some((header, len)))
-}

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::disk::Disk;
+use crate::state::disk::Disk;
 use crate::health::DiskState;
 
 /// Counters of one disk at the moment [`crate::Store::stats`] was called.
