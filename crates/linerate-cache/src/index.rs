@@ -227,7 +227,7 @@ pub(crate) struct OpenObject {
     pub(crate) ino: u64,
     pub(crate) meta: Arc<ObjectMeta>,
     pub(crate) created_ms: u64,
-    /// When the file was last found intact ([`crate::handles::Handles::now`]).
+    /// When the file was last found intact ([`crate::open_files::OpenFiles::now`]).
     pub(crate) checked: AtomicU64,
     /// Which keeping this is (the ring names handles by it).
     pub(crate) seq: u64,

@@ -38,7 +38,7 @@ impl Store {
         }
         // Kept files go: the next process may purge or replace objects (a hit here
         // must see that) and evict them (their blocks must be freed).
-        inner.handles.close_all();
+        inner.open_files.close_all();
         // A step of maintenance in progress finishes before we go on (each takes its
         // disk's `step` lock and looks at `lent` under it).
         for d in &inner.disks {

@@ -17,7 +17,7 @@
 pub mod config;
 pub mod fault;
 pub mod format;
-mod handles;
+mod open_files;
 pub mod health;
 mod index;
 pub mod io;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::format::{decode_complete, peek_header_len, HeaderError, HEADER_READ_LEN};
-use crate::handles::OpenObject;
+use crate::open_files::OpenObject;
 use crate::health::DiskErrorKind;
 use crate::index::{lock, Entry};
 use crate::io::{FileState, IoOp};
@@ -250,8 +250,8 @@ impl Inner {
                 if touch {
                     e.policy.touch();
                 }
-                if touch && again && self.handles.enabled() && !self.lent.load(Ordering::Acquire) {
-                    self.handles.keep(e, Arc::new(self.to_kept(&h, st)));
+                if touch && again && self.open_files.enabled() && !self.lent.load(Ordering::Acquire) {
+                    self.open_files.keep(e, Arc::new(self.to_kept(&h, st)));
                 }
                 Lookup::Hit(h)
             }
@@ -270,22 +270,22 @@ impl Inner {
 
     /// A hit from the file `e` keeps open, its path checked again (`stat`: the same
     /// device and inode, the full length) when its last check is older than
-    /// `StoreConfig::open_handle_recheck`. A file that fails the check is closed; the
+    /// `StoreConfig::open_file_recheck`. A file that fails the check is closed; the
     /// caller opens the path again and finds what is there. None on a lent store.
     fn kept(&self, e: &Entry) -> Option<ObjectHandle> {
         if self.lent.load(Ordering::Acquire) {
             return None;
         }
         let o = lock(&e.open).clone()?;
-        let now = self.handles.now();
-        if !self.handles.fresh(&o, now) {
+        let now = self.open_files.now();
+        if !self.open_files.fresh(&o, now) {
             let d = &self.disks[usize::from(e.disk)];
             match self.io.path_state(&d.object_path(e.hash)) {
                 Ok(st) if st.dev == o.dev && st.ino == o.ino && st.len >= o.file_len => {
                     o.checked.store(now, Ordering::Relaxed);
                 }
                 _ => {
-                    self.handles.close_seq(e, o.seq);
+                    self.open_files.close_seq(e, o.seq);
                     return None;
                 }
             }
@@ -304,7 +304,7 @@ impl Inner {
     /// `st`: the file's `fstat` from the open.
     fn to_kept(&self, h: &ObjectHandle, st: FileState) -> OpenObject {
         let body_len = h.body_len().unwrap_or(0);
-        let (live, seq) = self.handles.live();
+        let (live, seq) = self.open_files.live();
         OpenObject {
             file: Arc::clone(&h.file),
             body_offset: h.body_offset,
@@ -314,7 +314,7 @@ impl Inner {
             ino: st.ino,
             meta: Arc::clone(&h.meta),
             created_ms: h.created_ms,
-            checked: AtomicU64::new(self.handles.now()),
+            checked: AtomicU64::new(self.open_files.now()),
             seq,
             _live: live,
         }

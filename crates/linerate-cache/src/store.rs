@@ -20,7 +20,7 @@ use crate::config::{ConfigError, StoreConfig};
 use crate::state::disk::{charge_for, now_ms, parse_disk_states, Disk, Reservation};
 use crate::state::disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
 use crate::format::{body_offset_for, ObjectHeader, BODY_LEN_UNKNOWN};
-use crate::handles::Handles;
+use crate::open_files::OpenFiles;
 use crate::health::{DiskErrorKind, DiskState};
 use crate::index::{lock, Index};
 use crate::io::{IoOp, StoreIo};
@@ -171,7 +171,7 @@ impl Store {
         }
         let inner = Arc::new(Inner {
             index: Index::new(cfg.index_shards),
-            handles: Handles::new(cfg.open_handles, cfg.open_handle_recheck),
+            open_files: OpenFiles::new(cfg.open_files, cfg.open_file_recheck),
             cfg,
             io,
             disks,
@@ -482,9 +482,9 @@ impl Store {
     /// Object files kept open for later hits now: descriptors the store holds beyond
     /// those of writes in flight (responses still sending from a file that was closed
     /// here hold their own reference and are not counted). At most
-    /// [`StoreConfig::open_handles`].
+    /// [`StoreConfig::open_files`].
     pub fn open_files(&self) -> usize {
-        self.inner.handles.count()
+        self.inner.open_files.count()
     }
 
     /// Objects in the in-memory index (all disks). Cost: locks every shard in turn.

@@ -41,7 +41,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
         return error(worker, StatusCode::NotFound, persistence);
     }
     let open = match worker
-        .open_files
+        .open_file_cache
         .open(worker.shared.root.as_fd(), &target.relative)
     {
         Ok(f) => f,

@@ -104,7 +104,7 @@ impl Default for CacheSection {
             high_watermark_percent: Spanned::new(0..0, store.high_watermark_percent),
             low_watermark_percent: Spanned::new(0..0, store.low_watermark_percent),
             max_object_bytes: store.max_object_bytes,
-            open_files: store.open_handles,
+            open_files: store.open_files,
             max_publish_backlog: store.max_publish_backlog,
             disk: Vec::new(),
         }
@@ -324,7 +324,7 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
         store.high_watermark_percent = *cache.high_watermark_percent.get_ref();
         store.low_watermark_percent = *cache.low_watermark_percent.get_ref();
         store.max_object_bytes = cache.max_object_bytes;
-        store.open_handles = cache.open_files;
+        store.open_files = cache.open_files;
         store.max_publish_backlog = cache.max_publish_backlog;
         store.validate().map_err(|e| {
             let message = format!("cache mode: {e}");

@@ -22,7 +22,7 @@ use crate::config::StoreConfig;
 use disk::{format_disk_states, now_ms, Disk};
 use disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
 use writer::{ObjectWriter, Published, WriteError};
-use crate::handles::Handles;
+use crate::open_files::OpenFiles;
 use crate::health::{DiskErrorKind, Verdict};
 use crate::index::{lock, Entry, Index, Inserted};
 use crate::io::{IoOp, StoreIo};
@@ -46,7 +46,7 @@ pub(crate) struct Inner {
     /// pauses. Read without a lock on every write's start; set rarely.
     pub(crate) lent: AtomicBool,
     /// Object files kept open between hits, and their bound.
-    pub(crate) handles: Handles,
+    pub(crate) open_files: OpenFiles,
 }
 
 impl Inner {
@@ -190,7 +190,7 @@ impl Inner {
     /// missing) and close its kept file, so its blocks are freed when it is unlinked
     /// (responses still sending from it finish first).
     pub(crate) fn untrack(&self, e: &Entry) {
-        self.handles.close(e);
+        self.open_files.close(e);
         self.disks[usize::from(e.disk)].untrack(e);
     }
 
@@ -252,7 +252,7 @@ impl Inner {
         *lock(&d.journal) = None;
         let dropped = self.index.drain_matching(|e| usize::from(e.disk) == i);
         for e in &dropped {
-            self.handles.close(e);
+            self.open_files.close(e);
         }
         lock(&d.policy).clear();
         d.used.store(0, Ordering::Release);
