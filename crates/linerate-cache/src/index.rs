@@ -282,4 +282,3 @@ impl Inflight {
         self.cancelled.load(Ordering::Acquire)
     }
 }
-

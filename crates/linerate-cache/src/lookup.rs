@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::format::{decode_complete, peek_header_len, HeaderError, HEADER_READ_LEN};
-use crate::open_files::OpenObject;
 use crate::health::DiskErrorKind;
 use crate::index::{lock, Entry};
 use crate::io::{FileState, IoOp};
 use crate::key::KeyHash;
 use crate::meta::ObjectMeta;
+use crate::open_files::OpenObject;
 use crate::progress::BodyProgress;
 use crate::state::Inner;
 use crate::store::Store;
@@ -250,7 +250,8 @@ impl Inner {
                 if touch {
                     e.policy.touch();
                 }
-                if touch && again && self.open_files.enabled() && !self.lent.load(Ordering::Acquire) {
+                if touch && again && self.open_files.enabled() && !self.lent.load(Ordering::Acquire)
+                {
                     self.open_files.keep(e, Arc::new(self.to_kept(&h, st)));
                 }
                 Lookup::Hit(h)
@@ -396,4 +397,3 @@ impl Inner {
         Ok((handle, st))
     }
 }
-

@@ -11,14 +11,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::state::disk::{charge_for, now_ms, OUT_OF_SERVICE_MARKER};
+use crate::format::read_header;
 use crate::health::{DiskErrorKind, DiskState};
 use crate::index::{lock, Entry};
 use crate::io::{IoOp, StoreIo};
 use crate::journal::{self, list_journals, JournalWriter, Record, SNAPSHOT_NAME};
 use crate::key::KeyHash;
-use crate::format::read_header;
 use crate::policy::{PolicyState, QueueId};
+use crate::state::disk::{charge_for, now_ms, OUT_OF_SERVICE_MARKER};
 use crate::state::Inner;
 
 /// Fan-out directories the reconcile scan visits between two eviction checks, so a

@@ -41,8 +41,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-pub(crate) use crate::index::{Live, OpenObject};
 use crate::index::{lock, Entry};
+pub(crate) use crate::index::{Live, OpenObject};
 
 /// Default time a kept file answers hits before its path is checked again.
 pub const DEFAULT_RECHECK: Duration = Duration::from_secs(1);

@@ -21,9 +21,9 @@
 use std::sync::atomic::Ordering;
 
 use crate::index::lock;
-use crate::state::PublishDone;
 use crate::state::writer::ObjectWriter;
 use crate::state::Inner;
+use crate::state::PublishDone;
 
 /// Most objects published by one flush: bounds how long the first of them waits for
 /// the rest's headers and renames.

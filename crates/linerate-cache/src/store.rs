@@ -17,23 +17,23 @@ use tokio::sync::watch;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::config::{ConfigError, StoreConfig};
-use crate::state::disk::{charge_for, now_ms, parse_disk_states, Disk, Reservation};
-use crate::state::disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
 use crate::format::{body_offset_for, ObjectHeader, BODY_LEN_UNKNOWN};
-use crate::open_files::OpenFiles;
 use crate::health::{DiskErrorKind, DiskState};
+use crate::index::Inflight;
 use crate::index::{lock, Index};
 use crate::io::{IoOp, StoreIo};
 use crate::journal::{list_journals, JournalWriter, Record};
 use crate::key::{KeyHash, MAX_KEY_LEN};
 use crate::lease::StoreLock;
 use crate::meta::ObjectMeta;
+use crate::open_files::OpenFiles;
 use crate::policy::QueueId;
 use crate::progress::Progress;
-use crate::stats::DiskStats;
-use crate::state::Inner;
-use crate::index::Inflight;
+use crate::state::disk::{charge_for, now_ms, parse_disk_states, Disk, Reservation};
+use crate::state::disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
 use crate::state::writer::ObjectWriter;
+use crate::state::Inner;
+use crate::stats::DiskStats;
 
 /// How long [`Store::purge`] and [`Store::purge_prefix`] wait for the index to finish
 /// loading before purging what is loaded. Loading a million objects takes about a

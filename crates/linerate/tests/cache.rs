@@ -126,11 +126,21 @@ fn miss_then_hit_with_age_and_cache_status() {
 fn key_host_makes_every_host_of_a_route_one_object() {
     let origin = Origin::start(|_| origin::ok(b"one object", &[("Cache-Control", "max-age=60")]));
     let hosts = ["Host: 10.0.0.1", "Host: Other.Example:8080"];
-    let server = start(&origin, "slice_bytes = 0\nkey_host = \"cdn.example.com\"", "");
+    let server = start(
+        &origin,
+        "slice_bytes = 0\nkey_host = \"cdn.example.com\"",
+        "",
+    );
     let first = get(&server, "/k.ts", &[hosts[0]]);
-    assert_eq!((first.status, first.body.as_slice()), (200, &b"one object"[..]));
+    assert_eq!(
+        (first.status, first.body.as_slice()),
+        (200, &b"one object"[..])
+    );
     let second = get(&server, "/k.ts", &[hosts[1]]);
-    assert_eq!((second.status, second.body.as_slice()), (200, &b"one object"[..]));
+    assert_eq!(
+        (second.status, second.body.as_slice()),
+        (200, &b"one object"[..])
+    );
     let cs = cache_status(&second);
     assert!(cs.contains("; hit"), "{cs}");
     assert_eq!(origin.total(), 1, "{:?}", origin.requests());

@@ -527,14 +527,23 @@ fn non_owner_hit_says_what_it_did() {
     // The miss: the owner's member (its fill), then this node's.
     let members: Vec<&str> = miss.cache_status.split(", ").collect();
     assert_eq!(members.len(), 2, "{}", miss.cache_status);
-    assert!(members[0].starts_with(&format!("{owner}; fwd=")), "{}", miss.cache_status);
-    assert!(members[1].starts_with(&format!("{}; fwd=", name(other))), "{}", miss.cache_status);
+    assert!(
+        members[0].starts_with(&format!("{owner}; fwd=")),
+        "{}",
+        miss.cache_status
+    );
+    assert!(
+        members[1].starts_with(&format!("{}; fwd=", name(other))),
+        "{}",
+        miss.cache_status
+    );
     for _ in 0..2 {
         let hit = get(nodes[other].addr, path, None);
         assert_eq!((hit.status, hit.len), (200, body.len() as u64));
         assert!(hit.sha == sha(&body), "body differs");
         assert!(
-            hit.cache_status.starts_with(&format!("{}; hit; ttl=", name(other)))
+            hit.cache_status
+                .starts_with(&format!("{}; hit; ttl=", name(other)))
                 && !hit.cache_status.contains(", "),
             "a hit says what this node did, alone: {}",
             hit.cache_status

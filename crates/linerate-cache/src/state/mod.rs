@@ -17,19 +17,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-
 use crate::config::StoreConfig;
-use disk::{format_disk_states, now_ms, Disk};
-use disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
-use writer::{ObjectWriter, Published, WriteError};
-use crate::open_files::OpenFiles;
 use crate::health::{DiskErrorKind, Verdict};
 use crate::index::{lock, Entry, Index, Inserted};
 use crate::io::{IoOp, StoreIo};
 use crate::journal::Record;
 use crate::key::KeyHash;
+use crate::open_files::OpenFiles;
 use crate::placement;
 use crate::policy::QueueId;
+use disk::{format_disk_states, now_ms, Disk};
+use disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
+use writer::{ObjectWriter, Published, WriteError};
 
 /// Shared state of the store (behind an `Arc`, shared with writers and threads).
 pub(crate) struct Inner {

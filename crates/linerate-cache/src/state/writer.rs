@@ -14,15 +14,15 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::state::disk::{charge_for, Reservation};
 use crate::format::ObjectHeader;
-use crate::index::Inflight;
 use crate::index::Entry;
+use crate::index::Inflight;
 use crate::io::IoOp;
 use crate::journal::Record;
 use crate::key::KeyHash;
 use crate::policy::PolicyState;
 use crate::progress::{Progress, WriteFailure};
+use crate::state::disk::{charge_for, Reservation};
 use crate::state::Inner;
 
 /// Reservation granted at a time for a body of unknown length: large enough that a

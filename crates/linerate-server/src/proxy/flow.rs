@@ -125,7 +125,13 @@ pub(crate) async fn get(
                 return head::serve(worker, req, h, &fresh, st);
             }
             Judged::GatewayTimeout => {
-                return head::error(worker, req, StatusCode::GatewayTimeout, st, "only-if-cached");
+                return head::error(
+                    worker,
+                    req,
+                    StatusCode::GatewayTimeout,
+                    st,
+                    "only-if-cached",
+                );
             }
             Judged::Writing => {
                 if req.cc.only_if_cached {
@@ -144,7 +150,17 @@ pub(crate) async fn get(
             }
             Judged::Revalidate { h, fresh, on_error } => (h, fresh, on_error),
             Judged::Miss => {
-                match miss(worker, pw, req, (&found.base, found.variant), &mut st, forwarded, interim).await {
+                match miss(
+                    worker,
+                    pw,
+                    req,
+                    (&found.base, found.variant),
+                    &mut st,
+                    forwarded,
+                    interim,
+                )
+                .await
+                {
                     ControlFlow::Break(response) => return response,
                     ControlFlow::Continue(f) => {
                         forwarded = f;
@@ -254,11 +270,7 @@ async fn miss(
         st.detail = Some("uncacheable");
         return ControlFlow::Break(relay(worker, pw, req, interim, st.clone()).await);
     }
-    let why = if variant {
-        Fwd::VaryMiss
-    } else {
-        Fwd::UriMiss
-    };
+    let why = if variant { Fwd::VaryMiss } else { Fwd::UriMiss };
     if sliced {
         // Slices are looked up (and, where missing, fetched) one by one; a request
         // whose slices are all stored is a hit.
@@ -300,7 +312,12 @@ fn whole_job(
     key: &[u8],
     stale: Option<&ObjectMeta>,
 ) -> impl FnOnce(FillGuard) -> Job {
-    let (px, fetch, base, stale) = (Arc::clone(px), Rc::new(req.fetch()), key.to_vec(), stale.cloned());
+    let (px, fetch, base, stale) = (
+        Arc::clone(px),
+        Rc::new(req.fetch()),
+        key.to_vec(),
+        stale.cloned(),
+    );
     move |guard| Job {
         px,
         guard,

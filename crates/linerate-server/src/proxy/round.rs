@@ -10,8 +10,8 @@
 use std::rc::Rc;
 
 use linerate_cache::{Lookup, ObjectHandle, ObjectMeta};
-use linerate_http::cache::{decide, CachePhase, CacheStatus, Decision, Freshness, OnError};
 use linerate_http::cache::RequestCacheControl;
+use linerate_http::cache::{decide, CachePhase, CacheStatus, Decision, Freshness, OnError};
 
 use super::fill::{self, Handoff, Job};
 use super::fills::{self, Claim, FillGuard, Phase};
@@ -73,14 +73,12 @@ pub(crate) fn judge(
         decide(cc, &fresh)
     };
     match decision {
-        Decision::Fresh | Decision::StaleAccepted | Decision::StaleWhileRevalidate => {
-            Judged::Use {
-                h,
-                fresh,
-                swr: decision == Decision::StaleWhileRevalidate,
-                writing,
-            }
-        }
+        Decision::Fresh | Decision::StaleAccepted | Decision::StaleWhileRevalidate => Judged::Use {
+            h,
+            fresh,
+            swr: decision == Decision::StaleWhileRevalidate,
+            writing,
+        },
         // Whether a response being written may be used is decided as for a stored one;
         // when it may not, the fill writing it is waited for.
         _ if writing => Judged::Writing,
@@ -122,7 +120,7 @@ pub(crate) async fn follow(
     job: impl FnOnce(FillGuard) -> Job,
     st: &mut CacheStatus,
     after_writing: bool,
-    mut interim: Option<&mut Interim<'_>>,
+    interim: Option<&mut Interim<'_>>,
 ) -> (Phase, Option<Handoff>) {
     match pw.shared.fills.claim(key) {
         Claim::Leader(guard) => {
@@ -134,7 +132,7 @@ pub(crate) async fn follow(
             job.handoff = Some(handoff_tx);
             job.interim = leader.then_some(interim_tx);
             tokio::task::spawn_local(fill::run(pw.clone(), job));
-            let phase = match interim.as_deref_mut() {
+            let phase = match interim {
                 Some(i) => {
                     i.forward_while(fills::settled(&mut rx), &mut interim_rx)
                         .await
