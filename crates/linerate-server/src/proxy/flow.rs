@@ -305,25 +305,20 @@ async fn miss(
 }
 
 /// The fill of the object under `key` for `req`; `stale`: the stored copy's metadata,
-/// to revalidate it.
-fn whole_job(
-    px: &Arc<ProxyShared>,
-    req: &CacheRequest<'_>,
-    key: &[u8],
-    stale: Option<&ObjectMeta>,
-) -> impl FnOnce(FillGuard) -> Job {
-    let (px, fetch, base, stale) = (
-        Arc::clone(px),
-        Rc::new(req.fetch()),
-        key.to_vec(),
-        stale.cloned(),
-    );
+/// to revalidate it. Built only when this request leads the fill (a follower pays for
+/// no copy of the request).
+fn whole_job<'a>(
+    px: &'a Arc<ProxyShared>,
+    req: &'a CacheRequest<'_>,
+    key: &'a [u8],
+    stale: Option<&'a ObjectMeta>,
+) -> impl FnOnce(FillGuard) -> Job + 'a {
     move |guard| Job {
-        px,
+        px: Arc::clone(px),
         guard,
-        fetch,
-        base,
-        stale,
+        fetch: Rc::new(req.fetch()),
+        base: key.to_vec(),
+        stale: stale.cloned(),
         slice: None,
         handoff: None,
         interim: None,
