@@ -96,14 +96,14 @@ pub struct StoreConfig {
     pub maintenance_interval: Duration,
     /// Most objects whose file is kept open between hits, across all disks (see
     /// `handles.rs`): a hit on one costs no open, header read, `fstat` or close.
-    /// Default [`crate::handles::DEFAULT_OPEN_HANDLES`]; 0 opens the file on every hit.
+    /// Default [`crate::open_files::DEFAULT_OPEN_FILES`]; 0 opens the file on every hit.
     /// Each costs a file descriptor (the server caps it below its `RLIMIT_NOFILE`).
-    pub open_handles: usize,
+    pub open_files: usize,
     /// How long a kept file answers hits before its path is checked again (one
     /// `stat`: same device and inode, full length). Default
-    /// [`crate::handles::DEFAULT_RECHECK`] (1 s): the longest a file removed, moved or
+    /// [`crate::open_files::DEFAULT_RECHECK`] (1 s): the longest a file removed, moved or
     /// truncated by hand is still served from the open file.
-    pub open_handle_recheck: Duration,
+    pub open_file_recheck: Duration,
 }
 
 impl StoreConfig {
@@ -123,8 +123,8 @@ impl StoreConfig {
             journal_compact_bytes: 64 << 20,
             reconcile_on_start: true,
             maintenance_interval: Duration::from_secs(1),
-            open_handles: crate::handles::DEFAULT_OPEN_HANDLES,
-            open_handle_recheck: crate::handles::DEFAULT_RECHECK,
+            open_files: crate::open_files::DEFAULT_OPEN_FILES,
+            open_file_recheck: crate::open_files::DEFAULT_RECHECK,
         }
     }
 

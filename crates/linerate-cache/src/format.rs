@@ -8,6 +8,7 @@
 //! verify the body checksum (that costs a full read; the crash test and scrubbing do it).
 
 use crate::key::MAX_KEY_LEN;
+pub use crate::meta::HeaderError;
 use crate::meta::{ObjectMeta, Reader};
 
 /// First four bytes of every object file: "LRCO" (linerate cache object).
@@ -42,51 +43,6 @@ pub const BODY_ALIGN: u64 = 4096;
 
 /// `body_len` value meaning "still being written" (only ever seen in temporary files).
 pub const BODY_LEN_UNKNOWN: u64 = u64::MAX;
-
-/// Why a header was rejected. Every variant makes the object a miss.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum HeaderError {
-    /// Fewer bytes than the header claims (or than the fixed part).
-    #[error("header truncated")]
-    Truncated,
-    /// The first bytes are not [`MAGIC`].
-    #[error("bad magic")]
-    BadMagic,
-    /// A format version this build does not read.
-    #[error("unsupported format version {0}")]
-    UnsupportedVersion(u16),
-    /// The header checksum does not match.
-    #[error("header checksum mismatch")]
-    BadChecksum,
-    /// A length field is out of range or inconsistent with the others.
-    #[error("header length field out of range")]
-    BadLength,
-    /// The metadata section does not decode.
-    #[error("stored metadata malformed")]
-    BadMeta,
-    /// The key or metadata is larger than the format allows (encoding side).
-    #[error("key or metadata too large")]
-    TooLarge,
-    /// The header is intact but the object was never finished (`body_len` unknown).
-    #[error("object incomplete")]
-    Incomplete,
-}
-
-impl HeaderError {
-    /// Short stable name for logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HeaderError::Truncated => "truncated",
-            HeaderError::BadMagic => "bad_magic",
-            HeaderError::UnsupportedVersion(_) => "unsupported_version",
-            HeaderError::BadChecksum => "bad_checksum",
-            HeaderError::BadLength => "bad_length",
-            HeaderError::BadMeta => "bad_meta",
-            HeaderError::TooLarge => "too_large",
-            HeaderError::Incomplete => "incomplete",
-        }
-    }
-}
 
 /// A decoded, checksum-verified object header.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,6 +178,33 @@ pub fn decode_complete(buf: &[u8]) -> Result<ObjectHeader, HeaderError> {
         return Err(HeaderError::Incomplete);
     }
     Ok(header)
+}
+
+/// Read and verify the header of an object file at `path` (used by the reconcile scan).
+pub(crate) fn read_header(
+    io: &dyn crate::io::StoreIo,
+    path: &std::path::Path,
+) -> Result<Option<(crate::format::ObjectHeader, u64)>, std::io::Error> {
+    let file = io.open_read(path)?;
+    let mut buf = vec![0u8; HEADER_READ_LEN];
+    let n = io.read_at(&file, path, &mut buf, 0)?;
+    buf.truncate(n);
+    let Ok(need) = peek_header_len(&buf) else {
+        return Ok(None);
+    };
+    if need > n {
+        buf.resize(need, 0);
+        let m = io.read_at(&file, path, &mut buf[n..], n as u64)?;
+        buf.truncate(n + m);
+    }
+    let Ok(header) = decode_complete(&buf) else {
+        return Ok(None);
+    };
+    let len = io.file_state(&file, path)?.len;
+    if len < header.file_len() {
+        return Ok(None);
+    }
+    Ok(Some((header, len)))
 }
 
 #[cfg(test)]

@@ -8,13 +8,17 @@
 //! eviction order live elsewhere.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::handles::OpenObject;
+use tokio::sync::watch;
+
 use crate::key::KeyHash;
+use crate::meta::ObjectMeta;
 use crate::policy::{PolicyState, Tracked};
-use crate::writer::Inflight;
+use crate::progress::{BodyProgress, Progress};
 
 /// One stored object as the index knows it.
 #[derive(Debug)]
@@ -218,4 +222,73 @@ fn insert_locked(shard: &mut Shard, entry: Arc<Entry>) -> Inserted {
 /// leaves its data consistent before anything that could panic.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An object file opened and verified by a lookup, shared by every hit on its entry.
+#[derive(Debug)]
+pub(crate) struct OpenObject {
+    pub(crate) file: Arc<File>,
+    pub(crate) body_offset: u64,
+    pub(crate) body_len: u64,
+    /// Length the header says the file has (header plus body).
+    pub(crate) file_len: u64,
+    /// Device and inode of the file, to tell that its path still names it.
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) meta: Arc<ObjectMeta>,
+    pub(crate) created_ms: u64,
+    /// When the file was last found intact ([`crate::open_files::OpenFiles::now`]).
+    pub(crate) checked: AtomicU64,
+    /// Which keeping this is (the ring names handles by it).
+    pub(crate) seq: u64,
+    pub(crate) _live: Live,
+}
+
+/// Counts an [`OpenObject`] for as long as it lives (held by its entry, or for a
+/// moment by a lookup that cloned it): the number of files kept open.
+#[derive(Debug)]
+pub(crate) struct Live(pub(crate) Arc<AtomicUsize>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An object being written, as readers see it (kept in the index's in-flight map).
+#[derive(Debug)]
+pub struct Inflight {
+    /// The temporary file, shared with readers following the write (no `dup` each).
+    pub(crate) file: Arc<File>,
+    pub(crate) body_offset: u64,
+    pub(crate) meta: Arc<ObjectMeta>,
+    pub(crate) key: Box<[u8]>,
+    pub(crate) created_ms: u64,
+    pub(crate) disk: u16,
+    pub(crate) tx: watch::Sender<Progress>,
+    /// Set (under the key's shard lock) by a purge, or by a newer write of the same key
+    /// displacing this one: the write must not be published. Checked under that same
+    /// lock when the writer indexes its object, so a purge is never undone.
+    pub(crate) cancelled: AtomicBool,
+    /// Whether lookups may follow this write (`Lookup::Filling`). False for a metadata
+    /// update, which copies a body that is already stored.
+    pub(crate) followable: bool,
+    /// Set by [`crate::Store::pin`] while the object is being written: it is indexed
+    /// pinned (read under the shard lock at publish).
+    pub(crate) pin_on_publish: AtomicBool,
+}
+
+impl Inflight {
+    pub(crate) fn progress(&self) -> BodyProgress {
+        BodyProgress::new(self.tx.subscribe())
+    }
+
+    /// Mark the write as not to be published (call with its shard locked).
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
 }

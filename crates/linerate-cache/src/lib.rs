@@ -15,38 +15,39 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
-mod disk;
 pub mod fault;
 pub mod format;
-mod handles;
 pub mod health;
 mod index;
 pub mod io;
 pub mod journal;
 pub mod lease;
+mod lend;
 mod lookup;
 mod maintenance;
 pub mod meta;
+mod open_files;
 pub mod placement;
 pub mod policy;
 pub mod progress;
 mod publish;
+mod state;
 mod stats;
 mod store;
 mod update;
-mod writer;
 
 pub mod key;
 
 pub use config::{ConfigError, DiskConfig, Durability, StoreConfig};
 pub use health::{DiskErrorKind, DiskState};
 pub use key::KeyHash;
-pub use lease::{LendError, LockError, StoreLock};
+pub use lease::{LockError, StoreLock};
+pub use lend::LendError;
 pub use lookup::{Body, Lookup, MissReason, ObjectHandle};
 pub use meta::ObjectMeta;
 pub use progress::{BodyProgress, Progress, Readable, WriteFailure, WriterFailed};
-pub use publish::PublishDone;
+pub use state::writer::{ObjectWriter, Published, WriteError};
+pub use state::PublishDone;
 pub use stats::DiskStats;
 pub use store::{OpenError, Store, WriteRefused};
 pub use update::UpdateError;
-pub use writer::{ObjectWriter, Published, WriteError};

@@ -14,14 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::format::{decode_complete, peek_header_len, HeaderError, HEADER_READ_LEN};
-use crate::handles::OpenObject;
 use crate::health::DiskErrorKind;
 use crate::index::{lock, Entry};
 use crate::io::{FileState, IoOp};
 use crate::key::KeyHash;
 use crate::meta::ObjectMeta;
+use crate::open_files::OpenObject;
 use crate::progress::BodyProgress;
-use crate::store::{Inner, Store};
+use crate::state::Inner;
+use crate::store::Store;
 
 /// Result of a lookup.
 #[derive(Debug)]
@@ -173,7 +174,7 @@ impl Store {
         inner: &Inner,
         key: &[u8],
         hash: KeyHash,
-        inflight: Option<Arc<crate::writer::Inflight>>,
+        inflight: Option<Arc<crate::index::Inflight>>,
     ) -> Lookup {
         if let Some(w) = inflight.filter(|w| w.followable && *w.key == *key) {
             return Lookup::Filling(ObjectHandle {
@@ -249,8 +250,9 @@ impl Inner {
                 if touch {
                     e.policy.touch();
                 }
-                if touch && again && self.handles.enabled() && !self.lent.load(Ordering::Acquire) {
-                    self.handles.keep(e, Arc::new(self.to_kept(&h, st)));
+                if touch && again && self.open_files.enabled() && !self.lent.load(Ordering::Acquire)
+                {
+                    self.open_files.keep(e, Arc::new(self.to_kept(&h, st)));
                 }
                 Lookup::Hit(h)
             }
@@ -269,22 +271,22 @@ impl Inner {
 
     /// A hit from the file `e` keeps open, its path checked again (`stat`: the same
     /// device and inode, the full length) when its last check is older than
-    /// `StoreConfig::open_handle_recheck`. A file that fails the check is closed; the
+    /// `StoreConfig::open_file_recheck`. A file that fails the check is closed; the
     /// caller opens the path again and finds what is there. None on a lent store.
     fn kept(&self, e: &Entry) -> Option<ObjectHandle> {
         if self.lent.load(Ordering::Acquire) {
             return None;
         }
         let o = lock(&e.open).clone()?;
-        let now = self.handles.now();
-        if !self.handles.fresh(&o, now) {
+        let now = self.open_files.now();
+        if !self.open_files.fresh(&o, now) {
             let d = &self.disks[usize::from(e.disk)];
             match self.io.path_state(&d.object_path(e.hash)) {
                 Ok(st) if st.dev == o.dev && st.ino == o.ino && st.len >= o.file_len => {
                     o.checked.store(now, Ordering::Relaxed);
                 }
                 _ => {
-                    self.handles.close_seq(e, o.seq);
+                    self.open_files.close_seq(e, o.seq);
                     return None;
                 }
             }
@@ -303,7 +305,7 @@ impl Inner {
     /// `st`: the file's `fstat` from the open.
     fn to_kept(&self, h: &ObjectHandle, st: FileState) -> OpenObject {
         let body_len = h.body_len().unwrap_or(0);
-        let (live, seq) = self.handles.live();
+        let (live, seq) = self.open_files.live();
         OpenObject {
             file: Arc::clone(&h.file),
             body_offset: h.body_offset,
@@ -313,7 +315,7 @@ impl Inner {
             ino: st.ino,
             meta: Arc::clone(&h.meta),
             created_ms: h.created_ms,
-            checked: AtomicU64::new(self.handles.now()),
+            checked: AtomicU64::new(self.open_files.now()),
             seq,
             _live: live,
         }
@@ -394,31 +396,4 @@ impl Inner {
         };
         Ok((handle, st))
     }
-}
-
-/// Read and verify the header of an object file at `path` (used by the reconcile scan).
-pub(crate) fn read_header(
-    io: &dyn crate::io::StoreIo,
-    path: &std::path::Path,
-) -> Result<Option<(crate::format::ObjectHeader, u64)>, std::io::Error> {
-    let file = io.open_read(path)?;
-    let mut buf = vec![0u8; HEADER_READ_LEN];
-    let n = io.read_at(&file, path, &mut buf, 0)?;
-    buf.truncate(n);
-    let Ok(need) = peek_header_len(&buf) else {
-        return Ok(None);
-    };
-    if need > n {
-        buf.resize(need, 0);
-        let m = io.read_at(&file, path, &mut buf[n..], n as u64)?;
-        buf.truncate(n + m);
-    }
-    let Ok(header) = decode_complete(&buf) else {
-        return Ok(None);
-    };
-    let len = io.file_state(&file, path)?.len;
-    if len < header.file_len() {
-        return Ok(None);
-    }
-    Ok(Some((header, len)))
 }

@@ -11,15 +11,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::disk::{charge_for, now_ms, OUT_OF_SERVICE_MARKER};
+use crate::format::read_header;
 use crate::health::{DiskErrorKind, DiskState};
 use crate::index::{lock, Entry};
 use crate::io::{IoOp, StoreIo};
 use crate::journal::{self, list_journals, JournalWriter, Record, SNAPSHOT_NAME};
 use crate::key::KeyHash;
-use crate::lookup::read_header;
 use crate::policy::{PolicyState, QueueId};
-use crate::store::Inner;
+use crate::state::disk::{charge_for, now_ms, OUT_OF_SERVICE_MARKER};
+use crate::state::Inner;
 
 /// Fan-out directories the reconcile scan visits between two eviction checks, so a
 /// long scan never delays eviction by more than a few milliseconds.
@@ -92,7 +92,7 @@ pub(crate) fn run(inner: &Arc<Inner>, i: usize) {
 }
 
 /// Wait for a wake-up or the maintenance interval.
-fn idle(inner: &Inner, disk: &crate::disk::Disk) {
+fn idle(inner: &Inner, disk: &crate::state::disk::Disk) {
     let (m, cv) = &disk.wake;
     let mut woken = lock(m);
     if !*woken {

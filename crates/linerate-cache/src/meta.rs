@@ -6,7 +6,50 @@
 //! `linerate-http` work); it only keeps what the origin said, byte for byte. Decoding is
 //! bounds-checked everywhere: the input comes from disk and may be corrupt.
 
-use crate::format::HeaderError;
+/// Why a header was rejected. Every variant makes the object a miss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Fewer bytes than the header claims (or than the fixed part).
+    #[error("header truncated")]
+    Truncated,
+    /// The first bytes are not [`MAGIC`](crate::format::MAGIC).
+    #[error("bad magic")]
+    BadMagic,
+    /// A format version this build does not read.
+    #[error("unsupported format version {0}")]
+    UnsupportedVersion(u16),
+    /// The header checksum does not match.
+    #[error("header checksum mismatch")]
+    BadChecksum,
+    /// A length field is out of range or inconsistent with the others.
+    #[error("header length field out of range")]
+    BadLength,
+    /// The metadata section does not decode.
+    #[error("stored metadata malformed")]
+    BadMeta,
+    /// The key or metadata is larger than the format allows (encoding side).
+    #[error("key or metadata too large")]
+    TooLarge,
+    /// The header is intact but the object was never finished (`body_len` unknown).
+    #[error("object incomplete")]
+    Incomplete,
+}
+
+impl HeaderError {
+    /// Short stable name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeaderError::Truncated => "truncated",
+            HeaderError::BadMagic => "bad_magic",
+            HeaderError::UnsupportedVersion(_) => "unsupported_version",
+            HeaderError::BadChecksum => "bad_checksum",
+            HeaderError::BadLength => "bad_length",
+            HeaderError::BadMeta => "bad_meta",
+            HeaderError::TooLarge => "too_large",
+            HeaderError::Incomplete => "incomplete",
+        }
+    }
+}
 
 /// Most header fields one object may store. Origins send a dozen or two; 256 is far
 /// above real responses and bounds the work of decoding a corrupt header.

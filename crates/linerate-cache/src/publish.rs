@@ -18,77 +18,12 @@
 //! is the index entry (until then lookups find the object in flight and serve it from
 //! the same file).
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::Ordering;
 
 use crate::index::lock;
-use crate::store::Inner;
-use crate::writer::{ObjectWriter, Published, WriteError};
-
-/// Called with the outcome once an object is published or has failed.
-pub type PublishDone = Box<dyn FnOnce(Result<Published, WriteError>) + Send>;
-
-/// Objects waiting for their disk's publisher.
-#[derive(Default)]
-pub(crate) struct PublishQueue {
-    queue: Mutex<Pending>,
-    ready: Condvar,
-    /// Flushes (batches) and objects published through them, since start.
-    pub(crate) batches: AtomicU64,
-    pub(crate) published: AtomicU64,
-    /// Writes refused because the backlog was over `max_publish_backlog`.
-    pub(crate) behind_refused: AtomicU64,
-    /// Whether the last write begun found the disk behind (logs the change only).
-    behind: AtomicBool,
-}
-
-#[derive(Default)]
-struct Pending {
-    objects: VecDeque<(ObjectWriter, PublishDone)>,
-    /// Body bytes queued: the backlog a disk that cannot keep up builds.
-    bytes: u64,
-}
-
-impl PublishQueue {
-    pub(crate) fn push(&self, w: ObjectWriter, done: PublishDone) {
-        let mut q = lock(&self.queue);
-        q.bytes += w.written();
-        q.objects.push_back((w, done));
-        drop(q);
-        self.ready.notify_one();
-    }
-
-    /// Body bytes waiting to be published.
-    pub(crate) fn backlog_bytes(&self) -> u64 {
-        lock(&self.queue).bytes
-    }
-
-    /// Whether a new write may start: false while more than `max` body bytes wait to
-    /// be published (`StoreConfig::max_publish_backlog`): the disk is behind the
-    /// origin, so the fill relays and stores nothing until it catches up; a slow disk
-    /// never slows a client and the page cache does not fill with data waiting for a
-    /// flush. Counted; the change is logged once each way.
-    pub(crate) fn admit(&self, disk: &str, max: u64) -> bool {
-        let backlog = self.backlog_bytes();
-        let behind = backlog > max;
-        if behind != self.behind.swap(behind, Ordering::Relaxed) {
-            if behind {
-                tracing::warn!(disk, backlog_bytes = backlog, max_publish_backlog = max, "disk behind the fills: new objects are relayed, not stored, until it catches up");
-            } else {
-                tracing::info!(disk, "disk caught up: storing again");
-            }
-        }
-        if behind {
-            self.behind_refused.fetch_add(1, Ordering::Relaxed);
-        }
-        !behind
-    }
-
-    pub(crate) fn wake(&self) {
-        self.ready.notify_all();
-    }
-}
+use crate::state::writer::ObjectWriter;
+use crate::state::Inner;
+use crate::state::PublishDone;
 
 /// Most objects published by one flush: bounds how long the first of them waits for
 /// the rest's headers and renames.

@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::disk::Disk;
 use crate::health::DiskState;
+use crate::state::disk::Disk;
 
 /// Counters of one disk at the moment [`crate::Store::stats`] was called.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,8 +1,11 @@
 //! The object store: opening the disks, admitting writes, purging, statistics, taking
 //! a failing disk out of service, and shutting down with a snapshot.
 //!
-//! Lookups are in `lookup.rs`, the per-disk background work (index load, eviction,
-//! compaction, reconcile, probing) in `maintenance.rs`, the write path in `writer.rs`.
+//! `Store` is the facade on top: the state it shares with its writers and threads is
+//! `state.rs` ([`Inner`], at the bottom of the files that work on it), lookups are in
+//! `lookup.rs`, the per-disk background work (index load, eviction, compaction,
+//! reconcile, probing) in `maintenance.rs`, the write path in `writer.rs`, lending the
+//! store to the next process in `lend.rs`.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,22 +17,23 @@ use tokio::sync::watch;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::config::{ConfigError, StoreConfig};
-use crate::disk::{charge_for, format_disk_states, now_ms, parse_disk_states, Disk, Reservation};
-use crate::disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
 use crate::format::{body_offset_for, ObjectHeader, BODY_LEN_UNKNOWN};
-use crate::handles::Handles;
-use crate::health::{DiskErrorKind, DiskState, Verdict};
-use crate::index::{lock, Entry, Index, Inserted};
+use crate::health::{DiskErrorKind, DiskState};
+use crate::index::Inflight;
+use crate::index::{lock, Index};
 use crate::io::{IoOp, StoreIo};
 use crate::journal::{list_journals, JournalWriter, Record};
 use crate::key::{KeyHash, MAX_KEY_LEN};
 use crate::lease::StoreLock;
 use crate::meta::ObjectMeta;
-use crate::placement;
+use crate::open_files::OpenFiles;
 use crate::policy::QueueId;
 use crate::progress::Progress;
+use crate::state::disk::{charge_for, now_ms, parse_disk_states, Disk, Reservation};
+use crate::state::disk::{DISK_STATES_FILE, OUT_OF_SERVICE_MARKER};
+use crate::state::writer::ObjectWriter;
+use crate::state::Inner;
 use crate::stats::DiskStats;
-use crate::writer::{Inflight, ObjectWriter};
 
 /// How long [`Store::purge`] and [`Store::purge_prefix`] wait for the index to finish
 /// loading before purging what is loaded. Loading a million objects takes about a
@@ -101,24 +105,6 @@ pub(crate) enum Begin {
 /// 8 MiB, above the largest usual slice (4 MiB by default).
 const PREALLOCATE_ABOVE: u64 = 8 << 20;
 
-/// Shared state of the store (behind an `Arc`, shared with writers and threads).
-pub(crate) struct Inner {
-    pub(crate) cfg: StoreConfig,
-    pub(crate) io: Arc<dyn StoreIo>,
-    pub(crate) index: Index,
-    pub(crate) disks: Vec<Disk>,
-    pub(crate) shutdown: AtomicBool,
-    /// Prefixes purged since start: the reconcile scan must not adopt them.
-    pub(crate) purged_prefixes: Mutex<Vec<Vec<u8>>>,
-    /// Notified whenever a disk finishes loading.
-    pub(crate) loaded_cv: (Mutex<()>, Condvar),
-    /// Lent to the next process ([`Store::lend`]): nothing is written, maintenance
-    /// pauses. Read without a lock on every write's start; set rarely.
-    pub(crate) lent: AtomicBool,
-    /// Object files kept open between hits, and their bound.
-    pub(crate) handles: Handles,
-}
-
 /// The persistent multi-disk object store. Cheap to share (`Arc<Store>`); every method
 /// takes `&self`. Dropping it stops the background threads and writes snapshots.
 pub struct Store {
@@ -185,7 +171,7 @@ impl Store {
         }
         let inner = Arc::new(Inner {
             index: Index::new(cfg.index_shards),
-            handles: Handles::new(cfg.open_handles, cfg.open_handle_recheck),
+            open_files: OpenFiles::new(cfg.open_files, cfg.open_file_recheck),
             cfg,
             io,
             disks,
@@ -515,9 +501,9 @@ impl Store {
     /// Object files kept open for later hits now: descriptors the store holds beyond
     /// those of writes in flight (responses still sending from a file that was closed
     /// here hold their own reference and are not counted). At most
-    /// [`StoreConfig::open_handles`].
+    /// [`StoreConfig::open_files`].
     pub fn open_files(&self) -> usize {
-        self.inner.handles.count()
+        self.inner.open_files.count()
     }
 
     /// Objects in the in-memory index (all disks). Cost: locks every shard in turn.
@@ -617,251 +603,4 @@ fn prepare_disk(io: &dyn StoreIo, disk: &Disk) -> Result<(), (IoOp, std::io::Err
     let j = JournalWriter::create(io, disk.dir(), gen).map_err(|e| (IoOp::Create, e))?;
     *lock(&disk.journal) = Some(j);
     Ok(())
-}
-
-impl Inner {
-    /// The in-service disk that should hold `hash`.
-    pub(crate) fn place(&self, hash: KeyHash) -> Option<usize> {
-        placement::choose(
-            hash,
-            self.disks
-                .iter()
-                .enumerate()
-                .filter(|(_, d)| d.health.in_service())
-                .map(|(i, d)| (i, d.candidate)),
-        )
-    }
-
-    pub(crate) fn all_loaded(&self) -> bool {
-        self.disks
-            .iter()
-            .all(|d| !d.health.in_service() || d.loaded.load(Ordering::Acquire))
-    }
-
-    pub(crate) fn wait_loaded(&self, timeout: Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
-        let (m, cv) = &self.loaded_cv;
-        let mut g = lock(m);
-        while !self.all_loaded() {
-            let now = std::time::Instant::now();
-            if now >= deadline || self.shutdown.load(Ordering::Acquire) {
-                return false;
-            }
-            g = match cv.wait_timeout(g, deadline - now) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
-        true
-    }
-
-    pub(crate) fn notify_loaded(&self) {
-        let (m, cv) = &self.loaded_cv;
-        let _g = lock(m);
-        cv.notify_all();
-    }
-
-    /// Put a freshly published (or adopted) entry in the index and its disk's policy,
-    /// releasing whatever it replaced.
-    pub(crate) fn index_published(&self, entry: Arc<Entry>) {
-        let inserted = self.index.insert(Arc::clone(&entry));
-        self.account_inserted(entry, inserted, false);
-    }
-
-    /// [`Inner::index_published`] if `allow` (called under the shard lock with the
-    /// current entry) agrees; returns whether it did. `inherit`: the entry replaces the
-    /// same object with new metadata, so it keeps the old entry's eviction state.
-    pub(crate) fn index_published_if(
-        &self,
-        entry: Arc<Entry>,
-        inherit: bool,
-        pin: &AtomicBool,
-        allow: impl FnOnce(Option<&Arc<Entry>>) -> bool,
-    ) -> bool {
-        // `pin` is read under the shard lock `insert_if` holds while it asks `allow`:
-        // a `Store::pin` of the key takes that lock too, so it either finds the entry
-        // indexed (and pins it itself) or set the flag before this reads it.
-        let mut pinned = false;
-        let inserted = self.index.insert_if(Arc::clone(&entry), |cur| {
-            pinned = pin.load(Ordering::Acquire);
-            allow(cur)
-        });
-        match inserted {
-            Some(Inserted::New) if pinned => {
-                let disk = &self.disks[usize::from(entry.disk)];
-                let hash = entry.hash;
-                disk.track(entry, Some(QueueId::Pinned));
-                if let Err(err) = disk.journal(&*self.io, &Record::Pin { hash, pinned: true }) {
-                    self.disk_error(disk.id, IoOp::Append, disk.dir(), &err);
-                }
-                true
-            }
-            Some(inserted) => {
-                self.account_inserted(entry, inserted, inherit);
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn account_inserted(&self, entry: Arc<Entry>, inserted: Inserted, inherit: bool) {
-        match inserted {
-            Inserted::New => self.disks[usize::from(entry.disk)].track(entry, None),
-            Inserted::Replaced(old) => {
-                let queue = old.policy.queue();
-                self.untrack(&old);
-                if old.disk != entry.disk {
-                    // A stale copy on another disk (written while this disk was out,
-                    // or before a placement change): remove it there.
-                    self.delete_object(&old);
-                }
-                if queue == QueueId::Pinned {
-                    // A refreshed copy of a pinned object stays pinned.
-                    let disk = &self.disks[usize::from(entry.disk)];
-                    let hash = entry.hash;
-                    disk.track(entry, Some(QueueId::Pinned));
-                    let rec = Record::Pin { hash, pinned: true };
-                    if let Err(err) = disk.journal(&*self.io, &rec) {
-                        self.disk_error(disk.id, IoOp::Append, disk.dir(), &err);
-                    }
-                    return;
-                }
-                let keep = inherit && old.disk == entry.disk && queue != QueueId::Removed;
-                if keep {
-                    entry.policy.inherit(&old.policy);
-                }
-                self.disks[usize::from(entry.disk)].track(entry, keep.then_some(queue));
-            }
-            Inserted::KeptNewer(_) => {}
-        }
-    }
-
-    /// Undo a rename whose object may not be indexed (its write was cancelled, or an
-    /// update found the object changed): unlink the file and journal the removal. An
-    /// entry still indexed for the key on this disk then names no file (or a file
-    /// renamed there later): its next lookup finds it missing and forgets it, as after
-    /// any file lost behind the index's back.
-    pub(crate) fn unpublish(&self, disk: u16, hash: KeyHash, path: &Path) {
-        let d = &self.disks[usize::from(disk)];
-        if !d.health.in_service() {
-            return; // wiped when it returns to service
-        }
-        match self.io.remove_file(path) {
-            Ok(()) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => self.disk_error(disk, IoOp::Remove, path, &err),
-        }
-        if let Err(err) = d.journal(&*self.io, &Record::Remove { hash }) {
-            self.disk_error(disk, IoOp::Append, d.dir(), &err);
-        }
-    }
-
-    /// Stop tracking an object that left the index (purged, replaced, evicted, found
-    /// missing) and close its kept file, so its blocks are freed when it is unlinked
-    /// (responses still sending from it finish first).
-    pub(crate) fn untrack(&self, e: &Entry) {
-        self.handles.close(e);
-        self.disks[usize::from(e.disk)].untrack(e);
-    }
-
-    /// Unlink an object that is no longer indexed and journal its removal.
-    pub(crate) fn delete_object(&self, e: &Entry) {
-        let disk = &self.disks[usize::from(e.disk)];
-        self.untrack(e);
-        if !disk.health.in_service() {
-            return; // wiped when it returns to service
-        }
-        let path = disk.object_path(e.hash);
-        match self.io.remove_file(&path) {
-            Ok(()) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => self.disk_error(e.disk, IoOp::Remove, &path, &err),
-        }
-        if let Err(err) = disk.journal(&*self.io, &Record::Remove { hash: e.hash }) {
-            self.disk_error(e.disk, IoOp::Append, disk.dir(), &err);
-        }
-    }
-
-    /// Count an I/O error against a disk; take it out of service past the threshold.
-    pub(crate) fn disk_error(&self, disk: u16, op: IoOp, path: &Path, err: &std::io::Error) {
-        let kind = DiskErrorKind::of(err);
-        self.count_error(disk, kind, op, path, &err.to_string());
-    }
-
-    /// Count an error of a known kind (corrupt headers have no errno).
-    pub(crate) fn count_error(
-        &self,
-        disk: u16,
-        kind: DiskErrorKind,
-        op: IoOp,
-        path: &Path,
-        detail: &str,
-    ) {
-        let d = &self.disks[usize::from(disk)];
-        tracing::warn!(disk = %d.name(), op = op.as_str(), kind = kind.as_str(), path = %path.display(), error = detail, "disk error");
-        if kind == DiskErrorKind::NoSpace {
-            d.wake();
-        }
-        let verdict = d.health.record(
-            kind,
-            now_ms(),
-            self.cfg.error_threshold,
-            self.cfg.error_window,
-        );
-        if verdict == Verdict::Tripped {
-            self.take_out_of_service(usize::from(disk), kind);
-        }
-    }
-
-    /// The disk failed: its objects become misses, writes go elsewhere, the state is
-    /// persisted, and the maintenance task starts probing it.
-    fn take_out_of_service(&self, i: usize, kind: DiskErrorKind) {
-        let d = &self.disks[i];
-        tracing::error!(disk = %d.name(), cause = kind.as_str(), errors = d.health.total_errors(), "disk taken out of service");
-        d.loaded.store(false, Ordering::Release);
-        *lock(&d.journal) = None;
-        let dropped = self.index.drain_matching(|e| usize::from(e.disk) == i);
-        for e in &dropped {
-            self.handles.close(e);
-        }
-        lock(&d.policy).clear();
-        d.used.store(0, Ordering::Release);
-        d.objects.store(0, Ordering::Release);
-        tracing::info!(disk = %d.name(), objects = dropped.len(), "index entries of failed disk dropped");
-        // Best effort: the failed disk may not take the marker; the other disks do.
-        // Not from a lent store: the disks are the next process's to judge and record.
-        if !self.lent.load(Ordering::Acquire) {
-            let _ = self.io.create_new(&d.dir().join(OUT_OF_SERVICE_MARKER));
-            self.persist_disk_states();
-        }
-        self.notify_loaded();
-        d.wake();
-    }
-
-    /// Write the list of out-of-service disks to every in-service disk.
-    pub(crate) fn persist_disk_states(&self) {
-        let out: Vec<&str> = self
-            .disks
-            .iter()
-            .filter(|d| !d.health.in_service())
-            .map(|d| d.name())
-            .collect();
-        let body = format_disk_states(&out);
-        for d in self.disks.iter().filter(|d| d.health.in_service()) {
-            let tmp = d.dir().join(format!("{DISK_STATES_FILE}.tmp"));
-            let _ = self.io.remove_file(&tmp);
-            let res = self
-                .io
-                .create_new(&tmp)
-                .and_then(|f| {
-                    self.io
-                        .write_at(&f, &tmp, &body, 0)
-                        .and_then(|()| self.io.sync_data(&f, &tmp))
-                })
-                .and_then(|()| self.io.rename(&tmp, &d.dir().join(DISK_STATES_FILE)));
-            if let Err(e) = res {
-                tracing::warn!(disk = %d.name(), error = %e, "cannot record disk states");
-            }
-        }
-    }
 }

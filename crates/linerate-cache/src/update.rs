@@ -16,7 +16,6 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::disk::now_ms;
 use crate::format::{decode_complete, MAX_HEADER_LEN};
 use crate::health::DiskErrorKind;
 use crate::io::IoOp;
@@ -24,8 +23,9 @@ use crate::key::{KeyHash, MAX_KEY_LEN};
 use crate::lookup::{Lookup, MissReason, ObjectHandle};
 use crate::meta::ObjectMeta;
 use crate::progress::WriteFailure;
+use crate::state::disk::now_ms;
+use crate::state::writer::{ObjectWriter, Replaces};
 use crate::store::{Begin, Store, WriteRefused};
-use crate::writer::{ObjectWriter, Replaces};
 
 /// Body bytes copied per read/append: a manifest in one step, a segment in a few
 /// dozen, without holding a whole object in memory.

@@ -45,14 +45,14 @@ fn disk_failing_mid_run_goes_out_of_service_while_the_other_keeps_serving() {
     let mut cfg = config(dir.path(), &[("d0", 64 * MIB), ("d1", 64 * MIB)]);
     cfg.error_threshold = 5;
     cfg.probe_interval = Duration::from_secs(3600);
-    cfg.open_handle_recheck = Duration::from_millis(100);
+    cfg.open_file_recheck = Duration::from_millis(100);
     let store = Store::open_with_io(cfg.clone(), io.clone()).unwrap();
     let (on0, on1) = keys_by_disk(&store, 200);
     assert!(on0.len() > 50 && on1.len() > 50);
 
     // d0 starts returning EIO on every operation. Its objects' files are already open
     // (kept by the lookups above), so no operation goes through the seam until a kept
-    // file's path is checked again (`stat`, after open_handle_recheck); those checks
+    // file's path is checked again (`stat`, after open_file_recheck); those checks
     // and the reopens fail and take the disk out.
     io.add(FaultRule::always(None, &dir.path().join("d0"), libc_eio()));
     wait_until("d0 out of service", || {
@@ -217,12 +217,12 @@ fn deleted_objects_directory_takes_the_disk_out() {
     let mut cfg = config(dir.path(), &[("d0", 64 * MIB), ("d1", 64 * MIB)]);
     cfg.error_threshold = 3;
     cfg.probe_interval = Duration::from_secs(3600);
-    cfg.open_handle_recheck = Duration::from_millis(100);
+    cfg.open_file_recheck = Duration::from_millis(100);
     let store = Store::open(cfg).unwrap();
     let (on0, on1) = keys_by_disk(&store, 100);
     std::fs::remove_dir_all(dir.path().join("d0/objects")).unwrap();
     // Kept files (opened by the lookups above) still hold the bytes, so they answer
-    // until their paths are checked again (open_handle_recheck); the checks find them
+    // until their paths are checked again (open_file_recheck); the checks find them
     // gone, the reopen finds no `objects/`, and the disk goes out.
     wait_until("d0 out of service", || {
         for k in &on0 {

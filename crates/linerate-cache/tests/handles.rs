@@ -2,7 +2,7 @@
 //! before, without opening, reading or `fstat`ing it again; every way an object leaves
 //! the store closes its file at once (no evicted or purged file stays allocated behind
 //! the store's accounting); the count is bounded; a file changed behind the store's
-//! back is seen after `open_handle_recheck`; a lent store keeps none.
+//! back is seen after `open_file_recheck`; a lent store keeps none.
 #![allow(clippy::unwrap_used, reason = "tests on temp dirs they created")]
 
 mod common;
@@ -76,9 +76,9 @@ fn a_warm_hit_opens_and_reads_nothing() {
         let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
         cfg.error_threshold = 1000;
         // No recheck within the test: only the kept file can answer.
-        cfg.open_handle_recheck = Duration::from_secs(3600);
+        cfg.open_file_recheck = Duration::from_secs(3600);
         if !kept {
-            cfg.open_handles = 0;
+            cfg.open_files = 0;
         }
         let store = Store::open_with_io(cfg, io.clone()).unwrap();
         let body = body_for(b"seg/1", 70_000);
@@ -176,13 +176,13 @@ fn objects_leaving_the_store_close_their_files() {
     assert_eq!(store.open_files() as u64, st.objects);
 }
 
-/// At most `open_handles` files are kept; a file whose handle was closed answers again
+/// At most `open_files` files are kept; a file whose handle was closed answers again
 /// by opening it.
 #[test]
 fn kept_files_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
-    cfg.open_handles = 3;
+    cfg.open_files = 3;
     let store = Store::open_with_io(cfg, roomy_io()).unwrap();
     for i in 0..10 {
         let k = format!("k/{i}");
@@ -208,7 +208,7 @@ fn kept_files_are_bounded() {
 fn files_changed_behind_the_store_are_seen_after_the_recheck() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
-    cfg.open_handle_recheck = Duration::from_millis(200);
+    cfg.open_file_recheck = Duration::from_millis(200);
     let store = Store::open_with_io(cfg, roomy_io()).unwrap();
     let removed = put_kept(&store, b"removed");
     let files = object_files(dir.path());
@@ -258,7 +258,7 @@ fn files_changed_behind_the_store_are_seen_after_the_recheck() {
 fn a_lent_store_keeps_no_files() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
-    cfg.open_handle_recheck = Duration::from_secs(3600);
+    cfg.open_file_recheck = Duration::from_secs(3600);
     let store = Store::open_with_io(cfg, roomy_io()).unwrap();
     let body = put_kept(&store, b"seg");
     assert_eq!(store.open_files(), 1);

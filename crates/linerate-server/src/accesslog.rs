@@ -26,7 +26,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use crate::logbudget::{Admit, LogBudget};
 use crate::operate::{AccessLogOptions, LogFormat};
-use crate::stats::{CacheStatus, Refusal, WorkerStats};
+use crate::stats::{CachePhase, Refusal, WorkerStats};
 
 /// Refused requests logged per second per worker at most. At a line of about 200 bytes
 /// that is 10 KB/s per worker under a flood, against the gigabytes a second of bad
@@ -84,7 +84,7 @@ pub(crate) struct Finished<'c> {
     /// From complete head to last byte, microseconds.
     pub(crate) duration_us: u64,
     /// Cache status.
-    pub(crate) cache: CacheStatus,
+    pub(crate) cache: CachePhase,
     /// Smoothed RTT, if this connection is sampled.
     pub(crate) rtt_us: Option<u32>,
     /// The socket's congestion control (e.g. `cubic`), if this connection is sampled.
@@ -376,7 +376,7 @@ mod tests {
             status: 206,
             bytes: 1234,
             duration_us: 56,
-            cache: CacheStatus::Local,
+            cache: CachePhase::Local,
             rtt_us: Some(42),
             congestion: Some("cubic"),
             worker: 3,

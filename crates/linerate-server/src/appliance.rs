@@ -18,7 +18,7 @@ use linerate_http::{mime, path, HeadWriter, Method, Persistence, RequestHead, St
 use crate::context::Worker;
 use crate::openfiles::OpenError;
 use crate::response::{error, persistence_field, refused, simple, Body, Response, SERVER};
-use crate::stats::CacheStatus;
+use crate::stats::CachePhase;
 
 /// Decide the response to one request.
 pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
@@ -41,7 +41,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
         return error(worker, StatusCode::NotFound, persistence);
     }
     let open = match worker
-        .open_files
+        .open_file_cache
         .open(worker.shared.root.as_fd(), &target.relative)
     {
         Ok(f) => f,
@@ -97,7 +97,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
                 body: Body::Empty,
                 persistence,
                 status: StatusCode::NotModified,
-                cache: CacheStatus::Local,
+                cache: CachePhase::Local,
                 refusal: None,
             };
         }
@@ -156,7 +156,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
                 body: Body::Empty,
                 persistence,
                 status: StatusCode::RangeNotSatisfiable,
-                cache: CacheStatus::Local,
+                cache: CachePhase::Local,
                 refusal: None,
             };
         }
@@ -188,7 +188,7 @@ pub(crate) fn respond_to(worker: &Worker, req: &RequestHead<'_>) -> Response {
         body,
         persistence,
         status,
-        cache: CacheStatus::Local,
+        cache: CachePhase::Local,
         refusal: None,
     }
 }

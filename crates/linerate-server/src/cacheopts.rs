@@ -406,6 +406,9 @@ pub struct RouteOptions {
     pub host: Option<String>,
     /// Path prefix to match (`/` matches everything).
     pub path_prefix: String,
+    /// Host every object of the route is keyed under, whatever host a request names
+    /// (lower-case, no port); `None`: the request's own.
+    pub key_host: Option<String>,
     /// Name of the origin.
     pub origin: String,
     /// The profile the two fields below came from.
@@ -443,6 +446,7 @@ impl RouteOptions {
         RouteOptions {
             host: None,
             path_prefix: "/".to_owned(),
+            key_host: None,
             origin: origin.to_owned(),
             profile: Profile::Standard,
             default_ttl: None,
@@ -471,6 +475,12 @@ pub struct RawRoute {
     host: Option<String>,
     #[serde(default = "root_prefix", deserialize_with = "path_prefix")]
     path_prefix: String,
+    #[serde(
+        default,
+        deserialize_with = "key_host",
+        skip_serializing_if = "Option::is_none"
+    )]
+    key_host: Option<String>,
     origin: String,
     #[serde(default)]
     profile: Profile,
@@ -520,6 +530,7 @@ impl From<RawRoute> for RouteOptions {
         RouteOptions {
             host: raw.host,
             path_prefix: raw.path_prefix,
+            key_host: raw.key_host,
             origin: raw.origin,
             profile: raw.profile,
             default_ttl: raw.default_ttl_s.map(Duration::from_secs).or(default_ttl),
@@ -546,6 +557,7 @@ impl From<RouteOptions> for RawRoute {
         RawRoute {
             host: r.host,
             path_prefix: r.path_prefix,
+            key_host: r.key_host,
             origin: r.origin,
             profile: r.profile,
             default_ttl_s: r
@@ -608,6 +620,18 @@ fn route_host<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Erro
         ));
     }
     Ok(Some(s))
+}
+
+/// `key_host`: a host as `host` takes one, without its `*.` wildcard (a key names
+/// one host).
+fn key_host<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let host = route_host(d)?;
+    if host.as_deref().is_some_and(|h| h.starts_with("*.")) {
+        return Err(serde::de::Error::custom(
+            "one host name without port or wildcard (`cdn.example.com`, an IP address)",
+        ));
+    }
+    Ok(host)
 }
 
 fn path_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {

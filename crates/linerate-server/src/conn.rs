@@ -25,7 +25,7 @@ use crate::accesslog::{Finished, Pending};
 use crate::context::Worker;
 use crate::handler::Mode;
 use crate::response::{self, Response};
-use crate::stats::{CacheStatus, CloseReason, ConnState, Refusal};
+use crate::stats::{CachePhase, CloseReason, ConnState, Refusal};
 use crate::transport::Transport;
 
 /// Bytes reserved per read into the head buffer. Players' heads are 200-800 bytes, so
@@ -525,7 +525,7 @@ impl Conn<'_> {
         let status = response.status.code();
         let mut sent = 0;
         let _ = self.io.send(self.worker, response, &mut sent).await;
-        self.worker.stats.response(status, CacheStatus::Local, 0);
+        self.worker.stats.response(status, CachePhase::Local, 0);
         self.worker.stats.refusal(why);
         let admitted = self.worker.log.borrow_mut().admit_refusal();
         if let Some(suppressed) = admitted {
@@ -534,7 +534,7 @@ impl Conn<'_> {
                 status,
                 bytes: sent,
                 duration_us: 0,
-                cache: CacheStatus::Local,
+                cache: CachePhase::Local,
                 rtt_us: self.rtt_us,
                 congestion: self.congestion.as_deref(),
                 worker: self.worker.index,

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use crate::accesslog::AccessLog;
 use crate::clock::DateCache;
 use crate::coldpool::ColdPool;
-use crate::openfiles::OpenFiles;
+use crate::openfiles::OpenFileCache;
 use crate::operate::Metrics;
 use crate::options::ServerOptions;
 use crate::park::Parking;
@@ -130,7 +130,7 @@ pub(crate) struct Worker {
     /// xorshift state for choosing the connections whose TCP_INFO is sampled.
     tcp_rng: Cell<u64>,
     /// Appliance mode's open files (see `openfiles`).
-    pub(crate) open_files: OpenFiles,
+    pub(crate) open_file_cache: OpenFileCache,
     /// This worker's copy of the TLS server configuration (see the module docs).
     pub(crate) tls_config: RefCell<Option<Arc<ServerConfig>>>,
     /// Free (plaintext, ciphertext) chunk pairs for user-space TLS sends.
@@ -153,12 +153,12 @@ impl Worker {
             &stats,
         );
         let tls_config = shared.tls.as_ref().map(|t| t.configs.borrow().clone());
-        let open_files = OpenFiles::new(
+        let open_file_cache = OpenFileCache::new(
             shared.options.open_file_cache,
             shared.options.open_file_cache_valid,
         );
         Ok(Worker {
-            open_files,
+            open_file_cache,
             tls_config: RefCell::new(tls_config),
             tls_chunks: RefCell::new(Vec::new()),
             live: RefCell::new(Rc::new(Live::new(options))),

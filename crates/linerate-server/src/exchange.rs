@@ -10,7 +10,7 @@ use linerate_http::{Persistence, RequestHead, StatusCode};
 
 use crate::context::Worker;
 use crate::response::{Body, Response};
-use crate::stats::CacheStatus;
+use crate::stats::CachePhase;
 use crate::transport::Transport;
 
 /// A request as the connection hands it to a handler.
@@ -82,7 +82,7 @@ impl<'a> Interim<'a> {
             body: Body::Empty,
             persistence: Persistence::KeepAlive,
             status: StatusCode::Other(103),
-            cache: CacheStatus::Local,
+            cache: CachePhase::Local,
             refusal: None,
         };
         let mut sent = 0;

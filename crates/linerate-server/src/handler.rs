@@ -43,7 +43,14 @@ impl Mode {
     pub(crate) async fn respond(&self, worker: &Rc<Worker>, req: Request<'_>) -> Response {
         match self {
             Mode::Appliance => crate::appliance::respond_to(worker, req.head),
-            Mode::Cache(pw) => crate::proxy::respond(worker, pw, req).await,
+            Mode::Cache(pw) => {
+                // With `[cluster]`, `/_linerate/...` is the peers' (purges, purge logs),
+                // never an origin's.
+                if let Some(r) = crate::purge::serve_peer(worker, &pw.shared, &req).await {
+                    return r;
+                }
+                crate::proxy::respond(worker, pw, req).await
+            }
         }
     }
 }

@@ -44,7 +44,7 @@ use crate::context::Worker;
 use crate::handler::Mode;
 use crate::openfiles::Hot;
 use crate::response::{self, Body, Piece, Response, TransferError};
-use crate::stats::{CacheStatus, CloseReason, ConnState, Refusal};
+use crate::stats::{CachePhase, CloseReason, ConnState, Refusal};
 use crate::transfer::Part;
 use crate::transport::Transport;
 
@@ -172,7 +172,7 @@ struct Out {
     playlist: bool,
     /// For the access log and counters.
     status: u16,
-    cache: Option<CacheStatus>,
+    cache: Option<CachePhase>,
     refusal: Option<Refusal>,
     sent: u64,
 }
@@ -785,7 +785,7 @@ impl H2<'_> {
     /// A stream is done (ended, reset, or failed): count and log it.
     fn finish(&mut self, _id: u32, s: Stream, complete: bool) {
         let out = s.out.borrow();
-        let cache = out.cache.unwrap_or(CacheStatus::Local);
+        let cache = out.cache.unwrap_or(CachePhase::Local);
         let stats = self.worker.request_stats();
         let duration_us = u64::try_from(s.started.elapsed().as_micros()).unwrap_or(u64::MAX);
         if out.status != 0 {

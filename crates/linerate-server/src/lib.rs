@@ -36,6 +36,7 @@ mod origin;
 mod park;
 mod proxy;
 mod purge;
+mod purgelog;
 mod response;
 mod server;
 pub mod stats;

@@ -12,7 +12,7 @@
 //! answer 403). Revalidating by path, not by the cached
 //! descriptor, is what catches a rename-replace or a delete: the descriptor keeps the
 //! old inode alive and would serve it forever. A file that a transfer finds shorter than
-//! promised is dropped at once ([`OpenFiles::forget_fd`]). What this leaves, within
+//! promised is dropped at once ([`OpenFileCache::forget_fd`]). What this leaves, within
 //! `valid` of a change: a file written *in place* sends its new bytes (same inode) under
 //! the old length and validators (a shrink ends the response early, never padded, and
 //! drops the entry); a replaced or deleted file is still served as it was. Publishing by
@@ -230,19 +230,19 @@ impl Table {
 }
 
 /// The cache. Capacity 0 disables it: every request opens and closes its file.
-pub(crate) struct OpenFiles {
+pub(crate) struct OpenFileCache {
     capacity: usize,
     valid: Duration,
     table: RefCell<Table>,
-    /// Set by [`OpenFiles::watch`] once its inotify instance is up.
+    /// Set by [`OpenFileCache::watch`] once its inotify instance is up.
     watch: RefCell<Option<std::rc::Rc<DirWatch>>>,
 }
 
-impl OpenFiles {
+impl OpenFileCache {
     /// A cache of at most `capacity` open files, each trusted for `valid` between
     /// checks of its path.
-    pub(crate) fn new(capacity: usize, valid: Duration) -> OpenFiles {
-        OpenFiles {
+    pub(crate) fn new(capacity: usize, valid: Duration) -> OpenFileCache {
+        OpenFileCache {
             capacity,
             valid,
             table: RefCell::new(Table::default()),
@@ -426,7 +426,7 @@ mod tests {
         let (tmp, root) = setup();
         let dir = tmp.path();
         std::fs::write(dir.join("a.ts"), b"one").unwrap();
-        let cache = OpenFiles::new(4, Duration::from_millis(50));
+        let cache = OpenFileCache::new(4, Duration::from_millis(50));
         let first = cache.open(root.as_fd(), b"a.ts").unwrap();
         assert_eq!(first.content_type, "video/mp2t");
         let again = cache.open(root.as_fd(), b"a.ts").unwrap();
@@ -462,7 +462,7 @@ mod tests {
         for i in 0..10 {
             std::fs::write(dir.join(format!("{i}")), format!("{i}")).unwrap();
         }
-        let cache = OpenFiles::new(3, Duration::from_secs(60));
+        let cache = OpenFileCache::new(3, Duration::from_secs(60));
         let hot = cache.open(root.as_fd(), b"0").unwrap();
         for i in 1..10 {
             let _ = cache.open(root.as_fd(), b"0").unwrap();
@@ -495,12 +495,12 @@ mod tests {
         let dir = tmp.path();
         std::fs::create_dir_all(dir.join("d")).unwrap();
         std::fs::write(dir.join("f"), b"x").unwrap();
-        let cache = OpenFiles::new(0, Duration::from_secs(60));
+        let cache = OpenFileCache::new(0, Duration::from_secs(60));
         let a = cache.open(root.as_fd(), b"f").unwrap();
         let b = cache.open(root.as_fd(), b"f").unwrap();
         assert!(!Rc::ptr_eq(&a, &b));
         assert_eq!(cache.len(), 0);
-        let on = OpenFiles::new(2, Duration::from_secs(60));
+        let on = OpenFileCache::new(2, Duration::from_secs(60));
         assert!(matches!(
             on.open(root.as_fd(), b"d"),
             Err(OpenError::NotAFile)

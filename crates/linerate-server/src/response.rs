@@ -19,7 +19,7 @@ use linerate_http::range::ByteRange;
 use linerate_http::{HeadWriter, Persistence, RequestHead, StatusCode, Version};
 
 use crate::context::Worker;
-use crate::stats::{CacheStatus, Refusal};
+use crate::stats::{CachePhase, Refusal};
 
 /// `Server` field value.
 pub(crate) const SERVER: &[u8] = b"linerate";
@@ -35,7 +35,7 @@ pub(crate) struct Response {
     /// The status in `head` (for counters and the access log).
     pub(crate) status: StatusCode,
     /// Where the content came from (appliance mode: always `Local`).
-    pub(crate) cache: CacheStatus,
+    pub(crate) cache: CachePhase,
     /// Why the request was refused, when it was (see [`refused`]): the access log's
     /// `reason=` and `linerate_requests_refused_total`.
     pub(crate) refusal: Option<Refusal>,
@@ -151,7 +151,7 @@ pub(crate) fn interim_continue() -> Response {
         body: Body::Empty,
         persistence: Persistence::KeepAlive,
         status: StatusCode::Other(100),
-        cache: CacheStatus::Local,
+        cache: CachePhase::Local,
         refusal: None,
     }
 }
@@ -215,7 +215,7 @@ fn text(
         body: Body::Empty,
         persistence,
         status,
-        cache: CacheStatus::Local,
+        cache: CachePhase::Local,
         refusal: None,
     }
 }

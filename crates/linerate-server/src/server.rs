@@ -330,13 +330,13 @@ fn run_controlled(
             let mut c = c.clone();
             if let Some(n) = nofile {
                 let cap = usize::try_from(n / 4).unwrap_or(usize::MAX);
-                if c.store.open_handles > cap {
+                if c.store.open_files > cap {
                     tracing::warn!(
-                        configured = c.store.open_handles,
+                        configured = c.store.open_files,
                         cap,
                         "cache.open_files capped to a quarter of the descriptor limit"
                     );
-                    c.store.open_handles = cap;
+                    c.store.open_files = cap;
                 }
             }
             Some(

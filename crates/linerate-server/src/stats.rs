@@ -78,44 +78,9 @@ impl StatusClass {
     }
 }
 
-/// Where a response's bytes came from, with respect to a cache. Appliance mode serves
-/// everything from its own disks: `Local`. The cache statuses are defined now so that
-/// the cache issue only has to pass them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheStatus {
-    /// Served from the appliance library (no cache involved), or an error we answered.
-    Local,
-    /// Fresh object from the cache.
-    Hit,
-    /// Fetched from the origin.
-    Miss,
-    /// Stale object served (while revalidating or because the origin failed).
-    Stale,
-    /// Not cacheable; passed through from the origin.
-    Pass,
-}
-
-impl CacheStatus {
-    /// All statuses, in label order.
-    pub const ALL: [CacheStatus; 5] = [
-        CacheStatus::Local,
-        CacheStatus::Hit,
-        CacheStatus::Miss,
-        CacheStatus::Stale,
-        CacheStatus::Pass,
-    ];
-
-    /// Metric and log label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CacheStatus::Local => "local",
-            CacheStatus::Hit => "hit",
-            CacheStatus::Miss => "miss",
-            CacheStatus::Stale => "stale",
-            CacheStatus::Pass => "pass",
-        }
-    }
-}
+/// Where a response's bytes came from, with respect to a cache: the request's phase
+/// (appliance mode serves everything from its own disks: `Local`).
+pub use linerate_http::cache::CachePhase;
 
 /// How a response's bytes reached the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -705,12 +670,12 @@ impl Snapshot {
     /// Requests answered from cache (hit or stale) and from the cache at all (hit,
     /// stale or miss): the hit ratio's numerator and denominator.
     pub fn hit_counts(&self) -> (u64, u64) {
-        let by = |c: CacheStatus| -> u64 {
-            let i = CacheStatus::ALL.iter().position(|&x| x == c).unwrap_or(0);
+        let by = |c: CachePhase| -> u64 {
+            let i = CachePhase::ALL.iter().position(|&x| x == c).unwrap_or(0);
             self.requests.iter().map(|row| row[i]).sum()
         };
-        let hits = by(CacheStatus::Hit) + by(CacheStatus::Stale);
-        (hits, hits + by(CacheStatus::Miss))
+        let hits = by(CachePhase::Hit) + by(CachePhase::Stale);
+        (hits, hits + by(CachePhase::Miss))
     }
 }
 
@@ -768,7 +733,7 @@ impl WorkerStats {
 
     /// One response finished (completely or not): its status, cache status, duration.
     #[inline]
-    pub fn response(&self, status: u16, cache: CacheStatus, duration_us: u64) {
+    pub fn response(&self, status: u16, cache: CachePhase, duration_us: u64) {
         let class = StatusClass::of(status) as usize;
         bump(&self.requests[class][cache as usize], 1);
         self.duration.observe(duration_us);
@@ -910,9 +875,9 @@ mod tests {
     fn counts_sum_and_histogram_buckets() {
         let a = WorkerStats::new();
         let b = WorkerStats::new();
-        a.response(200, CacheStatus::Local, 50);
-        a.response(206, CacheStatus::Local, 300);
-        b.response(404, CacheStatus::Local, 20_000_000);
+        a.response(200, CachePhase::Local, 50);
+        a.response(206, CachePhase::Local, 300);
+        b.response(404, CachePhase::Local, 20_000_000);
         a.sent(DeliveryPath::Sendfile, 10);
         b.sent(DeliveryPath::KernelTls, 5);
         let mut sum = a.snapshot();

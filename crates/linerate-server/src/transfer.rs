@@ -280,7 +280,7 @@ impl Sender<'_> {
             match result {
                 Ok(0) => {
                     // Shorter than its cached length says: never serve that entry again.
-                    self.worker.open_files.forget_fd(fd.as_raw_fd());
+                    self.worker.open_file_cache.forget_fd(fd.as_raw_fd());
                     return Err(TransferError::Truncated);
                 }
                 Ok(n) => self.sent += n as u64,
@@ -380,7 +380,7 @@ impl Sender<'_> {
                 }
             }
             SendEnd::Eof => {
-                self.worker.open_files.forget_fd(file.as_raw_fd());
+                self.worker.open_file_cache.forget_fd(file.as_raw_fd());
                 Err(TransferError::Truncated)
             }
             SendEnd::Failed(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),

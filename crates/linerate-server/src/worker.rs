@@ -92,7 +92,7 @@ impl WorkerPlan {
                 let w = worker.clone();
                 tokio::task::spawn_local(async move {
                     let workers = w.shared.options.workers;
-                    w.open_files
+                    w.open_file_cache
                         .watch(std::os::fd::AsFd::as_fd(&w.shared.root), workers)
                         .await;
                 })

@@ -1,7 +1,8 @@
 //! The server's modules form layers: no module reaches, through `crate::` or `super::`
 //! paths, one that reaches back to it (ARCHITECTURE.md, "Inside `linerate-server`").
 //! A cycle of files that all need each other is how the cache wing once grew into a
-//! 16-file knot; this keeps it from coming back, for this crate and `linerate-http`.
+//! 16-file knot; this keeps it from coming back, for this crate, `linerate-http` and
+//! `linerate-cache`.
 //!
 //! Granularity is the file. A module and its own submodules may use each other (a
 //! `mod.rs` re-exporting its children is not a cycle); comment lines are skipped.
@@ -179,6 +180,13 @@ fn server_modules_form_layers() {
 #[test]
 fn http_modules_form_layers() {
     check(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../linerate-http/src"));
+}
+
+/// The store: its shared state (`state`) at the bottom, `store` (the `Store` facade)
+/// on top of the modules that work on that state.
+#[test]
+fn cache_modules_form_layers() {
+    check(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../linerate-cache/src"));
 }
 
 /// The check itself finds a cycle: two modules that use each other, and three in a ring.

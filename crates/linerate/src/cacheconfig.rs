@@ -109,7 +109,7 @@ impl Default for CacheSection {
             high_watermark_percent: Spanned::new(0..0, store.high_watermark_percent),
             low_watermark_percent: Spanned::new(0..0, store.low_watermark_percent),
             max_object_bytes: store.max_object_bytes,
-            open_files: store.open_handles,
+            open_files: store.open_files,
             max_publish_backlog: store.max_publish_backlog,
             disk: Vec::new(),
         }
@@ -329,7 +329,7 @@ impl TryFrom<CacheSections<'_>> for CacheOptions {
         store.high_watermark_percent = *cache.high_watermark_percent.get_ref();
         store.low_watermark_percent = *cache.low_watermark_percent.get_ref();
         store.max_object_bytes = cache.max_object_bytes;
-        store.open_handles = cache.open_files;
+        store.open_files = cache.open_files;
         store.max_publish_backlog = cache.max_publish_backlog;
         store.validate().map_err(|e| {
             let message = format!("cache mode: {e}");
@@ -823,6 +823,8 @@ profile = "video"
             ("[[route]]\norigin = \"o\"\npath_prefix = \"/a/./%7e/\"\n", "line 3", "write \"/a/~/\""),
             ("[[route]]\norigin = \"o\"\npath_prefix = \"/a/../../\"\n", "line 3", "escapes_root"),
             ("[[route]]\norigin = \"o\"\nhost = \"a.com:80\"\n", "line 3", "without port"),
+            ("[[route]]\norigin = \"o\"\nkey_host = \"a.com:80\"\n", "line 3", "without port"),
+            ("[[route]]\norigin = \"o\"\nkey_host = \"*.a.com\"\n", "line 3", "wildcard"),
             ("[[route]]\norigin = \"o\"\nquery = \"some\"\n", "line 3", "include"),
             ("[[route]]\norigin = \"o\"\nslice_bytes = 100\n", "line 3", "at least"),
             ("[[route]]\norigin = \"o\"\nprefetch_segments = 17\n", "line 3", "at most 16"),

@@ -118,6 +118,41 @@ fn miss_then_hit_with_age_and_cache_status() {
     server.stop();
 }
 
+/// Route `key_host`: clients naming the cache by different hosts (its addresses, a
+/// name, a port) share one object on such a route, so the second host costs no origin
+/// request; a route without it keeps one object, and one origin request, per host.
+/// Guards the key being built from the route's `key_host` wherever it is built.
+#[test]
+fn key_host_makes_every_host_of_a_route_one_object() {
+    let origin = Origin::start(|_| origin::ok(b"one object", &[("Cache-Control", "max-age=60")]));
+    let hosts = ["Host: 10.0.0.1", "Host: Other.Example:8080"];
+    let server = start(
+        &origin,
+        "slice_bytes = 0\nkey_host = \"cdn.example.com\"",
+        "",
+    );
+    let first = get(&server, "/k.ts", &[hosts[0]]);
+    assert_eq!(
+        (first.status, first.body.as_slice()),
+        (200, &b"one object"[..])
+    );
+    let second = get(&server, "/k.ts", &[hosts[1]]);
+    assert_eq!(
+        (second.status, second.body.as_slice()),
+        (200, &b"one object"[..])
+    );
+    let cs = cache_status(&second);
+    assert!(cs.contains("; hit"), "{cs}");
+    assert_eq!(origin.total(), 1, "{:?}", origin.requests());
+    drop(server);
+    // Without it, each host is its own object.
+    let plain = start(&origin, "slice_bytes = 0", "");
+    for h in hosts {
+        assert_eq!(get(&plain, "/k.ts", &[h]).status, 200);
+    }
+    assert_eq!(origin.total(), 3, "{:?}", origin.requests());
+}
+
 #[test]
 fn herd_of_100_makes_one_origin_request() {
     let body = Arc::new(content(2 * 1024 * 1024, 2));

@@ -237,6 +237,8 @@ struct Got {
     status: u16,
     /// The `Via` field: the nodes the response passed, owner first.
     via: String,
+    /// The `Cache-Status` field lines, joined with `, `.
+    cache_status: String,
     len: u64,
     sha: Vec<u8>,
 }
@@ -277,6 +279,13 @@ fn get_with(addr: SocketAddr, path: &str, fields: &str, progress: Option<&Atomic
         .map(|h| String::from_utf8_lossy(h.value).into_owned())
         .collect::<Vec<_>>()
         .join(", ");
+    let cache_status = r
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("cache-status"))
+        .map(|h| String::from_utf8_lossy(h.value).into_owned())
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     let first = &head[body_start..];
     ctx.update(first);
@@ -299,6 +308,7 @@ fn get_with(addr: SocketAddr, path: &str, fields: &str, progress: Option<&Atomic
     Got {
         status,
         via,
+        cache_status,
         len,
         sha: ctx.finish().as_ref().to_vec(),
     }
@@ -490,6 +500,57 @@ fn herd_slicing_off() {
 #[test]
 fn herd_slicing_on() {
     herd(true);
+}
+
+/// A non-owner's copy of an object it got from the owner answers each hit with what
+/// this node did (its own member alone): the owner's `Cache-Status` member describes
+/// the fill that made the copy, and is kept only on the responses that went forward
+/// with it (the miss). Before, every hit replayed the owner's member from fill time.
+#[test]
+fn non_owner_hit_says_what_it_did() {
+    let mut net = Net::new();
+    let body = Arc::new(support::content(100_000, 3));
+    let path = "/v/status.mp4";
+    let origin = start_origin(
+        &net,
+        BTreeMap::from([(path.to_string(), body.clone())]),
+        &[],
+    );
+    let peers = peers_text(&net, &[0, 1, 2], "");
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| start_node(&mut net, i, &origin, &peers, &slice_route(false), ""))
+        .collect();
+    let rank = ranked(&[0, 1, 2], path, None);
+    let (owner, other) = (name(rank[0]), rank[2]);
+    let miss = get(nodes[other].addr, path, None);
+    assert_eq!((miss.status, miss.len), (200, body.len() as u64));
+    // The miss: the owner's member (its fill), then this node's.
+    let members: Vec<&str> = miss.cache_status.split(", ").collect();
+    assert_eq!(members.len(), 2, "{}", miss.cache_status);
+    assert!(
+        members[0].starts_with(&format!("{owner}; fwd=")),
+        "{}",
+        miss.cache_status
+    );
+    assert!(
+        members[1].starts_with(&format!("{}; fwd=", name(other))),
+        "{}",
+        miss.cache_status
+    );
+    for _ in 0..2 {
+        let hit = get(nodes[other].addr, path, None);
+        assert_eq!((hit.status, hit.len), (200, body.len() as u64));
+        assert!(hit.sha == sha(&body), "body differs");
+        assert!(
+            hit.cache_status
+                .starts_with(&format!("{}; hit; ttl=", name(other)))
+                && !hit.cache_status.contains(", "),
+            "a hit says what this node did, alone: {}",
+            hit.cache_status
+        );
+    }
+    assert_eq!(origin.total(), 1, "{:?}", origin.requests());
+    origin.assert_no_panics();
 }
 
 fn owner_killed_mid_body(slicing: bool) {

@@ -152,14 +152,15 @@ impl NotStorable {
 /// status cacheable by default; and finally whether a stored copy could ever be reused. `transfer_coded`:
 /// the response carried a transfer coding other than chunked. A 206 that is exactly the
 /// part the cache asked for is admitted as the 200 it is part of (the caller passes
-/// status 200).
+/// status 200). Admitted: the response's freshness and `Vary` as computed here, so the
+/// caller keys and stores it without reading them again.
 pub fn admit(
     req: &Request,
     resp: &Response<'_>,
     transfer_coded: bool,
     settings: &Settings<'_>,
     now_ms: u64,
-) -> Result<(), NotStorable> {
+) -> Result<Admitted, NotStorable> {
     if req.method != Method::Get {
         return Err(NotStorable::Method);
     }
@@ -186,7 +187,8 @@ pub fn admit(
     if resp.field(b"set-cookie").is_some() && !cc.public && cc.s_maxage.is_none() {
         return Err(NotStorable::SetCookie);
     }
-    if Vary::parse(resp.values(b"vary")) == Vary::Star {
+    let vary = Vary::parse(resp.values(b"vary"));
+    if vary == Vary::Star {
         return Err(NotStorable::VaryStar);
     }
     if transfer_coded {
@@ -202,7 +204,16 @@ pub fn admit(
     if !reusable {
         return Err(NotStorable::NotReusable);
     }
-    Ok(())
+    Ok(Admitted { fresh: f, vary })
+}
+
+/// What [`admit`] computed of a response it admits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// Its freshness at admission.
+    pub fresh: Freshness,
+    /// Its `Vary` ([`Vary::None`] or the names it is keyed by; never `*`).
+    pub vary: Vary,
 }
 
 /// The freshness of a response now (RFC 9111 §4.2), with the directives that govern it.
@@ -564,7 +575,7 @@ mod tests {
 
     fn admit_with(status: u16, list: &[(&str, &str)]) -> Result<(), NotStorable> {
         let f = fields(list);
-        admit(&get(), &resp(status, &f), false, &settings(), NOW)
+        admit(&get(), &resp(status, &f), false, &settings(), NOW).map(drop)
     }
 
     // ---- admit (RFC 9111 §3) ----
@@ -577,7 +588,7 @@ mod tests {
             ..get()
         };
         assert_eq!(
-            admit(&head, &resp(200, &f), false, &settings(), NOW),
+            admit(&head, &resp(200, &f), false, &settings(), NOW).map(drop),
             Err(NotStorable::Method)
         );
         assert_eq!(admit_with(200, &[("Cache-Control", "max-age=60")]), Ok(()));
@@ -665,7 +676,7 @@ mod tests {
         let mut req = get();
         req.cc.no_store = true;
         assert_eq!(
-            admit(&req, &resp(200, &f), false, &settings(), NOW),
+            admit(&req, &resp(200, &f), false, &settings(), NOW).map(drop),
             Err(NotStorable::NoStore)
         );
         assert_eq!(
@@ -681,7 +692,7 @@ mod tests {
         );
         let f = fields(&[("Cache-Control", "max-age=60")]);
         assert_eq!(
-            admit(&get(), &resp(200, &f), true, &settings(), NOW),
+            admit(&get(), &resp(200, &f), true, &settings(), NOW).map(drop),
             Err(NotStorable::TransferCoding)
         );
     }
@@ -694,7 +705,7 @@ mod tests {
                 authorization: true,
                 ..get()
             };
-            admit(&req, &resp(200, &f), false, &settings(), NOW)
+            admit(&req, &resp(200, &f), false, &settings(), NOW).map(drop)
         };
         assert_eq!(auth("max-age=60"), Err(NotStorable::Authorization));
         assert_eq!(

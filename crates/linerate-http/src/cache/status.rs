@@ -75,43 +75,102 @@ impl Fwd {
     }
 }
 
-/// One `Cache-Status` list member (RFC 9211 §2).
+/// What a cache did with one request, as its metrics and logs label it (Pingora's
+/// `CachePhase` is the model): one value per request, set where the request is
+/// answered, that [`CacheStatus`] carries into the `Cache-Status` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePhase {
+    /// No cache involved (appliance mode serves its own library), or an error the
+    /// server answered without going forward.
+    #[default]
+    Local,
+    /// Fresh object from the cache.
+    Hit,
+    /// Fetched from the origin.
+    Miss,
+    /// Stale object served (while revalidating or because the origin failed).
+    Stale,
+    /// Not cacheable; passed through from the origin.
+    Pass,
+}
+
+impl CachePhase {
+    /// All phases, in label order.
+    pub const ALL: [CachePhase; 5] = [
+        CachePhase::Local,
+        CachePhase::Hit,
+        CachePhase::Miss,
+        CachePhase::Stale,
+        CachePhase::Pass,
+    ];
+
+    /// Metric and log label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CachePhase::Local => "local",
+            CachePhase::Hit => "hit",
+            CachePhase::Miss => "miss",
+            CachePhase::Stale => "stale",
+            CachePhase::Pass => "pass",
+        }
+    }
+}
+
+/// One cache request's status: its [`CachePhase`] and the facts gathered while it was
+/// answered, which make its `Cache-Status` list member (RFC 9211 §2).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CacheStatus<'a> {
-    /// The cache's name: sent as an sf-token when it is one, else as an sf-string.
-    pub name: &'a str,
-    /// `hit` (§2.1): answered from the store without going forward. Takes precedence
-    /// over `fwd`: the two describe exclusive outcomes.
-    pub hit: bool,
+pub struct CacheStatus {
+    /// What the cache did: the metric and log label; with no `fwd`, `Hit` and `Stale`
+    /// are `hit` (§2.1) in the field.
+    pub phase: CachePhase,
     /// `fwd=` (§2.2): why the request went forward.
     pub fwd: Option<Fwd>,
     /// `fwd-status=` (§2.3): the status the next hop returned.
     pub fwd_status: Option<u16>,
-    /// `ttl=` (§2.4): remaining freshness in seconds, negative when stale; clamped to the
-    /// sf-integer range.
-    pub ttl: Option<i64>,
     /// `stored` (§2.5): the response was stored.
     pub stored: bool,
     /// `collapsed` (§2.6): the request was collapsed with another forward request.
     pub collapsed: bool,
     /// `detail=` (§2.8), sent as an sf-string: `"` and `\` are escaped and bytes outside
     /// printable ASCII dropped.
-    pub detail: Option<&'a str>,
+    pub detail: Option<&'static str>,
 }
 
-impl CacheStatus<'_> {
-    /// The member as it goes in the field: `name; hit` or `name; fwd=…`, then
-    /// `; fwd-status=N`, `; ttl=N`, `; stored`, `; collapsed`, `; detail="…"`, each only
-    /// when set, in that order. Several caches' members are joined with `, ` by the
-    /// caller (§2: the field is a list, the closest cache's member last).
-    pub fn to_header(&self) -> String {
-        let mut out = String::with_capacity(64);
-        if is_sf_token(self.name) {
-            out.push_str(self.name);
-        } else {
-            push_sf_string(&mut out, self.name);
+impl CacheStatus {
+    /// Record why the request goes forward, unless it already went for another reason.
+    pub fn forward(&mut self, why: Fwd) {
+        self.fwd.get_or_insert(why);
+    }
+
+    /// Record what the next hop answered a failed fill, when it did answer (a 5xx to a
+    /// revalidation, §2.3).
+    pub fn fill_failed(&mut self, fwd_status: Option<u16>) {
+        if let Some(status) = fwd_status {
+            self.fwd_status = Some(status);
         }
-        if self.hit {
+    }
+
+    /// `hit` (§2.1): answered from the store without going forward. It excludes `fwd`:
+    /// the two describe exclusive outcomes.
+    pub fn is_hit(&self) -> bool {
+        matches!(self.phase, CachePhase::Hit | CachePhase::Stale) && self.fwd.is_none()
+    }
+
+    /// The member as it goes in the field for cache `name`: `name; hit` or
+    /// `name; fwd=…`, then `; fwd-status=N`, `; ttl=N` (remaining freshness in seconds,
+    /// negative when stale, clamped to the sf-integer range), `; stored`,
+    /// `; collapsed`, `; detail="…"`, each only when set, in that order. `name` is
+    /// sent as an sf-token when it is one, else as an sf-string. Several caches'
+    /// members are joined with `, ` by the caller (§2: the field is a list, the
+    /// closest cache's member last).
+    pub fn to_header(&self, name: &str, ttl: Option<i64>) -> String {
+        let mut out = String::with_capacity(64);
+        if is_sf_token(name) {
+            out.push_str(name);
+        } else {
+            push_sf_string(&mut out, name);
+        }
+        if self.is_hit() {
             out.push_str("; hit");
         } else if let Some(fwd) = self.fwd {
             out.push_str("; fwd=");
@@ -121,7 +180,7 @@ impl CacheStatus<'_> {
             out.push_str("; fwd-status=");
             out.push_str(&status.to_string());
         }
-        if let Some(ttl) = self.ttl {
+        if let Some(ttl) = ttl {
             out.push_str("; ttl=");
             out.push_str(&ttl.clamp(-SF_INTEGER_MAX, SF_INTEGER_MAX).to_string());
         }
@@ -202,58 +261,57 @@ mod tests {
     #[test]
     fn cache_status_hit() {
         let cs = CacheStatus {
-            name: "linerate",
-            hit: true,
-            ttl: Some(30),
+            phase: CachePhase::Hit,
             ..Default::default()
         };
-        assert_eq!(cs.to_header(), "linerate; hit; ttl=30");
+        assert_eq!(cs.to_header("linerate", Some(30)), "linerate; hit; ttl=30");
     }
 
     #[test]
     fn cache_status_full_forward() {
         let cs = CacheStatus {
-            name: "linerate",
-            hit: false,
+            phase: CachePhase::Miss,
             fwd: Some(Fwd::UriMiss),
             fwd_status: Some(200),
-            ttl: Some(-5),
             stored: true,
             collapsed: true,
             detail: Some("slice 3/\"7\" \\ é\n"),
         };
         assert_eq!(
-            cs.to_header(),
+            cs.to_header("linerate", Some(-5)),
             r#"linerate; fwd=uri-miss; fwd-status=200; ttl=-5; stored; collapsed; detail="slice 3/\"7\" \\ ""#
         );
     }
 
     #[test]
     fn cache_status_edge_cases() {
+        // A stale copy served without going forward is a hit; one served after going
+        // forward (stale-if-error) names why it went.
+        let stale = CacheStatus {
+            phase: CachePhase::Stale,
+            ..Default::default()
+        };
+        assert_eq!(stale.to_header("c", None), "c; hit");
         let hit_and_fwd = CacheStatus {
-            name: "c",
-            hit: true,
+            phase: CachePhase::Stale,
             fwd: Some(Fwd::Stale),
             ..Default::default()
         };
-        assert_eq!(hit_and_fwd.to_header(), "c; hit");
-        let bare = CacheStatus {
-            name: "edge-1:a/b",
-            ..Default::default()
-        };
-        assert_eq!(bare.to_header(), "edge-1:a/b");
-        let quoted = CacheStatus {
-            name: "1 bad\"name",
-            ..Default::default()
-        };
-        assert_eq!(quoted.to_header(), r#""1 bad\"name""#);
-        assert_eq!(CacheStatus::default().to_header(), "\"\"");
-        let huge = CacheStatus {
-            name: "c",
-            ttl: Some(i64::MIN),
-            ..Default::default()
-        };
-        assert_eq!(huge.to_header(), "c; ttl=-999999999999999");
+        assert_eq!(hit_and_fwd.to_header("c", None), "c; fwd=stale");
+        let local = CacheStatus::default();
+        assert_eq!(local.to_header("edge-1:a/b", None), "edge-1:a/b");
+        assert_eq!(local.to_header("1 bad\"name", None), r#""1 bad\"name""#);
+        assert_eq!(local.to_header("", None), "\"\"");
+        assert_eq!(
+            local.to_header("c", Some(i64::MIN)),
+            "c; ttl=-999999999999999"
+        );
+    }
+
+    #[test]
+    fn phase_labels() {
+        let labels: Vec<&str> = CachePhase::ALL.iter().map(|p| p.as_str()).collect();
+        assert_eq!(labels, ["local", "hit", "miss", "stale", "pass"]);
     }
 
     #[test]
@@ -275,8 +333,11 @@ mod tests {
     proptest! {
         #[test]
         fn cache_status_detail_is_printable(detail in any::<String>(), ttl in any::<i64>()) {
-            let h = CacheStatus { name: "linerate", fwd: Some(Fwd::Miss), ttl: Some(ttl), detail: Some(&detail), ..Default::default() };
-            let s = h.to_header();
+            // `detail` is static where the server sets it (a reason's name): leaked here,
+            // a few hundred short strings per run.
+            let detail: &'static str = Box::leak(detail.into_boxed_str());
+            let h = CacheStatus { phase: CachePhase::Miss, fwd: Some(Fwd::Miss), detail: Some(detail), ..Default::default() };
+            let s = h.to_header("linerate", Some(ttl));
             prop_assert!(s.bytes().all(|b| (0x20..=0x7e).contains(&b)));
             prop_assert!(s.starts_with("linerate; fwd=miss; ttl="));
         }

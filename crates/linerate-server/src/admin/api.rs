@@ -36,7 +36,7 @@ use crate::admin::metrics::{self, CacheFacts, Facts, HealthVerdict, Rates, Scrap
 use crate::fill::{Fills, Submitted, MAX_JOB_BODY};
 use crate::logbudget::{Admit, LogBudget};
 use crate::operate::Metrics;
-use crate::purge::Kind;
+use crate::purgelog::Kind;
 use crate::stats::WorkerStats;
 
 /// Largest admin request head. Admin requests are a line and a few fields.

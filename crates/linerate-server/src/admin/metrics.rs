@@ -18,7 +18,7 @@ use crate::operate::Metrics;
 use crate::origin::{OriginSnapshot, ServerSnapshot, ServerState};
 use crate::proxy::PrefetchCounts;
 use crate::stats::{
-    CacheStatus, CloseReason, DeliveryPath, Histogram, Refusal, Snapshot, StatusClass, TlsOutcome,
+    CachePhase, CloseReason, DeliveryPath, Histogram, Refusal, Snapshot, StatusClass, TlsOutcome,
     WorkerStats,
 };
 use linerate_sys::ktls::{Cipher, Version};
@@ -229,7 +229,7 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
         "Responses sent, by status class and cache status (local = appliance library).",
     );
     for (ci, class) in StatusClass::ALL.iter().enumerate() {
-        for (ki, cache) in CacheStatus::ALL.iter().enumerate() {
+        for (ki, cache) in CachePhase::ALL.iter().enumerate() {
             let _ = writeln!(
                 out,
                 "linerate_requests_total{{status=\"{}\",cache=\"{}\"}} {}",
@@ -1040,9 +1040,9 @@ mod tests {
     fn exposition_has_exact_counts_and_cumulative_buckets() {
         let a = Arc::new(WorkerStats::new());
         let b = Arc::new(WorkerStats::new());
-        a.response(200, CacheStatus::Local, 90);
-        b.response(200, CacheStatus::Local, 400);
-        b.response(404, CacheStatus::Local, 400);
+        a.response(200, CachePhase::Local, 90);
+        b.response(200, CachePhase::Local, 400);
+        b.response(404, CachePhase::Local, 400);
         a.sent(DeliveryPath::Sendfile, 100);
         let facts = Facts {
             mode: RunState::Serving,
@@ -1132,11 +1132,11 @@ mod tests {
     #[test]
     fn cache_mode_exports_disks_and_origin_servers() {
         let a = Arc::new(WorkerStats::new());
-        a.response(200, CacheStatus::Hit, 10);
-        a.response(200, CacheStatus::Stale, 10);
-        a.response(200, CacheStatus::Miss, 10);
-        a.response(200, CacheStatus::Miss, 10);
-        a.response(200, CacheStatus::Pass, 10);
+        a.response(200, CachePhase::Hit, 10);
+        a.response(200, CachePhase::Stale, 10);
+        a.response(200, CachePhase::Miss, 10);
+        a.response(200, CachePhase::Miss, 10);
+        a.response(200, CachePhase::Pass, 10);
         let facts = cache_facts(
             RunState::Serving,
             vec![

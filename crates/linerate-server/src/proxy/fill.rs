@@ -23,7 +23,7 @@ use std::sync::Arc;
 use linerate_cache::{Lookup, ObjectMeta, WriteFailure};
 use linerate_http::cache::key;
 use linerate_http::cache::policy::Response as PolicyResponse;
-use linerate_http::cache::{admit, classify, freshen, to_store, vary_key, Answer, Asked, Vary};
+use linerate_http::cache::{admit, classify, freshen, to_store, Answer, Asked, Vary};
 use linerate_http::StatusCode;
 use tokio::sync::oneshot;
 
@@ -31,7 +31,7 @@ use super::fills::bad_gateway;
 use super::fills::{Claim, Failure, FillGuard, Phase};
 use super::head::Shape;
 use super::peer::Source;
-use super::request::{CacheRequest, Fetch};
+use super::request::{variant_of, CacheRequest, Fetch};
 use super::shared::{now_ms, ProxyShared, ProxyWorker, VARY_STUB};
 use crate::origin::{InterimSink, OriginError, OriginRequest, OriginResponse};
 
@@ -318,22 +318,26 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
         response_time_ms: resp.response_time_ms,
     };
     let coded = !resp.head.codings.is_empty();
-    if let Err(why) = admit(&fetch.policy, &facts, coded, &settings, now_ms()) {
-        tracing::debug!(reason = why.as_str(), status, "response not stored");
-        if why.sticks() {
-            px.mark_pass(&fetch.primary);
+    let vary = match admit(&fetch.policy, &facts, coded, &settings, now_ms()) {
+        Ok(admitted) => admitted.vary,
+        Err(why) => {
+            tracing::debug!(reason = why.as_str(), status, "response not stored");
+            if why.sticks() {
+                px.mark_pass(&fetch.primary);
+            }
+            return hand_off(job, resp, answer);
         }
-        return hand_off(job, resp, answer);
-    }
+    };
 
-    // Vary: the object goes under the variant's key; a stub at the primary key names
-    // the fields (RFC 9111 §4.1), so a lookup finds the variant it selects.
-    let base = match Vary::parse(resp.head.headers_named(b"vary")) {
+    // Vary (as admission read it): the object goes under the variant's key; a stub at
+    // the primary key names the fields (RFC 9111 §4.1), so a lookup finds the variant
+    // it selects.
+    let base = match vary {
         Vary::Names(names) => {
             if !write_stub(&px, &fetch.primary, &names).await {
                 return hand_off(job, resp, answer);
             }
-            key::variant(&fetch.primary, &vary_key(&names, |n| fetch.values(n)))
+            variant_of(&fetch.primary, &names, |n| fetch.values(n))
         }
         _ => {
             if job.base != fetch.primary {
@@ -412,6 +416,9 @@ async fn store(
     moving: &Phase,
 ) -> Phase {
     let mut headers = to_store(&resp.head.headers, resp.response_time_ms);
+    if source.peer().is_some() {
+        super::head::set_apart_peer_status(&mut headers);
+    }
     if matches!(answer, Answer::WholeAsPart { .. }) {
         // Kept as the 200 it stands for.
         headers.retain(|(n, _)| !n.eq_ignore_ascii_case(b"content-range"));

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use linerate_cache::{Body as StoreBody, ObjectHandle, ObjectMeta};
-use linerate_http::cache::{CacheStatus as CacheStatusField, Freshness};
+use linerate_http::cache::{CachePhase, CacheStatus, Freshness};
 use linerate_http::conditional::{self, IfRange, Precondition, Validators};
 use linerate_http::forward::{connection_tokens, is_hop_by_hop};
 use linerate_http::range::{self, RangeOutcome};
@@ -18,12 +18,11 @@ use linerate_http::upstream::Framing;
 use linerate_http::{multipart, HeadWriter, Persistence, StatusCode, Version};
 
 use super::body::{Relay, Segment, Stored};
-use super::request::{CacheRequest, Trace};
-use super::shared::known_len;
+use super::request::CacheRequest;
+use super::shared::{known_len, PEER_STATUS};
 use crate::context::Worker;
 use crate::origin::OriginResponse;
 use crate::response::{Body, Response};
-use crate::stats::CacheStatus;
 
 /// How a relayed response is presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,12 +58,15 @@ fn replayable(name: &[u8], tokens: &[Vec<u8>]) -> bool {
         || lower.starts_with(b"x-linerate-"))
 }
 
-/// Write our common fields: Via (appended to the origin's), Cache-Status, connection.
+/// Write our common fields: Via (appended to the origin's), Cache-Status (after the
+/// member of the peer that served a stored object's fill, `peer_status`, when given),
+/// connection.
 fn common(
     w: &mut HeadWriter<'_>,
     req: &CacheRequest<'_>,
-    via_in: Option<&[u8]>,
-    status: &CacheStatusField<'_>,
+    (via_in, peer_status): (Option<&[u8]>, Option<&[u8]>),
+    status: &CacheStatus,
+    ttl: Option<i64>,
     persistence: Persistence,
 ) {
     let ours = req.px.via.as_str();
@@ -79,30 +81,41 @@ fn common(
             w.field("Via", ours.as_bytes());
         }
     }
-    w.field("Cache-Status", status.to_header().as_bytes());
+    if let Some(p) = peer_status {
+        w.field("Cache-Status", p);
+    }
+    w.field(
+        "Cache-Status",
+        status.to_header(worker_name(req), ttl).as_bytes(),
+    );
     crate::response::persistence_field(w, req.head, persistence);
+}
+
+/// A stored response's own fields for `common`: its `Via`, and the member of the peer
+/// that served its fill when this response went forward with that fill (a hit says
+/// what this node did, not what the owner did when the copy was made).
+fn from_stored<'m>(meta: &'m ObjectMeta, st: &CacheStatus) -> (Option<&'m [u8]>, Option<&'m [u8]>) {
+    let peer = field(meta, PEER_STATUS).filter(|_| !st.is_hit());
+    (field(meta, b"via"), peer)
+}
+
+/// Set apart the `Cache-Status` member the peer that served a fill added (its last
+/// `Cache-Status` field line: a node writes its own member as a line of its own, after
+/// the ones it replays) as [`PEER_STATUS`], before the response is stored; the lines
+/// before it (the origin's, or caches' upstream of it) stay as stored fields, replayed
+/// on every response as the owner replays them.
+pub(crate) fn set_apart_peer_status(headers: &mut [(Vec<u8>, Vec<u8>)]) {
+    if let Some(last) = headers
+        .iter_mut()
+        .rev()
+        .find(|(n, _)| n.eq_ignore_ascii_case(b"cache-status"))
+    {
+        last.0 = PEER_STATUS.to_vec();
+    }
 }
 
 fn worker_name<'r>(req: &'r CacheRequest<'_>) -> &'r str {
     req.px.opts.cache_name.as_str()
-}
-
-fn status_field<'a>(
-    name: &'a str,
-    st: &'a Trace,
-    hit: bool,
-    ttl: Option<i64>,
-) -> CacheStatusField<'a> {
-    CacheStatusField {
-        name,
-        hit,
-        fwd: if hit { None } else { st.fwd },
-        fwd_status: st.fwd_status,
-        ttl,
-        stored: st.stored,
-        collapsed: st.collapsed,
-        detail: st.detail,
-    }
 }
 
 /// Serve a stored object (complete or still being written).
@@ -111,10 +124,9 @@ pub(crate) fn serve(
     req: &CacheRequest<'_>,
     h: ObjectHandle,
     fresh: &Freshness,
-    st: Trace,
-    metric: CacheStatus,
+    st: CacheStatus,
 ) -> Response {
-    serve_with_cookies(worker, req, h, fresh, st, metric, &[])
+    serve_with_cookies(worker, req, h, fresh, st, &[])
 }
 
 /// [`serve`], with `Set-Cookie` fields `cookies` that are this client's alone: those a
@@ -125,15 +137,11 @@ pub(crate) fn serve_with_cookies(
     req: &CacheRequest<'_>,
     h: ObjectHandle,
     fresh: &Freshness,
-    st: Trace,
-    metric: CacheStatus,
+    st: CacheStatus,
     cookies: &[Vec<u8>],
 ) -> Response {
     let meta = Arc::clone(&h.meta);
-    let name = worker_name(req);
-    let hit = matches!(metric, CacheStatus::Hit | CacheStatus::Stale) && st.fwd.is_none();
     let ttl = Some(fresh.ttl());
-    let csf = status_field(name, &st, hit, ttl);
     let len = known_len(&h);
     let status = meta.status;
     let etag = field(&meta, b"etag")
@@ -158,14 +166,14 @@ pub(crate) fn serve_with_cookies(
             w.field("Set-Cookie", c);
         }
         w.field_u64("Age", fresh.age);
-        common(w, req, field(&meta, b"via"), &csf, persistence);
+        common(w, req, from_stored(&meta, &st), &st, ttl, persistence);
     };
     let response = |head: Vec<u8>, body: Body, code: StatusCode| Response {
         head,
         body,
         persistence,
         status: code,
-        cache: metric,
+        cache: st.phase,
         refusal: None,
     };
     // Preconditions and ranges apply to a stored 200 (RFC 9110 §13.2.1, §14.2).
@@ -173,9 +181,7 @@ pub(crate) fn serve_with_cookies(
         match conditional::evaluate(req.head, &validators) {
             Precondition::Proceed => {}
             Precondition::NotModified => {
-                let mut r = not_modified(req, &meta, fresh, &st, cookies);
-                r.cache = metric;
-                return r;
+                return not_modified(req, &meta, fresh, &st, cookies);
             }
             Precondition::Failed => {
                 return error(
@@ -303,7 +309,7 @@ pub(crate) fn relayed(
     worker: &Worker,
     req: &CacheRequest<'_>,
     r: OriginResponse,
-    st: Trace,
+    st: CacheStatus,
     shape: Shape,
 ) -> Response {
     let coded = !r.head.codings.is_empty();
@@ -312,8 +318,7 @@ pub(crate) fn relayed(
     }
     let mut st = st;
     st.fwd_status.get_or_insert(r.head.status);
-    let name = worker_name(req);
-    let csf = status_field(name, &st, false, None);
+    st.phase = CachePhase::Pass;
     let code = match shape {
         Shape::AsIs => StatusCode::from_code(r.head.status),
         Shape::Whole => StatusCode::Ok,
@@ -379,7 +384,7 @@ pub(crate) fn relayed(
             }
         }
     };
-    common(&mut w, req, via_in, &csf, persistence);
+    common(&mut w, req, (via_in, None), &st, None, persistence);
     w.finish();
     let body = if req.head_only || matches!(r.head.framing, Framing::Empty) {
         Body::Empty
@@ -396,7 +401,7 @@ pub(crate) fn relayed(
         body,
         persistence,
         status: code,
-        cache: CacheStatus::Pass,
+        cache: st.phase,
         refusal: None,
     }
 }
@@ -416,12 +421,15 @@ pub(crate) fn error(
     worker: &Worker,
     req: &CacheRequest<'_>,
     status: StatusCode,
-    mut st: Trace,
+    mut st: CacheStatus,
     detail: &'static str,
 ) -> Response {
     st.detail = Some(detail);
-    let name = worker_name(req);
-    let csf = status_field(name, &st, false, None);
+    st.phase = if st.fwd.is_some() {
+        CachePhase::Miss
+    } else {
+        CachePhase::Local
+    };
     let reason = status.reason();
     let body = format!("{} {}\n", status.code(), reason);
     let mut head = Vec::with_capacity(256);
@@ -431,7 +439,7 @@ pub(crate) fn error(
     w.field("Content-Type", b"text/plain; charset=utf-8");
     w.field_u64("Content-Length", body.len() as u64);
     w.field("Cache-Control", b"no-store");
-    common(&mut w, req, None, &csf, req.persistence);
+    common(&mut w, req, (None, None), &st, None, req.persistence);
     w.finish();
     if !req.head_only {
         head.extend_from_slice(body.as_bytes());
@@ -441,11 +449,7 @@ pub(crate) fn error(
         body: Body::Empty,
         persistence: req.persistence,
         status,
-        cache: if st.fwd.is_some() {
-            CacheStatus::Miss
-        } else {
-            CacheStatus::Local
-        },
+        cache: st.phase,
         refusal: None,
     }
 }
@@ -466,20 +470,20 @@ pub(crate) fn common_fields(
     w: &mut HeadWriter<'_>,
     req: &CacheRequest<'_>,
     meta: &ObjectMeta,
-    st: &Trace,
+    st: &CacheStatus,
     fresh: &Freshness,
 ) {
-    let name = worker_name(req);
-    let csf = status_field(name, st, st.fwd.is_none(), Some(fresh.ttl()));
-    common(w, req, field(meta, b"via"), &csf, req.persistence);
+    let ttl = Some(fresh.ttl());
+    common(w, req, from_stored(meta, st), st, ttl, req.persistence);
 }
 
-/// 304 for a client whose validators match the stored response.
+/// 304 for a client whose validators match the stored response (`st.phase` as served:
+/// `Hit` or `Stale`, or `Miss` after going forward).
 pub(crate) fn not_modified(
     req: &CacheRequest<'_>,
     meta: &ObjectMeta,
     fresh: &Freshness,
-    st: &Trace,
+    st: &CacheStatus,
     cookies: &[Vec<u8>],
 ) -> Response {
     let mut head = Vec::with_capacity(256);
@@ -512,11 +516,7 @@ pub(crate) fn not_modified(
         body: Body::Empty,
         persistence: req.persistence,
         status: StatusCode::NotModified,
-        cache: if st.fwd.is_none() {
-            CacheStatus::Hit
-        } else {
-            CacheStatus::Miss
-        },
+        cache: st.phase,
         refusal: None,
     }
 }

@@ -7,6 +7,8 @@
 //!   origin uncached (`relay`), invalidating after unsafe methods;
 //! - `flow`: GET and HEAD: look up (through a `Vary` stub to the variant), decide with
 //!   `linerate_http::cache::decide`, serve, revalidate or fill;
+//! - `round`: one round of the hit/miss loop `flow` and `slices` share (judge a lookup,
+//!   follow a fill);
 //! - `fills`: one fill per key across all workers, and the [`fills::Phase`] every
 //!   follower reads;
 //! - `fill`: one fill's I/O: the origin request, the storing decision
@@ -18,7 +20,8 @@
 //! - `slices`: large objects in fixed-size slices fetched with `Range`;
 //! - `relay`: the client's own request to the origin, uncached;
 //! - `head` and `body`: the response head and body a client gets;
-//! - `request`: the request as cache mode reads it, and its `Cache-Status` facts;
+//! - `request`: the request as cache mode reads it (what was done with it is one
+//!   `linerate_http::cache::CacheStatus`: its phase and `Cache-Status` facts);
 //! - `shared`: start-up state ([`ProxyShared`]: store, origins, routes and their
 //!   caching settings, hit-for-pass memory, purges) and each worker's pools.
 //!
@@ -35,6 +38,7 @@ mod peer;
 mod prefetch;
 mod relay;
 mod request;
+mod round;
 mod shared;
 pub(crate) mod slices;
 
@@ -42,7 +46,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use linerate_http::cache::key::{self, Scheme};
-use linerate_http::cache::{Fwd, RequestCacheControl};
+use linerate_http::cache::{CacheStatus, Fwd, RequestCacheControl};
 use linerate_http::{path, Method, Persistence, StatusCode};
 
 use crate::context::Worker;
@@ -50,8 +54,8 @@ use crate::response::Response;
 pub(crate) use ahead::Counts as PrefetchCounts;
 #[cfg(test)]
 pub(crate) use ahead::RouteCounts as PrefetchRouteCounts;
-use request::{CacheRequest, Trace};
-pub(crate) use shared::{now_ms, ProxyShared, ProxyWorker, VARY_STUB};
+use request::CacheRequest;
+pub(crate) use shared::{ProxyShared, ProxyWorker, VARY_STUB};
 
 /// Answer one request in cache mode.
 pub(crate) async fn respond(
@@ -75,11 +79,6 @@ pub(crate) async fn respond(
     };
     if head.method == Method::Connect {
         return crate::response::error(worker, StatusCode::MethodNotAllowed, persistence);
-    }
-    // With `[cluster]`, `/_linerate/...` is the peers' (purges, purge logs), never an
-    // origin's.
-    if let Some(r) = crate::purge::serve_peer(worker, px, head, peer, persistence).await {
-        return r;
     }
     // One form of the target for routing, keying and forwarding: a route's prefix is
     // matched against the very path the origin receives, which has no dot segment left
@@ -145,7 +144,7 @@ pub(crate) async fn respond(
         }
         _ => {
             let sent = relay::send(pw, &req, &body, &mut interim).await;
-            let mut trace = Trace::default();
+            let mut trace = CacheStatus::default();
             trace.forward(Fwd::Bypass);
             let response = match sent {
                 Ok(r) => {

@@ -4,11 +4,11 @@
 
 use std::rc::Rc;
 
-use linerate_http::cache::Fwd;
+use linerate_http::cache::{CacheStatus, Fwd};
 use linerate_http::forward::Purpose;
 
 use super::head;
-use super::request::{CacheRequest, Trace};
+use super::request::CacheRequest;
 use super::shared::ProxyWorker;
 use crate::context::Worker;
 use crate::exchange::Interim;
@@ -44,7 +44,7 @@ pub(crate) async fn relay(
     pw: &ProxyWorker,
     req: &CacheRequest<'_>,
     interim: &mut Interim<'_>,
-    mut trace: Trace,
+    mut trace: CacheStatus,
 ) -> Response {
     trace.forward(Fwd::Bypass);
     match send(pw, req, &[], interim).await {

@@ -1,6 +1,8 @@
 //! A request as cache mode handles it: routed, keyed and with its directives read, once
 //! (`CacheRequest`); the owned part a fill needs, which outlives the request that
-//! started it (`Fetch`); and the facts gathered for the `Cache-Status` field (`Trace`).
+//! started it (`Fetch`). What cache mode did with it is its
+//! `linerate_http::cache::CacheStatus` (one phase value, feeding `Cache-Status`, logs and
+//! metrics).
 //!
 //! Every part of a key that comes from request fields (the `Vary` secondary key) and
 //! every storing decision read from them comes from the request as forwarded
@@ -13,11 +15,10 @@
 use std::net::IpAddr;
 
 use linerate_http::cache::key::{self, Scheme};
-use linerate_http::cache::{Fwd, RequestCacheControl};
+use linerate_http::cache::RequestCacheControl;
 use linerate_http::forward::{self, Client, Purpose};
 use linerate_http::{Method, Persistence, RequestHead};
 
-use super::fills::Failure;
 use super::shared::ProxyShared;
 use crate::clusteropts::HOP_HEADER;
 
@@ -128,18 +129,29 @@ impl CacheRequest<'_> {
 }
 
 /// The key of the variant of `primary` that a request with fields `values(name)`
-/// selects, for `Vary` names `names` (RFC 9111 §4.1).
+/// selects, for `Vary` names `names` as a stub stores them (RFC 9111 §4.1); the
+/// primary key when they do not parse.
 pub(crate) fn variant_key<'v>(
     primary: &[u8],
     names: &[u8],
     values: impl Fn(&[u8]) -> Vec<&'v [u8]>,
 ) -> Vec<u8> {
     match linerate_http::cache::Vary::parse([names]) {
-        linerate_http::cache::Vary::Names(names) => {
-            key::variant(primary, &linerate_http::cache::vary_key(&names, values))
-        }
+        linerate_http::cache::Vary::Names(names) => variant_of(primary, &names, values),
         _ => primary.to_vec(),
     }
+}
+
+/// The key of the variant of `primary` for parsed `Vary` names `names`: the one place
+/// a variant key is built, by a lookup (through the stub) and by the fill that stores
+/// the variant alike. The primary key is built in one place too
+/// (`ProxyShared::key_on`).
+pub(crate) fn variant_of<'v>(
+    primary: &[u8],
+    names: &[Vec<u8>],
+    values: impl Fn(&[u8]) -> Vec<&'v [u8]>,
+) -> Vec<u8> {
+    key::variant(primary, &linerate_http::cache::vary_key(names, values))
 }
 
 /// A request as a fill sends it, owned: a fill runs as its own task and outlives the
@@ -170,35 +182,5 @@ impl Fetch {
     /// Every value of request field `name`, as forwarded.
     pub(crate) fn values<'s>(&'s self, name: &[u8]) -> Vec<&'s [u8]> {
         forward::values_of(&self.fields, name)
-    }
-}
-
-/// `Cache-Status` facts gathered while answering (RFC 9211 §2).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Trace {
-    /// Why the request went forward, if it did.
-    pub(crate) fwd: Option<Fwd>,
-    /// The status the origin answered with.
-    pub(crate) fwd_status: Option<u16>,
-    /// The response was stored.
-    pub(crate) stored: bool,
-    /// The request was collapsed into another one's fill.
-    pub(crate) collapsed: bool,
-    /// Detail, for `detail=`.
-    pub(crate) detail: Option<&'static str>,
-}
-
-impl Trace {
-    /// Record why the request goes forward, unless it already went for another reason.
-    pub(crate) fn forward(&mut self, why: Fwd) {
-        self.fwd.get_or_insert(why);
-    }
-
-    /// Record what the origin answered a failed fill, when it did answer (a 5xx to a
-    /// revalidation, RFC 9211 §2.3).
-    pub(crate) fn fill_failed(&mut self, f: &Failure) {
-        if let Some(status) = f.fwd_status {
-            self.fwd_status = Some(status);
-        }
     }
 }

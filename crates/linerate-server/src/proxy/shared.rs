@@ -23,6 +23,11 @@ use crate::origin::{Origin, OriginShared};
 /// Stored field marking a `Vary` stub at a URL's primary key: its value is the `Vary`
 /// names, and the variants live under `key::variant(primary, secondary key)`.
 pub(crate) const VARY_STUB: &[u8] = b"x-linerate-vary";
+
+/// Stored field holding the `Cache-Status` member of the peer (the key's owner) that
+/// served this node's fill: replayed only on the responses that went forward with that
+/// fill (`head::set_apart_peer_status`), never on this node's later hits.
+pub(crate) const PEER_STATUS: &[u8] = b"x-linerate-peer-status";
 /// How long a "may not be stored" verdict about a URL sends its requests straight to
 /// the origin (hit-for-pass): they are not queued behind one fill each.
 const HIT_FOR_PASS_MS: u64 = 30_000;
@@ -188,9 +193,9 @@ pub(crate) struct ProxyShared {
     /// The cluster this node is part of (`[cluster]`); `None`: a lone node.
     pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The purges this node applied, which its peers read (`[cluster]` only).
-    pub(crate) purges: Option<Arc<crate::purge::PurgeLog>>,
+    pub(crate) purges: Option<Arc<crate::purgelog::PurgeLog>>,
     /// Stored keys by tag (`[cache] tag_header`), for purges by tag.
-    pub(crate) tags: crate::purge::Tags,
+    pub(crate) tags: crate::purgelog::Tags,
 }
 
 /// A route with its origin resolved and its TTL table indexed.
@@ -251,10 +256,10 @@ impl ProxyShared {
             })
             .collect();
         let writes = WritePool::start(WRITE_THREADS).map_err(|e| format!("fill threads: {e}"))?;
-        let tags = crate::purge::Tags::new(&opts.tag_header);
+        let tags = crate::purgelog::Tags::new(&opts.tag_header);
         let purges = cluster.as_ref().and_then(|_| {
             let dir = &opts.store.disks.first()?.path;
-            Some(Arc::new(crate::purge::PurgeLog::open(dir)))
+            Some(Arc::new(crate::purgelog::PurgeLog::open(dir)))
         });
         Ok(Arc::new(ProxyShared {
             via: format!("1.1 {}", opts.cache_name),
@@ -312,8 +317,11 @@ impl ProxyShared {
         })
     }
 
-    /// The primary key of `scheme://host` + `target` on `route`: the normalised path,
-    /// and the query as the route keys it (`key::query`).
+    /// The primary key of `scheme://host` + `target` on `route`: the route's
+    /// `key_host` in place of `host` when it has one (every name of the route's site
+    /// is one object), the normalised path, and the query as the route keys it
+    /// (`key::query`). Every request, purge, fill job and prefetch on a route is keyed
+    /// here.
     pub(crate) fn key_on(
         &self,
         route: usize,
@@ -321,10 +329,11 @@ impl ProxyShared {
         host: &[u8],
         target: &ProxyTarget,
     ) -> Vec<u8> {
-        let keep = matches!(self.routes[route].opts.query, QueryKey::Include);
+        let opts = &self.routes[route].opts;
+        let keep = matches!(opts.query, QueryKey::Include);
         key::primary(
             scheme,
-            host,
+            opts.key_host.as_deref().map_or(host, str::as_bytes),
             target.path(),
             &key::query(target.query(), keep),
         )

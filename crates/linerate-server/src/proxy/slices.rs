@@ -25,28 +25,28 @@ use std::sync::Arc;
 
 use linerate_cache::{Body as StoreBody, BodyProgress, Lookup, ObjectHandle};
 use linerate_http::cache::key;
-use linerate_http::cache::{self, decide, Decision, Fwd, OnError, RequestCacheControl};
+use linerate_http::cache::{self, CachePhase, CacheStatus, Fwd, OnError, RequestCacheControl};
 use linerate_http::conditional::{self, IfRange, Validators};
 use linerate_http::range::{self, ByteRange, RangeOutcome, RangeSpec};
 use linerate_http::{multipart, HeadWriter, StatusCode};
 
 use super::body::{available, Segment};
 use super::fill::{self, Handoff, SliceJob};
-use super::fills::{self, Claim, Phase};
+use super::fills::Phase;
 use super::head;
-use super::request::{CacheRequest, Fetch, Trace};
+use super::request::{CacheRequest, Fetch};
+use super::round::{self, Judged};
 use super::shared::{ProxyShared, ProxyWorker};
 use crate::context::Worker;
 use crate::exchange::Interim;
 use crate::response::{Body, NextPiece, Piece, Pieces, Response, TransferError};
-use crate::stats::CacheStatus;
 
 /// Lookups of one slice before giving up.
 const MAX_ROUNDS: usize = 6;
 
 /// The URL turned out to be stored whole or as a variant while its first slice was
 /// being fetched: resolve it again. Carries the `Cache-Status` facts so far.
-pub(crate) type Restart = Trace;
+pub(crate) type Restart = CacheStatus;
 
 /// Where a request's slices are: the key they are under (the URL's primary key or its
 /// variant's), and why the request goes forward if one is missing.
@@ -150,7 +150,7 @@ impl SliceCtx {
         &self,
         index: u64,
         expect: Option<&Version>,
-        trace: &mut Trace,
+        trace: &mut CacheStatus,
         mut interim: Option<&mut Interim<'_>>,
     ) -> Result<(ObjectHandle, Version), SliceError> {
         let key = key::slice(&self.base, index);
@@ -160,48 +160,38 @@ impl SliceCtx {
         for _ in 0..MAX_ROUNDS {
             // An in-flight write (a refresh of an expired slice) wins over the stale copy.
             let found = self.px.store.lookup_latest(&key);
+            let judged = round::judge(found, &self.cc, forwarded, |m| {
+                self.px.freshness(self.route, &self.fetch.target, m)
+            });
             let mut stale = None;
-            let usable = match found {
-                Lookup::Hit(h) => {
-                    let fresh = self.px.freshness(self.route, &self.fetch.target, &h.meta);
-                    let decision = if forwarded {
-                        Decision::Fresh
-                    } else {
-                        decide(&self.cc, &fresh)
-                    };
-                    match decision {
-                        Decision::Fresh | Decision::StaleAccepted => Some(h),
-                        Decision::StaleWhileRevalidate => {
-                            // Served stale; one background refresh for the slice.
-                            self.refresh_in_background(index, &key, expect, &h.meta);
-                            trace.detail = Some("stale-while-revalidate");
-                            Some(h)
-                        }
-                        Decision::GatewayTimeout => {
-                            return Err(SliceError::Failed(
-                                StatusCode::GatewayTimeout,
-                                "only-if-cached",
-                            ))
-                        }
-                        Decision::Revalidate(on_error) => {
-                            stale = Some((h, on_error));
-                            None
-                        }
+            let usable = match judged {
+                Judged::Use {
+                    h, swr, writing, ..
+                } => {
+                    if swr && !writing {
+                        // Served stale; one background refresh for the slice.
+                        self.refresh_in_background(index, &key, expect, &h.meta);
+                        trace.detail = Some("stale-while-revalidate");
                     }
+                    Some(h)
                 }
-                Lookup::Filling(h) => {
-                    // Being written by another fill: usable as a stored response would be.
-                    let fresh = self.px.freshness(self.route, &self.fetch.target, &h.meta);
-                    if forwarded || decide(&self.cc, &fresh).is_hit() {
-                        Some(h)
-                    } else {
-                        if let Some(mut rx) = self.px.fills.watch(&key) {
-                            fills::finished(&mut rx).await;
-                        }
-                        continue;
-                    }
+                Judged::GatewayTimeout => {
+                    return Err(SliceError::Failed(
+                        StatusCode::GatewayTimeout,
+                        "only-if-cached",
+                    ))
                 }
-                Lookup::Miss(_) => None,
+                Judged::Revalidate { h, on_error, .. } => {
+                    stale = Some((h, on_error));
+                    None
+                }
+                // Being written by another fill, and not usable as a stored response
+                // would not be: wait for it.
+                Judged::Writing => {
+                    round::wait_for_writer(&self.pw, &key).await;
+                    continue;
+                }
+                Judged::Miss => None,
             };
             if let Some(h) = usable {
                 if forwarded {
@@ -245,42 +235,18 @@ impl SliceCtx {
                 self.miss
             });
             let stale_meta = stale.as_ref().map(|(h, _)| (*h.meta).clone());
-            let (phase, handoff) = match self.px.fills.claim(&key) {
-                Claim::Leader(guard) => {
-                    let mut rx = guard.subscribe();
-                    let (handoff_tx, mut handoff_rx) = tokio::sync::oneshot::channel();
-                    let (interim_tx, mut interim_rx) = tokio::sync::mpsc::unbounded_channel();
-                    let leader = interim.as_deref().is_some_and(Interim::enabled);
-                    let mut job = self.job(guard, index, expect, stale_meta);
-                    // The first slice's leader may be answered by what is not stored;
-                    // a later slice's reader by the slice itself (`Handoff::Part`).
-                    job.handoff = Some(handoff_tx);
-                    job.interim = leader.then_some(interim_tx);
-                    tokio::task::spawn_local(fill::run(self.pw.clone(), job));
-                    let phase = match interim.as_deref_mut() {
-                        Some(i) => {
-                            i.forward_while(fills::settled(&mut rx), &mut interim_rx)
-                                .await
-                        }
-                        None => fills::settled(&mut rx).await,
-                    };
-                    (phase, handoff_rx.try_recv().ok())
-                }
-                Claim::Follower(mut rx) if forwarded || *rx.borrow() != Phase::Pending => {
-                    // Seen being written, then nothing to follow (that fill failed), or a
-                    // fill whose response arrived before this request needed it (not an
-                    // answer to it): wait for its claim to go, then look up afresh.
-                    fills::finished(&mut rx).await;
-                    forwarded = false;
-                    continue;
-                }
-                Claim::Follower(mut rx) => {
-                    trace.collapsed = true;
-                    (fills::settled(&mut rx).await, None)
-                }
-            };
+            let (phase, handoff) = round::follow(
+                &self.pw,
+                &key,
+                self.job_template(index, expect, stale_meta),
+                trace,
+                forwarded,
+                interim.as_deref_mut(),
+            )
+            .await;
             match phase {
-                Phase::Pending => {}
+                // Not an answer to this request (see `round::follow`): look up afresh.
+                Phase::Pending => forwarded = false,
                 Phase::Writing | Phase::Stored => {
                     trace.stored = true;
                     forwarded = true;
@@ -304,7 +270,7 @@ impl SliceCtx {
                 }
                 Phase::Uncacheable => return Err(SliceError::Uncacheable(handoff.map(Box::new))),
                 Phase::Failed(f) => {
-                    trace.fill_failed(&f);
+                    trace.fill_failed(f.fwd_status);
                     // stale-if-error: the stored slice stands in.
                     if let Some((h, on_error)) = stale {
                         match on_error {
@@ -332,18 +298,8 @@ impl SliceCtx {
         Err(SliceError::Failed(StatusCode::BadGateway, "fill_lost"))
     }
 
-    /// The fill of slice `index`; `stale`: the stored copy to revalidate.
-    fn job(
-        &self,
-        guard: super::fills::FillGuard,
-        index: u64,
-        expect: Option<&Version>,
-        stale: Option<linerate_cache::ObjectMeta>,
-    ) -> fill::Job {
-        self.job_template(index, expect, stale)(guard)
-    }
-
-    /// [`SliceCtx::job`] waiting for its claim.
+    /// The fill of slice `index`, waiting for its claim; `stale`: the stored copy to
+    /// revalidate.
     fn job_template(
         &self,
         index: u64,
@@ -423,7 +379,7 @@ pub(crate) struct SlicedBody {
     /// A slice the store would not keep, read from its origin response as it is sent.
     relay: Option<RelayedSlice>,
     literal: Vec<u8>,
-    st: Trace,
+    st: CacheStatus,
 }
 
 fn open(index: u64, h: ObjectHandle, slice_bytes: u64, total: u64) -> Open {
@@ -603,7 +559,7 @@ pub(crate) async fn serve(
     pw: &Rc<ProxyWorker>,
     req: &CacheRequest<'_>,
     base: Base<'_>,
-    mut st: Trace,
+    mut st: CacheStatus,
     interim: &mut Interim<'_>,
 ) -> Result<Response, Restart> {
     let Base { key: base, miss } = base;
@@ -636,7 +592,8 @@ pub(crate) async fn serve(
         Err(SliceError::Whole(h)) => {
             let fresh = px.freshness(req.route, &req.target, &h.meta);
             st.fwd_status.get_or_insert(h.meta.status);
-            return Ok(head::serve(worker, req, *h, &fresh, st, CacheStatus::Miss));
+            st.phase = CachePhase::Miss;
+            return Ok(head::serve(worker, req, *h, &fresh, st));
         }
         Err(SliceError::Uncacheable(handoff)) => {
             st.forward(Fwd::Bypass);
@@ -652,7 +609,8 @@ pub(crate) async fn serve(
                 }
                 Some(Handoff::Writing(h)) => {
                     let fresh = px.freshness(req.route, &req.target, &h.meta);
-                    head::serve(worker, req, h, &fresh, st, CacheStatus::Pass)
+                    st.phase = CachePhase::Pass;
+                    head::serve(worker, req, h, &fresh, st)
                 }
                 // Cookies come with a 304 (a revalidation), never with this; a slice
                 // alone is not an answer to this request: it goes to the origin itself.
@@ -664,6 +622,11 @@ pub(crate) async fn serve(
         Err(SliceError::Failed(status, detail)) => {
             return Ok(head::error(worker, req, status, st, detail))
         }
+    };
+    st.phase = if st.fwd.is_some() {
+        CachePhase::Miss
+    } else {
+        CachePhase::Hit
     };
     let fresh = px.freshness(req.route, &req.target, &h.meta);
     let total = version.total;
@@ -819,11 +782,7 @@ pub(crate) async fn serve(
         body,
         persistence: req.persistence,
         status: code,
-        cache: if st.fwd.is_some() {
-            CacheStatus::Miss
-        } else {
-            CacheStatus::Hit
-        },
+        cache: st.phase,
         refusal: None,
     })
 }

@@ -167,7 +167,7 @@ impl Writer<'_> {
                 Ok(0) => {
                     self.plain.truncate(len);
                     // Shorter than its cached length says: never serve that entry again.
-                    self.worker.open_files.forget_fd(file.as_raw_fd());
+                    self.worker.open_file_cache.forget_fd(file.as_raw_fd());
                     return Err(TransferError::Truncated);
                 }
                 Ok(n) => {

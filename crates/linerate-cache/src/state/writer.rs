@@ -8,66 +8,26 @@
 //! emptied at start-up. This file does not choose the disk or admit the write (see
 //! `store.rs`).
 
-use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::sync::watch;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::disk::{charge_for, Reservation};
 use crate::format::ObjectHeader;
 use crate::index::Entry;
+use crate::index::Inflight;
 use crate::io::IoOp;
 use crate::journal::Record;
 use crate::key::KeyHash;
-use crate::meta::ObjectMeta;
 use crate::policy::PolicyState;
-use crate::progress::{BodyProgress, Progress, WriteFailure};
-use crate::store::Inner;
+use crate::progress::{Progress, WriteFailure};
+use crate::state::disk::{charge_for, Reservation};
+use crate::state::Inner;
 
 /// Reservation granted at a time for a body of unknown length: large enough that a
 /// video segment needs one or two, small enough not to make a disk look full.
 const RESERVE_STEP: u64 = 4 << 20;
-
-/// An object being written, as readers see it (kept in the index's in-flight map).
-#[derive(Debug)]
-pub struct Inflight {
-    /// The temporary file, shared with readers following the write (no `dup` each).
-    pub(crate) file: Arc<File>,
-    pub(crate) body_offset: u64,
-    pub(crate) meta: Arc<ObjectMeta>,
-    pub(crate) key: Box<[u8]>,
-    pub(crate) created_ms: u64,
-    pub(crate) disk: u16,
-    pub(crate) tx: watch::Sender<Progress>,
-    /// Set (under the key's shard lock) by a purge, or by a newer write of the same key
-    /// displacing this one: the write must not be published. Checked under that same
-    /// lock when the writer indexes its object, so a purge is never undone.
-    pub(crate) cancelled: AtomicBool,
-    /// Whether lookups may follow this write (`Lookup::Filling`). False for a metadata
-    /// update, which copies a body that is already stored.
-    pub(crate) followable: bool,
-    /// Set by [`crate::Store::pin`] while the object is being written: it is indexed
-    /// pinned (read under the shard lock at publish).
-    pub(crate) pin_on_publish: AtomicBool,
-}
-
-impl Inflight {
-    pub(crate) fn progress(&self) -> BodyProgress {
-        BodyProgress::new(self.tx.subscribe())
-    }
-
-    /// Mark the write as not to be published (call with its shard locked).
-    pub(crate) fn cancel(&self) {
-        self.cancelled.store(true, Ordering::Release);
-    }
-
-    fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Acquire)
-    }
-}
 
 /// What the index must hold for the key when a metadata update publishes: the object
 /// whose body it copied. Anything else means the object changed meanwhile.
@@ -223,7 +183,7 @@ impl ObjectWriter {
     /// journals, and calls `done` with the outcome (on its thread: keep `done` short).
     /// Until then lookups find the object in flight, complete. Cost here: no system
     /// call; a wake-up of the publisher when it sleeps.
-    pub fn finish_later(mut self, done: crate::publish::PublishDone) {
+    pub fn finish_later(mut self, done: crate::state::PublishDone) {
         if let Err(e) = self.check_complete() {
             done(Err(e));
             return;

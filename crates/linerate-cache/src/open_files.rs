@@ -18,7 +18,7 @@
 //! When: from an object's second hit (a lookup that finds it already hit once), so
 //! objects asked for once (probes, one-off requests) never take a place.
 //!
-//! How many: at most `StoreConfig::open_handles` entries hold one. A ring of weak
+//! How many: at most `StoreConfig::open_files` entries hold one. A ring of weak
 //! references in opening order closes the oldest when a new one would exceed the
 //! bound (first in, first out: a hot object whose handle was closed is reopened on its
 //! next hit and rejoins at the back). The ring's lock is taken only when a handle is
@@ -26,7 +26,7 @@
 //!
 //! Files changed behind the store's back (an operator deleting, moving or truncating
 //! objects by hand, a disk remounted): a handle is trusted for
-//! `StoreConfig::open_handle_recheck`, then one `stat` of the object's path checks it
+//! `StoreConfig::open_file_recheck`, then one `stat` of the object's path checks it
 //! still names the same file (device and inode) at its full length before the next hit
 //! uses it; one that fails is closed and the lookup opens the path again, finding what
 //! a store without handles would. Times are monotonic (a clock step cannot stop the
@@ -37,57 +37,25 @@
 //! its next hit and must not hold evicted files' blocks while it drains.
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::index::{lock, Entry};
-use crate::meta::ObjectMeta;
+pub(crate) use crate::index::{Live, OpenObject};
 
 /// Default time a kept file answers hits before its path is checked again.
 pub const DEFAULT_RECHECK: Duration = Duration::from_secs(1);
 
-/// Default bound on entries holding an open file (see `StoreConfig::open_handles`).
-pub const DEFAULT_OPEN_HANDLES: usize = 4096;
-
-/// An object file opened and verified by a lookup, shared by every hit on its entry.
-#[derive(Debug)]
-pub(crate) struct OpenObject {
-    pub(crate) file: Arc<File>,
-    pub(crate) body_offset: u64,
-    pub(crate) body_len: u64,
-    /// Length the header says the file has (header plus body).
-    pub(crate) file_len: u64,
-    /// Device and inode of the file, to tell that its path still names it.
-    pub(crate) dev: u64,
-    pub(crate) ino: u64,
-    pub(crate) meta: Arc<ObjectMeta>,
-    pub(crate) created_ms: u64,
-    /// When the file was last found intact ([`Handles::now`]).
-    pub(crate) checked: AtomicU64,
-    /// Which keeping this is (the ring names handles by it).
-    pub(crate) seq: u64,
-    pub(crate) _live: Live,
-}
-
-/// Counts an [`OpenObject`] for as long as it lives (held by its entry, or for a
-/// moment by a lookup that cloned it): the number of files kept open.
-#[derive(Debug)]
-pub(crate) struct Live(Arc<AtomicUsize>);
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+/// Default bound on entries holding an open file (see `StoreConfig::open_files`).
+pub const DEFAULT_OPEN_FILES: usize = 4096;
 
 /// The bound on open handles and the order they are closed in.
 #[derive(Debug)]
-pub(crate) struct Handles {
+pub(crate) struct OpenFiles {
     cap: usize,
     recheck_ms: u64,
-    /// Origin of [`Handles::now`].
+    /// Origin of [`OpenFiles::now`].
     base: Instant,
     ring: Mutex<VecDeque<(Weak<Entry>, u64)>>,
     /// Numbers the handles made ([`OpenObject::seq`]).
@@ -96,9 +64,9 @@ pub(crate) struct Handles {
     live: Arc<AtomicUsize>,
 }
 
-impl Handles {
-    pub(crate) fn new(cap: usize, recheck: Duration) -> Handles {
-        Handles {
+impl OpenFiles {
+    pub(crate) fn new(cap: usize, recheck: Duration) -> OpenFiles {
+        OpenFiles {
             cap,
             recheck_ms: u64::try_from(recheck.as_millis()).unwrap_or(u64::MAX),
             base: Instant::now(),
@@ -108,7 +76,7 @@ impl Handles {
         }
     }
 
-    /// Whether handles are kept at all (`open_handles = 0` turns them off).
+    /// Whether handles are kept at all (`open_files = 0` turns them off).
     pub(crate) fn enabled(&self) -> bool {
         self.cap > 0
     }
@@ -270,7 +238,7 @@ mod tests {
         assert_eq!(s.open_files(), 0);
     }
 
-    fn object(h: &Handles) -> Arc<OpenObject> {
+    fn object(h: &OpenFiles) -> Arc<OpenObject> {
         let (live, seq) = h.live();
         Arc::new(OpenObject {
             file: Arc::new(tempfile::tempfile().unwrap()),
@@ -297,7 +265,7 @@ mod tests {
         put(&s, b"y", b"y");
         let x = s.inner.index.get(KeyHash::of(b"x")).unwrap();
         let y = s.inner.index.get(KeyHash::of(b"y")).unwrap();
-        let h = Handles::new(1, DEFAULT_RECHECK);
+        let h = OpenFiles::new(1, DEFAULT_RECHECK);
         h.keep(&x, object(&h));
         h.close(&x); // as a failed recheck does
         let newer = object(&h);

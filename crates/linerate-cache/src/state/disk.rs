@@ -88,7 +88,7 @@ pub(crate) struct Disk {
     /// (`Store::lend`) can wait for a step in progress to end.
     pub(crate) step: Mutex<()>,
     /// Objects whose body is complete, waiting for the publisher (`publish.rs`).
-    pub(crate) publish: crate::publish::PublishQueue,
+    pub(crate) publish: crate::state::PublishQueue,
     /// This process's id, in temporary file names (read once: no `getpid` per write).
     pid: u32,
     /// One bit per fan-out directory known to exist, so a publish skips the `mkdir`
