@@ -22,8 +22,14 @@ pub struct Dns {
 }
 
 impl Dns {
-    /// Answer at `addr` for `nodes` (`name`, `ip:port`).
+    /// Answer at `addr` for `nodes` (`name`, `ip:port`) as the Service [`SERVICE_HOST`].
     pub fn start(addr: SocketAddr, nodes: &[(String, SocketAddr)]) -> Dns {
+        Dns::start_for(addr, SERVICE_HOST, nodes)
+    }
+
+    /// Answer at `addr` for `nodes` as the headless Service whose domain is `host`
+    /// (`<service>.<namespace>.svc.cluster.local`): SRV `_http._tcp.<host>`.
+    pub fn start_for(addr: SocketAddr, host: &str, nodes: &[(String, SocketAddr)]) -> Dns {
         let mut cmd = Command::new("dnsmasq");
         cmd.args([
             "--keep-in-foreground",
@@ -41,8 +47,11 @@ impl Dns {
         cmd.arg(format!("--port={}", addr.port()));
         cmd.arg("--local=/cluster.local/");
         for (name, at) in nodes {
-            let target = format!("{name}.{SERVICE_HOST}");
-            cmd.arg(format!("--srv-host={SERVICE},{target},{},0,100", at.port()));
+            let target = format!("{name}.{host}");
+            cmd.arg(format!(
+                "--srv-host=_http._tcp.{host},{target},{},0,100",
+                at.port()
+            ));
             cmd.arg(format!("--host-record={target},{}", at.ip()));
         }
         cmd.stdin(Stdio::null())
