@@ -1004,4 +1004,40 @@ mod tests {
             assert_eq!(keys.verify(&field, unix_now(), &covered), Ok(()));
         }
     }
+
+    /// Guards `peers_dns` membership: before DNS answers a node has no peers (it fills
+    /// from the origin itself); an answer is applied (new generation), the same answer
+    /// again is not, a reload keeps the set DNS answered (the file lists no peers), and
+    /// an answer that fails the checks changes nothing.
+    #[test]
+    fn dns_sets_survive_reloads_and_bad_answers() {
+        let mut o = opts("b", &[]);
+        o.peers_dns = Some("_http._tcp.linerate.video.svc.cluster.local".into());
+        let c = Cluster::new(checked(o.clone())).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            c.membership().plan(b"k", &[]),
+            Plan::Origin { previous: None }
+        ));
+        let set = opts("b", &["a", "b", "c"]).peers;
+        c.apply_discovered(set.clone())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (c.membership().generation, c.membership().opts.peers.len()),
+            (2, 3)
+        );
+        c.apply_discovered(set.clone())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.membership().generation, 2);
+        let mut reloaded = o.clone();
+        reloaded.load_factor = 2.0;
+        c.apply(checked(reloaded)).unwrap_or_else(|e| panic!("{e}"));
+        let m = c.membership();
+        assert_eq!((m.generation, m.opts.load_factor), (3, 2.0));
+        assert_eq!(m.opts.peers, set, "the reload kept the DNS set");
+        let mut bad = set.clone();
+        bad[0].name = "not a name".into();
+        assert!(c.apply_discovered(bad).is_err());
+        assert_eq!(c.membership().generation, 3);
+        assert_eq!(c.membership().opts.peers, set);
+    }
 }
