@@ -29,3 +29,8 @@ if [ -z "$linerate" ]; then
     linerate=target/debug/linerate
 fi
 "$venv/bin/python" scripts/check_deploy.py "$linerate"
+# The simulated deployment: the ConfigMap's linerate.toml on three simulated pods
+# (network namespaces, dnsmasq answering as CoreDNS for the headless Service, POD_NAME
+# per pod) must form one cache (crates/linerate/tests/deploy.rs; root, iproute2 and
+# dnsmasq needed, as for scripts/test.sh).
+LINERATE_BIN="$(realpath "$linerate")" cargo test -q -p linerate --test deploy

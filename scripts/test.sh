@@ -37,7 +37,9 @@ if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
 fi
 # The HTTP/2 tests (crates/linerate/tests/http2.rs) talk to the server with curl and
 # nghttp2's h2load as well as their own frames; they fail (never skip) without them.
-for pkg in curl:curl h2load:nghttp2-client; do
+# The DNS discovery tests (crates/linerate/tests/discovery.rs) and check-deploy's
+# simulated deployment answer SRV/A queries with Debian's dnsmasq (the binary only).
+for pkg in curl:curl h2load:nghttp2-client dnsmasq:dnsmasq-base; do
     if ! command -v "${pkg%%:*}" >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkg#*:}" >/dev/null 2>&1 \
             || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkg#*:}" >/dev/null; }

@@ -38,6 +38,10 @@ pub const DEFAULT_PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default wait for a peer's response head. The owner may be waiting on its origin
 /// (the origin's own first-byte timeout defaults to 10 s), so longer than that.
 pub const DEFAULT_PEER_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Default time between two resolutions of `peers_dns`: a pod that starts or goes is
+/// in every node's set within about this long (CoreDNS answers for a Service with a
+/// 5 s TTL by default, and a slower cycle only delays joins).
+pub const DEFAULT_PEERS_DNS_INTERVAL: Duration = Duration::from_secs(5);
 /// Most peers a cluster may list (the ranking is computed per miss: O(peers)).
 pub const MAX_PEERS: usize = 1024;
 
@@ -112,6 +116,25 @@ pub struct ClusterOptions {
     /// and on every reload. Exclusive with inline `peers`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peers_file: Option<PathBuf>,
+    /// A DNS name of SRV records (`_http._tcp.<service>.<namespace>.svc.cluster.local`,
+    /// a headless Service's) that lists the nodes: each target is a node, named by its
+    /// first label, at the target's A/AAAA address and the record's port. Resolved at
+    /// start and every `peers_dns_interval_ms` (`cluster::discovery`); a changed set is
+    /// applied as a reload applies a peers file. Exclusive with `peers`/`peers_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peers_dns: Option<String>,
+    /// Time between resolutions of `peers_dns` (`peers_dns_interval_ms`; 0 is read as
+    /// 1). Default [`DEFAULT_PEERS_DNS_INTERVAL`].
+    #[serde(rename = "peers_dns_interval_ms", with = "at_least_1ms")]
+    pub peers_dns_interval: Duration,
+    /// The DNS server `peers_dns` asks (`ip:port`, UDP then TCP); default the
+    /// system's (`/etc/resolv.conf`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_server: Option<SocketAddr>,
+    /// An environment variable holding this node's name (`self_env = "POD_NAME"`), read
+    /// by the binary into `self` when the file is loaded. Exclusive with `self`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_env: Option<String>,
     /// Bounded-load factor c (≥ 1). Default [`DEFAULT_LOAD_FACTOR`].
     pub load_factor: f64,
     /// Failures in a row before a peer is down. Default [`DEFAULT_DOWN_AFTER`].
@@ -322,6 +345,10 @@ impl ClusterOptions {
             self_name: self_name.to_string(),
             peers,
             peers_file: None,
+            peers_dns: None,
+            peers_dns_interval: DEFAULT_PEERS_DNS_INTERVAL,
+            dns_server: None,
+            self_env: None,
             load_factor: DEFAULT_LOAD_FACTOR,
             down_after: DEFAULT_DOWN_AFTER,
             up_after: DEFAULT_UP_AFTER,
@@ -345,19 +372,36 @@ impl ClusterOptions {
     /// Check what the types cannot: `self` given and listed, names unique and
     /// hop-header safe, weights positive and finite, factors in range, secrets present
     /// and long enough, unsigned senders among the peers. No message holds a secret.
+    ///
+    /// With `peers_dns`, the peers are what DNS answered last (none before the first
+    /// answer), and `self` need not be among them: DNS may list a node only once it is
+    /// ready, and until then the others do not rank it either.
     pub fn check(&self) -> Result<(), String> {
         if self.self_name.is_empty() {
             return Err(
-                "cluster: missing field `self` (this node's name, one of the peers)".into(),
+                "cluster: missing field `self` (this node's name, one of the peers; or `self_env`)"
+                    .into(),
             );
         }
+        if let Some(name) = &self.peers_dns {
+            if self.peers_file.is_some() {
+                return Err("cluster: give peers_dns or peers_file, not both".into());
+            }
+            crate::cluster::discovery::check_name(name)?;
+            if !self.accept_unsigned_from.is_empty() {
+                return Err(
+                    "cluster: accept_unsigned_from needs listed peers (peers or peers_file), not peers_dns".into(),
+                );
+            }
+        }
+        let discovered = self.peers_dns.is_some();
         let name_ok = |n: &str| {
             !n.is_empty()
                 && n.len() <= 64
                 && n.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
         };
-        if self.peers.is_empty() {
+        if self.peers.is_empty() && !discovered {
             return Err("cluster: peers is empty (list every node, this one included)".into());
         }
         if self.peers.len() > MAX_PEERS {
@@ -377,7 +421,7 @@ impl ClusterOptions {
                 return Err(format!("cluster: peer {:?} listed twice", p.name));
             }
         }
-        if !self.peers.iter().any(|p| p.name == self.self_name) {
+        if !discovered && !self.peers.iter().any(|p| p.name == self.self_name) {
             return Err(format!(
                 "cluster: self = {:?} is not one of the peers",
                 self.self_name

@@ -36,6 +36,25 @@ pub struct AdminArgs {
     token: Option<String>,
 }
 
+/// `linerate drain` options.
+#[derive(clap::Args)]
+pub struct DrainArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Keep serving this many seconds before draining (while a load balancer, or
+    /// Kubernetes' endpoints, stop sending new connections here). Default 0.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    delay_s: u64,
+    /// After draining, wait while connections are open (responses in flight), at most
+    /// this many seconds, and return as soon as none is (a preStop hook that waits only
+    /// as long as needed). Default 0: return at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    wait_s: u64,
+}
+
+/// How often `drain --wait-s` looks at the open connections.
+const DRAIN_POLL: Duration = Duration::from_millis(200);
+
 /// `linerate upgrade` options.
 #[derive(clap::Args)]
 pub struct UpgradeArgs {
@@ -175,15 +194,51 @@ fn call_within(
     Ok((status, body.to_owned()))
 }
 
-/// `linerate drain`.
-pub fn drain(args: &AdminArgs) -> anyhow::Result<()> {
-    let (addr, token) = args.resolve()?;
+/// `linerate drain`: after `--delay-s`, drain; then, with `--wait-s`, wait until no
+/// connection is open (`linerate_connections_open` is 0) or the time is up. Exits 0
+/// either way once drained (a preStop hook must not fail for a slow client); says
+/// which.
+pub fn drain(args: &DrainArgs) -> anyhow::Result<()> {
+    let (addr, token) = args.admin.resolve()?;
+    std::thread::sleep(Duration::from_secs(args.delay_s));
     let (status, body) = call(addr, "POST", "/drain", &token)?;
     if status != 200 {
         anyhow::bail!("drain refused ({status}): {}", body.trim());
     }
     println!("{}", body.trim());
-    Ok(())
+    if args.wait_s == 0 {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let limit = Duration::from_secs(args.wait_s);
+    loop {
+        let open = open_connections(addr, &token)?;
+        if open == 0 {
+            println!(
+                "no connection open after {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if started.elapsed() >= limit {
+            println!("{open} connections still open after {} s", args.wait_s);
+            return Ok(());
+        }
+        std::thread::sleep(DRAIN_POLL);
+    }
+}
+
+/// `linerate_connections_open` from the admin API's `/metrics`.
+fn open_connections(addr: SocketAddr, token: &str) -> anyhow::Result<u64> {
+    let (status, body) = call(addr, "GET", "/metrics", token)?;
+    if status != 200 {
+        anyhow::bail!("metrics refused ({status}): {}", body.trim());
+    }
+    body.lines()
+        .find_map(|l| l.strip_prefix("linerate_connections_open "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .context("no linerate_connections_open in /metrics (is [admin] metrics off?)")
 }
 
 /// `linerate upgrade`: the server starts the next process and hands over; exits 0 once

@@ -9,6 +9,9 @@
 //! [`linerate_server::clusteropts::InlineSecret::secrets`], so a wrong type is not
 //! echoed with its line by the TOML parser).
 //!
+//! `self_env` names the environment variable that holds `self` (a pod's name), read
+//! here on every load.
+//!
 //! Not here: what the cluster does (`linerate_server`'s `cluster` and `proxy::peer`).
 
 use std::path::Path;
@@ -45,6 +48,15 @@ pub trait LoadCluster {
 impl LoadCluster for ClusterOptions {
     fn load(&self) -> Result<CheckedCluster, String> {
         let mut o = self.clone();
+        if self.peers_dns.is_some() && !self.peers.is_empty() {
+            return Err("cluster: give peers or peers_dns, not both".into());
+        }
+        if self.peers_dns.is_some() && self.peers_file.is_some() {
+            return Err("cluster: give peers_dns or peers_file, not both".into());
+        }
+        if let Some(var) = &self.self_env {
+            o.self_name = self_from_env(&self.self_name, var)?;
+        }
         match (&self.peers_file, self.peers.is_empty()) {
             (Some(_), false) => {
                 return Err("cluster: give peers or peers_file, not both".into());
@@ -54,6 +66,21 @@ impl LoadCluster for ClusterOptions {
         }
         o.secrets = secrets(self)?;
         o.into_checked()
+    }
+}
+
+/// This node's name from environment variable `var` (`self_env`), which must be set
+/// and non-empty; `self` must not be given too.
+fn self_from_env(self_name: &str, var: &str) -> Result<String, String> {
+    if !self_name.is_empty() {
+        return Err("cluster: give self or self_env, not both".into());
+    }
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Ok(v),
+        Ok(_) => Err(format!("cluster: self_env = {var:?}: the variable is empty")),
+        Err(e) => Err(format!(
+            "cluster: self_env = {var:?}: {e} (on Kubernetes: env {var} from fieldRef metadata.name)"
+        )),
     }
 }
 
@@ -231,6 +258,53 @@ mod tests {
         assert!(parse_bare(&stranger)
             .expect_err("not a peer")
             .contains("10.0.0.9"));
+    }
+
+    /// `peers_dns` and `self_env`: `self` from the environment (which must hold it),
+    /// no peers before DNS answers, and every mix with the other ways refused.
+    #[test]
+    fn peers_dns_and_self_env() {
+        let dns = "peers_dns = \"_http._tcp.linerate.video.svc.cluster.local\"\n";
+        // An unset variable; then one cargo sets for every test process (this crate
+        // sets none: it forbids unsafe code).
+        let unset = "LINERATE_TEST_UNSET_POD_NAME";
+        let e = parse(&format!("{dns}self_env = \"{unset}\"\n")).expect_err("unset");
+        assert!(
+            e.contains(unset) && e.contains("fieldRef metadata.name"),
+            "{e}"
+        );
+        let env = "self_env = \"CARGO_PKG_NAME\"\n";
+        let o = parse(&format!(
+            "{dns}{env}dns_server = \"127.0.0.1:5353\"\npeers_dns_interval_ms = 0"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(o.self_name, "linerate");
+        assert!(o.peers.is_empty());
+        assert_eq!(
+            o.dns_server,
+            Some("127.0.0.1:5353".parse().unwrap_or_else(|_| unreachable!()))
+        );
+        assert_eq!(o.peers_dns_interval, std::time::Duration::from_millis(1));
+        for (bad, needle) in [
+            (format!("{dns}{env}self = \"a\""), "self or self_env"),
+            (
+                format!("{dns}{env}peers = [{{ name = \"a\", address = \"10.0.0.1:80\" }}]"),
+                "peers or peers_dns",
+            ),
+            (
+                format!("{dns}{env}peers_file = \"/p\""),
+                "peers_dns or peers_file",
+            ),
+            (format!("peers_dns = \"a..b\"\n{env}"), "not a DNS name"),
+            (
+                format!("{dns}{env}accept_unsigned_from = [\"10.0.0.2\"]"),
+                "needs listed peers",
+            ),
+            (format!("{dns}{env}dns_server = \"nowhere\""), "dns_server"),
+        ] {
+            let e = parse(&bad).expect_err(&bad);
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -273,10 +273,14 @@ impl Config {
                     "[cluster] needs cache mode ([cache], [[origin]] and [[route]])",
                 ));
             }
-            if c.get_ref().self_name.is_empty() {
+            if c.get_ref().self_name.is_empty() && c.get_ref().self_env.is_none() {
                 // Required, though every other key has a default: said as the TOML
                 // parser says a missing key, at the section's line.
-                return Err(error_at(text, c.span(), "missing field `self`"));
+                return Err(error_at(
+                    text,
+                    c.span(),
+                    "missing field `self` (or `self_env`)",
+                ));
             }
             config.cluster_options = Some(c.get_ref().load().map_err(serde::de::Error::custom)?);
         }

@@ -35,7 +35,7 @@ enum Command {
     Serve(ServeArgs),
     /// Take this server out of the load balancer: `/health` fails, no new connections
     /// are accepted, in-flight responses finish (admin API; needs `admin.token`).
-    Drain(adminctl::AdminArgs),
+    Drain(adminctl::DrainArgs),
     /// Replace the running server without dropping a connection: it starts the new
     /// binary, hands it every listening socket and the cache store, and drains once the
     /// new one serves. Exits non-zero (the old one keeps serving) when the new one fails

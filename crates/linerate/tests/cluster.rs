@@ -29,11 +29,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::netns::Net;
 use support::origin::{self, Origin, Reply, Request};
 use support::Server;
 
@@ -50,112 +50,6 @@ const SLICE: u64 = 4 << 20;
 /// The cluster secret every node gets (in its `secret_file`) unless the test's
 /// `[cluster]` lines set one.
 const SECRET: &str = "cluster-test-secret-0123456789abcdef0123456789";
-
-static NEXT_NET: AtomicUsize = AtomicUsize::new(0);
-
-/// Run `ip` with `args`; panics with its stderr.
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().unwrap_or_else(|e| {
-        panic!("cannot run `ip` ({e}): the cluster tests need iproute2 and root (scripts/test.sh installs iproute2)")
-    });
-    assert!(
-        out.status.success(),
-        "ip {}: {} (the cluster tests need root and network namespaces)",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The namespaces of one test: a hub with a bridge, a veth from the test's namespace
-/// to it (the origin's and clients' side), and one namespace per node. Deleted on drop.
-struct Net {
-    tag: String,
-    /// `10.x.y` of this net's /24.
-    prefix: String,
-    nodes: Vec<String>,
-}
-
-impl Net {
-    fn new() -> Net {
-        let n = NEXT_NET.fetch_add(1, Ordering::SeqCst);
-        let pid = std::process::id();
-        let tag = format!("lrc{}x{n}", pid % 100_000);
-        let prefix = format!("10.{}.{}", 100 + pid % 100, 10 + n);
-        let net = Net {
-            tag,
-            prefix,
-            nodes: Vec::new(),
-        };
-        let hub = net.hub();
-        ip(&["netns", "add", &hub]);
-        ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"]);
-        ip(&["-n", &hub, "link", "set", "br0", "up"]);
-        let outer = format!("{}o", net.tag);
-        ip(&[
-            "link", "add", &outer, "type", "veth", "peer", "name", "o0", "netns", &hub,
-        ]);
-        ip(&["-n", &hub, "link", "set", "o0", "master", "br0", "up"]);
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}.254/24", net.prefix),
-            "dev",
-            &outer,
-        ]);
-        ip(&["link", "set", &outer, "up"]);
-        net
-    }
-
-    fn hub(&self) -> String {
-        format!("{}h", self.tag)
-    }
-
-    /// Add node `i`'s namespace (address `prefix.(i+1)`); returns its name.
-    fn add_node(&mut self, i: usize) -> String {
-        let ns = format!("{}n{i}", self.tag);
-        let hub = self.hub();
-        let port = format!("p{i}");
-        ip(&["netns", "add", &ns]);
-        self.nodes.push(ns.clone());
-        ip(&[
-            "-n", &hub, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-        ]);
-        ip(&["-n", &hub, "link", "set", &port, "master", "br0", "up"]);
-        ip(&[
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{}.{}/24", self.prefix, i + 1),
-            "dev",
-            "eth0",
-        ]);
-        ip(&["-n", &ns, "link", "set", "eth0", "up"]);
-        ip(&["-n", &ns, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn node_ip(&self, i: usize) -> String {
-        format!("{}.{}", self.prefix, i + 1)
-    }
-
-    fn origin_ip(&self) -> String {
-        format!("{}.254", self.prefix)
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for ns in self.nodes.iter().chain([&self.hub()]) {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-        // Gone with the hub already (its peer was there); this is for a half-built net.
-        let _ = Command::new("ip")
-            .args(["link", "del", &format!("{}o", self.tag)])
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
 
 /// One node: the server, its directory (store, peers file), name and addresses.
 struct Node {

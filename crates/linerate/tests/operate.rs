@@ -2,7 +2,8 @@
 //! metric values after a known sequence of requests, health and drain with a download
 //! in flight, admin error answers, the access log (formats, SIGUSR1 rotation, a log
 //! directory that disappears), SIGHUP reload with a valid and an invalid file while a
-//! client downloads, sampled TCP_INFO, and the `drain` and `stats` subcommands.
+//! client downloads, sampled TCP_INFO, and the `drain` (with `--delay-s`/`--wait-s`,
+//! as a Kubernetes preStop hook runs it) and `stats` subcommands, and `/live`.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod support;
@@ -189,6 +190,73 @@ fn drain_fails_health_refuses_new_connections_and_finishes_in_flight() {
     let head_end = first.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     assert_eq!(first.len() - head_end + rest.len(), big.len());
     assert!(value(&metrics(&srv), "linerate_draining") == Some(1.0));
+    assert!(srv.stop().success());
+}
+
+/// What a Kubernetes preStop hook (`linerate drain --delay-s N --wait-s M`, exec form)
+/// relies on: the server keeps serving for the delay, then drains, and the command
+/// returns as soon as the last response in flight is done (not after M seconds), while
+/// `/live` (the liveness probe) stays 200 throughout, draining or not.
+#[test]
+fn drain_waits_only_while_requests_are_in_flight_and_live_stays_up() {
+    let big = content(32 * 1024 * 1024, 6);
+    let lib = library(&[("big.mp4", &big)]);
+    let extra = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n[timeouts]\nshutdown_grace_ms = 60000\n"
+    );
+    let srv = Server::start(lib.path(), &extra);
+    let a = srv.admin_addr();
+    assert_eq!(admin(a, "GET", "/live", ""), (200, "alive\n".to_owned()));
+    let mut dl = srv.connect();
+    dl.write_all(b"GET /big.mp4 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut first = vec![0u8; 1024 * 1024];
+    dl.read_exact(&mut first).unwrap();
+    let started = Instant::now();
+    let mut drain = Command::new(binary())
+        .args(["drain", "--admin", &a.to_string(), "--token", TOKEN])
+        .args(["--delay-s", "1", "--wait-s", "60"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("drained", || admin(a, "GET", "/health", "").0 == 503);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "drained before the delay"
+    );
+    assert_eq!(admin(a, "GET", "/live", "").0, 200, "live while draining");
+    // The download is in flight: the command waits.
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        drain.try_wait().unwrap().is_none(),
+        "returned with a response in flight"
+    );
+    let rest = read_to_close(&mut dl);
+    let head_end = first.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(first.len() - head_end + rest.len(), big.len());
+    drop(dl);
+    // Done: it returns within a few polls, far before --wait-s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = drain.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "drain still waiting with no connection open"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success());
+    let mut out = String::new();
+    drain
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(out.contains("no connection open after"), "{out}");
+    assert_eq!(admin(a, "GET", "/live", "").0, 200);
     assert!(srv.stop().success());
 }
 

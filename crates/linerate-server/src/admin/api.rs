@@ -527,6 +527,9 @@ fn route(
             }
             Reply::new(status, "application/json", body)
         }
+        // Liveness: 200 whenever the admin API answers (draining and dead disks
+        // included: a restart fixes neither; `/ready` and `/health` report them).
+        "/live" => Reply::new(200, "text/plain; charset=utf-8", "alive\n".to_owned()),
         "/health" => {
             // 503 while draining, or in cache mode when no store disk is in service; a
             // down origin does not fail it (see `HealthVerdict`).

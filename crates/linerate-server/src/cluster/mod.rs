@@ -6,7 +6,8 @@
 //!
 //! Membership is swapped whole on a reload (`apply`); a peer whose name and address
 //! stay keeps its health, counters and connection pools. A keeper thread (`keeper`)
-//! applies reloads and probes down peers.
+//! applies reloads and probes down peers. With `peers_dns` the peers are what DNS
+//! answered last (`discovery`), applied the same way (`apply_discovered`).
 //!
 //! A request's `Linerate-Peer` field is admitted here (`Cluster::admit`): a valid MAC
 //! with the cluster secret (`auth`), or the unsigned form from an address of
@@ -18,6 +19,7 @@
 //! `proxy::fill`).
 
 pub(crate) mod auth;
+pub(crate) mod discovery;
 pub(crate) mod ring;
 
 use std::cell::{Cell, RefCell};
@@ -27,12 +29,12 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::admin::control::{Control, RunState};
 use crate::cacheopts::{OriginOptions, OriginServer};
-use crate::clusteropts::{CheckedCluster, ClusterOptions, HOP_HEADER};
+use crate::clusteropts::{CheckedCluster, ClusterOptions, PeerOptions, HOP_HEADER};
 use crate::origin::{Origin, OriginShared};
 
 /// How often the keeper looks for a reload or a stop between probes.
@@ -327,6 +329,10 @@ pub(crate) struct Cluster {
     unsigned_accepted: AtomicU64,
     /// The Unix second of the last refusal logged: at most one line a second.
     last_refusal_logged: AtomicU64,
+    /// With `peers_dns`: the last whole set DNS answered (the peers of every
+    /// membership while `peers_dns` is set, reloads included). Held while one is
+    /// applied, so a reload and an answer are applied one after the other.
+    discovered: Mutex<Option<Vec<PeerOptions>>>,
 }
 
 impl Cluster {
@@ -343,6 +349,7 @@ impl Cluster {
             auth_failures: Default::default(),
             unsigned_accepted: AtomicU64::new(0),
             last_refusal_logged: AtomicU64::new(0),
+            discovered: Mutex::new(None),
         }))
     }
 
@@ -426,8 +433,49 @@ impl Cluster {
 
     /// Put new options in force (a reload). Peers that keep their name and address keep
     /// their state; the previous-owner window restarts when the node set changed.
+    /// With `peers_dns`, the peers are the last set DNS answered, not the file's.
     pub(crate) fn apply(&self, opts: CheckedCluster) -> Result<(), String> {
-        let opts = opts.into_options();
+        let discovered = self
+            .discovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut opts = opts.into_options();
+        if let (Some(_), Some(peers)) = (&opts.peers_dns, discovered.as_ref()) {
+            opts.peers = peers.clone();
+            opts = opts.into_checked()?.into_options();
+        }
+        self.put(opts)
+    }
+
+    /// Put the set `peers_dns` answered in force (`discovery`): the options in force
+    /// with these peers, checked, applied as [`Cluster::apply`] applies a reload. An
+    /// error (e.g. a name that is not a node name) changes nothing.
+    pub(crate) fn apply_discovered(&self, peers: Vec<PeerOptions>) -> Result<(), String> {
+        let mut discovered = self
+            .discovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut opts = self.membership().opts.clone();
+        if opts.peers == peers {
+            *discovered = Some(peers);
+            return Ok(());
+        }
+        opts.peers = peers.clone();
+        let opts = opts.into_checked()?.into_options();
+        let names: Vec<&str> = peers.iter().map(|p| p.name.as_str()).collect();
+        tracing::info!(
+            name = opts.peers_dns.as_deref().unwrap_or(""),
+            nodes = %names.join(" "),
+            "cluster: peers_dns answered a new set"
+        );
+        self.put(opts)?;
+        *discovered = Some(peers);
+        Ok(())
+    }
+
+    /// Build and swap in the membership of `opts` (checked), unless it is the one in
+    /// force.
+    fn put(&self, opts: ClusterOptions) -> Result<(), String> {
         let old = self.membership();
         if old.opts == opts {
             return Ok(());
@@ -601,7 +649,10 @@ fn build(
 
 /// Start the keeper thread: it applies the `[cluster]` of each reloaded configuration
 /// and probes down peers every `probe_interval`, until the server stops.
+///
+/// The DNS thread (`discovery`) starts here too, after resolving `peers_dns` once.
 pub(crate) fn keeper(cluster: Arc<Cluster>, control: Arc<Control>) -> std::io::Result<()> {
+    discovery::start(Arc::clone(&cluster), Arc::clone(&control))?;
     let mut options = control.watch_options();
     std::thread::Builder::new()
         .name("linerate-cluster".into())
@@ -970,5 +1021,41 @@ mod tests {
             let field = auth::Field::parse(value.as_bytes()).unwrap_or_else(|| unreachable!());
             assert_eq!(keys.verify(&field, unix_now(), &covered), Ok(()));
         }
+    }
+
+    /// Guards `peers_dns` membership: before DNS answers a node has no peers (it fills
+    /// from the origin itself); an answer is applied (new generation), the same answer
+    /// again is not, a reload keeps the set DNS answered (the file lists no peers), and
+    /// an answer that fails the checks changes nothing.
+    #[test]
+    fn dns_sets_survive_reloads_and_bad_answers() {
+        let mut o = opts("b", &[]);
+        o.peers_dns = Some("_http._tcp.linerate.video.svc.cluster.local".into());
+        let c = Cluster::new(checked(o.clone())).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            c.membership().plan(b"k", &[]),
+            Plan::Origin { previous: None }
+        ));
+        let set = opts("b", &["a", "b", "c"]).peers;
+        c.apply_discovered(set.clone())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (c.membership().generation, c.membership().opts.peers.len()),
+            (2, 3)
+        );
+        c.apply_discovered(set.clone())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.membership().generation, 2);
+        let mut reloaded = o.clone();
+        reloaded.load_factor = 2.0;
+        c.apply(checked(reloaded)).unwrap_or_else(|e| panic!("{e}"));
+        let m = c.membership();
+        assert_eq!((m.generation, m.opts.load_factor), (3, 2.0));
+        assert_eq!(m.opts.peers, set, "the reload kept the DNS set");
+        let mut bad = set.clone();
+        bad[0].name = "not a name".into();
+        assert!(c.apply_discovered(bad).is_err());
+        assert_eq!(c.membership().generation, 3);
+        assert_eq!(c.membership().opts.peers, set);
     }
 }

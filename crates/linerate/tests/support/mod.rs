@@ -7,7 +7,9 @@
     reason = "test harness: a failed step should fail the test loudly"
 )]
 
+pub mod dns;
 pub mod kit;
+pub mod netns;
 pub mod origin;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -204,6 +206,21 @@ impl Server {
                 addr.parse().unwrap()
             })
             .collect()
+    }
+
+    /// How many logged lines contain `needle`.
+    pub fn logged_count(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// Every line logged so far.
+    pub fn logged_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
     }
 
     /// Whether any logged line contains `needle`.
