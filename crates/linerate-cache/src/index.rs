@@ -182,6 +182,29 @@ impl Index {
         out
     }
 
+    /// Mark every write whose body is still coming in to end unstored (`Store::lend`);
+    /// how many were marked.
+    pub(crate) fn leave_unstored(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                lock(s)
+                    .inflight
+                    .values()
+                    .filter(|w| w.leave_unstored())
+                    .count()
+            })
+            .sum()
+    }
+
+    /// Writes in flight that are to be published (not left unstored by a lend).
+    pub(crate) fn to_publish_len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| lock(s).inflight.values().filter(|w| w.to_publish()).count())
+            .sum()
+    }
+
     /// Writes in flight (sums every shard, one lock at a time).
     pub(crate) fn inflight_len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).inflight.len()).sum()

@@ -331,6 +331,7 @@ impl Store {
             cancelled: AtomicBool::new(false),
             followable: !update,
             pin_on_publish: AtomicBool::new(false),
+            unstored: AtomicBool::new(false),
         });
         let writer = ObjectWriter {
             inner: Arc::clone(inner),

@@ -52,6 +52,11 @@ pub struct Inflight {
     /// Set by [`crate::Store::pin`] while the object is being written: it is indexed
     /// pinned (read under the shard lock at publish).
     pub(crate) pin_on_publish: AtomicBool,
+    /// Set by [`crate::Store::lend`] (under the key's shard lock) for a write whose body
+    /// was still coming in when the store was lent: it goes on to its end for its
+    /// readers, who are told it is complete, but is never published (the store belongs
+    /// to the next process, which fetches the object again when asked for it).
+    pub(crate) unstored: AtomicBool,
 }
 
 impl Inflight {
@@ -66,6 +71,27 @@ impl Inflight {
 
     fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
+    }
+
+    fn is_unstored(&self) -> bool {
+        self.unstored.load(Ordering::Acquire)
+    }
+
+    /// Whether `Store::lend` may leave this write unstored: its body is still coming
+    /// in (call with its shard locked). A body already complete is being published and
+    /// is waited for instead.
+    pub(crate) fn leave_unstored(&self) -> bool {
+        if matches!(*self.tx.borrow(), Progress::Writing { .. }) && !self.is_unstored() {
+            self.unstored.store(true, Ordering::Release);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A write the lend still waits for: in flight and to be published.
+    pub(crate) fn to_publish(&self) -> bool {
+        !self.is_unstored()
     }
 }
 
@@ -249,6 +275,9 @@ impl ObjectWriter {
         if self.inflight.is_cancelled() {
             return Err(self.fail(WriteFailure::Aborted));
         }
+        if self.inflight.is_unstored() {
+            return Err(self.end_unstored());
+        }
         if !self.inner.disks[usize::from(self.disk)].health.in_service() {
             return Err(self.fail(WriteFailure::Disk));
         }
@@ -355,12 +384,17 @@ impl ObjectWriter {
         let pin = &self.inflight.pin_on_publish;
         let published =
             inner.index_published_if(Arc::clone(&entry), replaces.is_some(), pin, |cur| {
-                !inflight.is_cancelled() && replaces.as_ref().is_none_or(|r| r.matches(cur))
+                !inflight.is_cancelled()
+                    && !inflight.is_unstored()
+                    && replaces.as_ref().is_none_or(|r| r.matches(cur))
             });
         if !published {
             // Purged, superseded or (an update) changed after the rename: take the file
             // back out so nothing unindexed is left under the object's name.
             inner.unpublish(self.disk, self.hash, &final_path);
+            if self.inflight.is_unstored() {
+                return Err(self.end_unstored());
+            }
             return Err(self.fail(WriteFailure::Aborted));
         }
         let rec = Record::Insert {
@@ -406,6 +440,24 @@ impl ObjectWriter {
             Err(e) => self
                 .inner
                 .disk_error(self.disk, IoOp::Remove, &self.tmp_path, &e),
+        }
+    }
+
+    /// The store was lent while this body came in (`Store::lend`): its readers get the
+    /// body as complete, nothing is stored, and the write reports `Aborted`.
+    fn end_unstored(&mut self) -> WriteError {
+        if !self.done {
+            self.done = true;
+            self.remove_inflight();
+            self.remove_tmp();
+            self.inner.disks[usize::from(self.disk)].release(self.reserved);
+            self.reserved = 0;
+            self.inflight
+                .tx
+                .send_replace(Progress::Complete { len: self.written });
+        }
+        WriteError {
+            failure: WriteFailure::Aborted,
         }
     }
 
