@@ -637,7 +637,7 @@ fn fill_reply(
                         format!("{{\"outcome\":\"{outcome}\",\"job\":{}}}\n", job.trim_end()),
                     )
                 }
-                Err(reason) => Reply::text(400, &reason),
+                Err((status, reason)) => Reply::text(status, &reason),
             }
         }
         ["jobs"] if read => json(200, fills.render(None).unwrap_or_default()),
