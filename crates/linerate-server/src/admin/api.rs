@@ -459,7 +459,7 @@ fn route(
     }
     let command = matches!(
         path,
-        "/drain" | "/reload" | "/reopen-logs" | "/purge" | "/upgrade"
+        "/drain" | "/undrain" | "/reload" | "/reopen-logs" | "/purge" | "/upgrade"
     );
     if command {
         if method != "POST" {
@@ -801,6 +801,13 @@ fn command_reply(admin: &Admin, path: &str) -> Reply {
                 format!("{{\"mode\":\"{}\"}}\n", admin.control.run_state().as_str()),
             )
         }
+        "/undrain" => match admin.control.undrain() {
+            Ok(()) => {
+                tracing::info!("undrain requested through the admin API: serving again");
+                Reply::new(200, "application/json", "{\"mode\":\"serving\"}\n".into())
+            }
+            Err(why) => Reply::text(409, &why),
+        },
         "/reopen-logs" => {
             admin.control.reopen_logs();
             Reply::new(200, "application/json", "{\"reopened\":true}\n".into())
