@@ -376,6 +376,12 @@ impl ClusterOptions {
             if self.peers[..i].iter().any(|q| q.name == p.name) {
                 return Err(format!("cluster: peer {:?} listed twice", p.name));
             }
+            if let Some(q) = self.peers[..i].iter().find(|q| q.address == p.address) {
+                return Err(format!(
+                    "cluster: peers {:?} and {:?} have the same address {}: two nodes cannot share one",
+                    q.name, p.name, p.address
+                ));
+            }
         }
         if !self.peers.iter().any(|p| p.name == self.self_name) {
             return Err(format!(
