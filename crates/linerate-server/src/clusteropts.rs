@@ -436,7 +436,11 @@ mod tests {
     fn peer(name: &str, weight: f64) -> PeerOptions {
         PeerOptions {
             name: name.into(),
-            address: "127.0.0.1:1".parse().unwrap_or_else(|_| unreachable!()),
+            // One address per name.
+            address: std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                1000 + name.bytes().map(u16::from).sum::<u16>(),
+            )),
             weight,
         }
     }
@@ -460,6 +464,9 @@ mod tests {
             vec![peer("a", 1.0), peer("a", 1.0)],
         ));
         assert!(twice.check().is_err());
+        let mut one_address = ok.clone();
+        one_address.peers[1].address = one_address.peers[0].address;
+        assert!(one_address.check().unwrap_err().contains("same address"));
         let zero = with_secret(ClusterOptions::new("a", vec![peer("a", 0.0)]));
         assert!(zero.check().is_err());
         let bad_name = with_secret(ClusterOptions::new("a b", vec![peer("a b", 1.0)]));
