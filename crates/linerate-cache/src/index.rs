@@ -73,6 +73,8 @@ pub(crate) type HashMapOf<V> = HashMap<u128, V, BuildHasherDefault<HashHasher>>;
 pub(crate) struct Shard {
     pub(crate) objects: HashMapOf<Arc<Entry>>,
     pub(crate) inflight: HashMapOf<Arc<Inflight>>,
+    /// Keys to be written pinned (`Store::pin_on_write`), with how many ask.
+    pub(crate) pin_next: HashMapOf<u32>,
 }
 
 /// The sharded index.

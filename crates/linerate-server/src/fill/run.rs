@@ -250,6 +250,14 @@ impl Fills {
         // or a client's meanwhile) says a write may have been refused for room not yet
         // made or a publish backlog, which a later try can pass.
         let refusals = self.refusals();
+        let key = item.key(&self.px).0;
+        // Pinned at admission: the write this request causes (or joins) is indexed
+        // pinned, never published unpinned for eviction to take before the check below
+        // pins it. (A sliced object's slices are pinned by that check.)
+        let intent = (pinned && !key.is_empty()).then_some(&key);
+        if let Some(k) = intent {
+            self.px.store.pin_on_write(k);
+        }
         let mut result = get(server, &item.host, &item.target, item.playlist).await;
         let bytes = result.as_ref().map_or(0, |f| f.bytes);
         let stored = result.as_ref().is_ok_and(|f| f.stored);
@@ -287,6 +295,9 @@ impl Fills {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
+        if let Some(k) = intent {
+            self.px.store.pin_on_write_done(k);
+        }
         self.in_flight.fetch_sub(1, Relaxed);
         self.global
             .lock()
@@ -313,7 +324,6 @@ impl Fills {
         while job.recent.len() > RECENT {
             job.recent.pop_front();
         }
-        let key = item.key(&self.px).0;
         let mut rec = String::new();
         for k in &pinned_keys {
             rec.push_str(&record::pinned(k));
