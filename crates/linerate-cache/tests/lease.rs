@@ -121,7 +121,12 @@ fn lending_leaves_a_write_still_coming_in_unstored_and_its_readers_whole() {
         store.lookup(b"slow"),
         linerate_cache::Lookup::Miss(_)
     ));
-    assert_eq!(std::fs::read_dir(dir.path().join("d0/tmp")).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("d0/tmp"))
+            .unwrap()
+            .count(),
+        0
+    );
     // Taken back: writing again, and the unstored write stays unstored.
     store.resume();
     put(&store, b"next", b"x");

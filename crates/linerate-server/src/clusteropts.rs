@@ -466,7 +466,7 @@ mod tests {
         assert!(twice.check().is_err());
         let mut one_address = ok.clone();
         one_address.peers[1].address = one_address.peers[0].address;
-        assert!(one_address.check().unwrap_err().contains("same address"));
+        assert!(matches!(one_address.check(), Err(e) if e.contains("same address")));
         let zero = with_secret(ClusterOptions::new("a", vec![peer("a", 0.0)]));
         assert!(zero.check().is_err());
         let bad_name = with_secret(ClusterOptions::new("a b", vec![peer("a b", 1.0)]));

@@ -703,7 +703,9 @@ fn two_peers_at_one_address_are_refused_with_the_line() {
     )));
     assert_ne!(code, Some(0), "{err}");
     assert!(
-        err.contains("line 4") && err.contains("\"c\"") && err.contains("\"a\"")
+        err.contains("line 4")
+            && err.contains("\"c\"")
+            && err.contains("\"a\"")
             && err.contains("127.0.0.1:8081"),
         "{err}"
     );

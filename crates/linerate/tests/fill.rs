@@ -1215,7 +1215,10 @@ fn a_job_over_max_urls_per_job_is_refused_and_a_playlist_past_it_is_cut() {
     assert_eq!(counters(&j), (7, 5, 0, 2), "{j}");
     assert_eq!(j["failed_reasons"]["over max_urls_per_job"], 2, "{j}");
     assert_eq!(origin.total(), 10);
-    assert_eq!(origin.count("/hls/seg4.ts") + origin.count("/hls/seg5.ts"), 0);
+    assert_eq!(
+        origin.count("/hls/seg4.ts") + origin.count("/hls/seg5.ts"),
+        0
+    );
 }
 
 /// A job's state is not rewritten whole on every change (issue 22: a 1,000,000-URL job
@@ -1254,7 +1257,10 @@ fn a_jobs_urls_are_written_once_and_progress_is_appended() {
 fn counters_survive_a_restart_and_a_torn_record_is_ignored() {
     let origin = Origin::start(move |_req: &Request| Reply::Delayed {
         delay: Duration::from_millis(100),
-        reply: Box::new(origin::ok(&[b'x'; 1000], &[("Cache-Control", "max-age=3600")])),
+        reply: Box::new(origin::ok(
+            &[b'x'; 1000],
+            &[("Cache-Control", "max-age=3600")],
+        )),
     });
     let cache = start(&origin, "concurrency = 1");
     assert_eq!(
@@ -1294,7 +1300,10 @@ fn counters_survive_a_restart_and_a_torn_record_is_ignored() {
     // And once more, finished.
     let cache = cache.restart();
     let j = job(&cache, "slow");
-    assert_eq!((counters(&j), j["bytes"].as_u64()), ((30, 30, 0, 0), Some(30_000)));
+    assert_eq!(
+        (counters(&j), j["bytes"].as_u64()),
+        ((30, 30, 0, 0), Some(30_000))
+    );
 }
 
 /// Rate and ETA are right in a job's first seconds (issue 22): measured over the time
@@ -1304,7 +1313,10 @@ fn counters_survive_a_restart_and_a_torn_record_is_ignored() {
 fn rate_and_eta_are_right_in_the_first_seconds() {
     let origin = Origin::start(move |_req: &Request| Reply::Delayed {
         delay: Duration::from_millis(100),
-        reply: Box::new(origin::ok(&[b'x'; 100_000], &[("Cache-Control", "max-age=3600")])),
+        reply: Box::new(origin::ok(
+            &[b'x'; 100_000],
+            &[("Cache-Control", "max-age=3600")],
+        )),
     });
     let cache = start(&origin, "concurrency = 1");
     let t0 = Instant::now();
@@ -1338,7 +1350,10 @@ fn rate_and_eta_are_right_in_the_first_seconds() {
 fn counters_survive_an_upgrade() {
     let origin = Origin::start(move |_req: &Request| Reply::Delayed {
         delay: Duration::from_millis(100),
-        reply: Box::new(origin::ok(&[b'x'; 1000], &[("Cache-Control", "max-age=3600")])),
+        reply: Box::new(origin::ok(
+            &[b'x'; 1000],
+            &[("Cache-Control", "max-age=3600")],
+        )),
     });
     let cache = start(&origin, "concurrency = 1");
     assert_eq!(
@@ -1361,8 +1376,7 @@ fn counters_survive_an_upgrade() {
     let stop = || {
         let _ = std::process::Command::new("kill").arg(&pid).status();
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline
-        {
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
     };

@@ -992,7 +992,11 @@ fn a_fill_in_flight_is_finished_and_stored_before_the_store_is_handed_over() {
     // The new process has the object: a hit, no second origin request.
     let r = cache.get("/slow", &["Host: cdn.test"]);
     assert_eq!((r.status, r.body == body), (200, true));
-    assert_eq!(count.load(Ordering::SeqCst), 1, "refilled after the hand-over");
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        1,
+        "refilled after the hand-over"
+    );
     assert!(!cache.logged("not stored"));
     current.stop();
 }
@@ -1034,26 +1038,41 @@ fn an_upgrade_does_not_wait_for_a_long_fill_and_the_object_is_fetched_again_at_m
     let mut current = Current(Some(upgrade(admin_addr, "").unwrap()));
     let took = t.elapsed();
     eprintln!("upgrade with a {LONG_FILL:?} fill in flight took {took:?}");
-    assert!(took < Duration::from_secs(8), "the upgrade waited: {took:?}");
+    assert!(
+        took < Duration::from_secs(8),
+        "the upgrade waited: {took:?}"
+    );
     wait_logged(
         &cache,
         "writes still coming in after the grace go on for their clients, not stored writes=1",
     );
     // The new process: a miss, fetched once more, served whole and stored.
     let r = cache.get("/slow", &["Host: cdn.test"]);
-    assert_eq!((r.status, r.body.len(), r.body == body), (200, body.len(), true));
+    assert_eq!(
+        (r.status, r.body.len(), r.body == body),
+        (200, body.len(), true)
+    );
     assert_eq!(count.load(Ordering::SeqCst), 2);
     let r = cache.get("/slow", &["Host: cdn.test"]);
     assert_eq!((r.status, r.body == body), (200, true));
-    assert_eq!(count.load(Ordering::SeqCst), 2, "the second answer is a hit");
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        2,
+        "the second answer is a hit"
+    );
     // The old process relays the long fill to its client, whole.
     let r = client.join().unwrap().expect("a whole response");
     assert!(t0.elapsed() >= LONG_FILL - 2 * gap, "{:?}", t0.elapsed());
-    assert_eq!((r.status, r.body.len(), r.body == body), (200, body.len(), true));
+    assert_eq!(
+        (r.status, r.body.len(), r.body == body),
+        (200, body.len(), true)
+    );
     // Still a hit, nothing more from the origin, and no partial file left.
     let r = cache.get("/slow", &["Host: cdn.test"]);
     assert_eq!((r.status, r.body == body), (200, true));
     assert_eq!(count.load(Ordering::SeqCst), 2);
-    support::eventually("the old process's temp file gone", || tmp_files(cache.dir()) == 0);
+    support::eventually("the old process's temp file gone", || {
+        tmp_files(cache.dir()) == 0
+    });
     current.stop();
 }

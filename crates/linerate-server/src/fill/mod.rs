@@ -215,7 +215,10 @@ impl Item {
         let (key, sliced) = self.key(px);
         !key.is_empty()
             && (px.store.contains(&key)
-                || (sliced && px.store.contains(&linerate_http::cache::key::slice(&key, 0))))
+                || (sliced
+                    && px
+                        .store
+                        .contains(&linerate_http::cache::key::slice(&key, 0))))
     }
 }
 

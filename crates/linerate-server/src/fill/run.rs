@@ -359,7 +359,12 @@ impl Fills {
                 let uris = listing.and_then(Result::ok).unwrap_or_default();
                 // Room left under `[fill] max_urls_per_job` (segments past it are
                 // counted failed, not planned).
-                let over = job.counters.failed_reasons.get(OVER_MAX).copied().unwrap_or(0);
+                let over = job
+                    .counters
+                    .failed_reasons
+                    .get(OVER_MAX)
+                    .copied()
+                    .unwrap_or(0);
                 let max = self.max_urls.load(Relaxed) as u64;
                 let mut room = max.saturating_sub(job.counters.planned - over);
                 if !item.replay && !uris.is_empty() {

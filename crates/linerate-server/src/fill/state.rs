@@ -77,8 +77,9 @@ pub(super) struct Replayed {
     /// Keys of the objects settled (done, skipped, failed).
     pub(super) settled: HashSet<Box<[u8]>>,
     pub(super) pinned: BTreeSet<Vec<u8>>,
-    /// Whether the log had any record.
-    pub(super) any: bool,
+    /// Whether the log says what was planned (a `N` or `C` record: a job converted
+    /// from version 1 that had not finished has none, and is planned afresh).
+    pub(super) planned: bool,
 }
 
 /// Replay a progress log's text (see the module comment for the records).
@@ -93,8 +94,8 @@ pub(super) fn replay(text: &[u8]) -> Replayed {
         let Ok(line) = std::str::from_utf8(line) else {
             continue;
         };
-        if apply(&mut r, line).is_some() {
-            r.any = true;
+        if apply(&mut r, line).is_some() && (line.starts_with("N ") || line.starts_with("C ")) {
+            r.planned = true;
         }
     }
     r
@@ -389,9 +390,9 @@ impl Fills {
             mut counters,
             settled,
             pinned,
-            any,
+            planned: counted,
         } = replayed;
-        let first = if any {
+        let first = if counted {
             String::new()
         } else {
             counters.planned = planned;
@@ -507,14 +508,18 @@ mod tests {
         log += "D 50 6b34"; // cut short by a crash: no newline
         let r = replay(log.as_bytes());
         let c = &r.counters;
-        assert_eq!((c.planned, c.done, c.skipped_present, c.failed, c.bytes), (4, 1, 1, 2, 110));
+        assert_eq!(
+            (c.planned, c.done, c.skipped_present, c.failed, c.bytes),
+            (4, 1, 1, 2, 110)
+        );
         assert_eq!(c.failed_reasons["status 404"], 1);
         assert!(r.settled.contains(&b"k1"[..]));
         assert!(r.settled.contains(&b"k3\x01s0"[..]));
         assert!(!r.settled.contains(&b"k4"[..]), "the torn record");
         assert_eq!(r.pinned.len(), 1);
         // A compacted log starts from its counters line.
-        let again = replay(format!("C {}\nD 1 6b35\n", serde_json::to_string(c).unwrap()).as_bytes());
+        let again =
+            replay(format!("C {}\nD 1 6b35\n", serde_json::to_string(c).unwrap()).as_bytes());
         assert_eq!((again.counters.done, again.counters.bytes), (2, 111));
         // Garbage lines are skipped, not fatal.
         assert_eq!(replay(b"Z 1\nD x y\nN 2\n").counters.planned, 2);
