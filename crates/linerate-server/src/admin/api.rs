@@ -1,7 +1,7 @@
 //! The admin API, on its own address and its own thread (never a worker's): metrics,
 //! health, a live stats document, the dashboard and its HLS player (with the hls.js it
 //! loads, all embedded in the binary), and the token-protected commands
-//! (drain, reload, reopen logs, purge, upgrade), and readiness (`/ready`). One request per connection, `Connection: close`; it is
+//! (drain, undrain, reload, reopen logs, purge, upgrade), and readiness (`/ready`). One request per connection, `Connection: close`; it is
 //! scraped every few seconds, not served at line rate.
 //!
 //! Cache mode adds the fill jobs (`/fill/...`, see `crate::fill`) and `/ready` (fill
