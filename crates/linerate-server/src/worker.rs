@@ -83,7 +83,7 @@ impl WorkerPlan {
             Some(c) => Mode::Cache(Rc::new(crate::proxy::ProxyWorker::new(c))),
             None => Mode::Appliance,
         });
-        let parking_task = tokio::task::spawn_local(watch_parked(worker.clone(), mode.clone()));
+        let mut parking_task = tokio::task::spawn_local(watch_parked(worker.clone(), mode.clone()));
         let housekeeping =
             tokio::task::spawn_local(housekeeping(worker.clone(), self.control.clone()));
         let watch_task = (matches!(*mode, Mode::Appliance)
@@ -154,6 +154,10 @@ impl WorkerPlan {
             }
             tracing::debug!(worker = worker.index, "undrained: accepting again");
             worker.end_stop();
+            // The drain closed the parked connections and ended their watcher: a new
+            // one for the connections that park from now on.
+            parking_task.abort();
+            parking_task = tokio::task::spawn_local(watch_parked(worker.clone(), mode.clone()));
         }
         tracing::debug!(
             worker = worker.index,

@@ -239,6 +239,16 @@ fn undrain_serves_again_after_a_drain() {
         eventually("answering again", || !refused());
         let r = srv.get("/a.ts", &[]);
         assert_eq!((r.status, r.body.as_slice()), (200, &b"AAAA"[..]));
+        // A keep-alive connection idle long enough to be parked (1 s) is answered.
+        let mut s = TcpStream::connect(srv.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        for _ in 0..2 {
+            s.write_all(b"GET /a.ts HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            let r = support::read_response(&mut s, false).expect("answered");
+            assert_eq!((r.status, r.body.as_slice()), (200, &b"AAAA"[..]));
+            std::thread::sleep(Duration::from_millis(1500));
+        }
     }
     // Undrain while serving changes nothing.
     assert_eq!(admin(a, "POST", "/undrain", &auth).0, 200);
