@@ -1397,3 +1397,53 @@ fn counters_survive_an_upgrade() {
         std::panic::resume_unwind(e);
     }
 }
+
+/// A job whose playlist was read before a restart goes on after it (issue 22): the
+/// playlist is read again (from the cache: no origin request) for the segments not yet
+/// settled, neither it nor the settled segments are counted again, and each segment
+/// is fetched once in all.
+#[test]
+fn a_playlist_job_goes_on_after_a_restart_without_counting_twice() {
+    let origin = Origin::start(move |req: &Request| {
+        let cc = ("Cache-Control", "max-age=3600");
+        if req.path() == "/hls/index.m3u8" {
+            let mut p = String::from("#EXTM3U\n#EXT-X-TARGETDURATION:4\n");
+            for i in 0..10 {
+                p.push_str(&format!("#EXTINF:4.0,\nseg{i}.ts\n"));
+            }
+            p.push_str("#EXT-X-ENDLIST\n");
+            return origin::ok(
+                p.as_bytes(),
+                &[cc, ("Content-Type", "application/vnd.apple.mpegurl")],
+            );
+        }
+        Reply::Delayed {
+            delay: Duration::from_millis(100),
+            reply: Box::new(origin::ok(&[b's'; 100], &[cc])),
+        }
+    });
+    let cache = start(&origin, "concurrency = 1");
+    let spec = json!({ "manifests": ["/hls/index.m3u8"], "host": HOST });
+    assert_eq!(submit(&cache, "show", &spec).0, 201);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while job(&cache, "show")["done"].as_u64().unwrap() < 4 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(admin(&cache, "POST", "/fill/jobs/show/pause", None).0, 200);
+    support::eventually("nothing in flight", || {
+        job(&cache, "show")["in_flight"].as_u64() == Some(0)
+    });
+    let before = job(&cache, "show");
+    let cache = cache.restart();
+    let after = job(&cache, "show");
+    assert_eq!(counters(&after), counters(&before), "{after}");
+    assert_eq!(admin(&cache, "POST", "/fill/jobs/show/resume", None).0, 200);
+    let j = wait_state(&cache, "show", &["done", "failed"], Duration::from_secs(20));
+    assert_eq!(counters(&j), (11, 11, 0, 0), "{j}");
+    assert_eq!(origin.count("/hls/index.m3u8"), 1);
+    for i in 0..10 {
+        assert_eq!(origin.count(&format!("/hls/seg{i}.ts")), 1, "seg{i}");
+    }
+    assert_eq!(origin.total(), 11);
+}

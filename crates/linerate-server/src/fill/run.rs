@@ -386,8 +386,10 @@ impl Fills {
                                     child.replay = true;
                                 }
                             } else if room == 0 {
+                                // With its key: settled, so a restart does not plan it.
                                 count_failure(job, &mut totals, OVER_MAX);
-                                rec.push_str(&record::failed(0, None, OVER_MAX));
+                                let k = child.key(&self.px).0;
+                                rec.push_str(&record::failed(0, Some(&k), OVER_MAX));
                                 continue;
                             } else {
                                 room -= 1;
