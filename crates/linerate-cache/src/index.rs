@@ -77,6 +77,8 @@ pub(crate) type HashMapOf<V> = HashMap<u128, V, BuildHasherDefault<HashHasher>>;
 pub(crate) struct Shard {
     pub(crate) objects: HashMapOf<Arc<Entry>>,
     pub(crate) inflight: HashMapOf<Arc<Inflight>>,
+    /// Keys to be written pinned (`Store::pin_on_write`), with how many ask.
+    pub(crate) pin_next: HashMapOf<u32>,
 }
 
 /// The sharded index.
@@ -196,6 +198,29 @@ impl Index {
         out
     }
 
+    /// Mark every write whose body is still coming in to end unstored (`Store::lend`);
+    /// how many were marked.
+    pub(crate) fn leave_unstored(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                lock(s)
+                    .inflight
+                    .values()
+                    .filter(|w| w.leave_unstored())
+                    .count()
+            })
+            .sum()
+    }
+
+    /// Writes in flight that are to be published (not left unstored by a lend).
+    pub(crate) fn to_publish_len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| lock(s).inflight.values().filter(|w| w.to_publish()).count())
+            .sum()
+    }
+
     /// Writes in flight (sums every shard, one lock at a time).
     pub(crate) fn inflight_len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).inflight.len()).sum()
@@ -276,6 +301,11 @@ pub struct Inflight {
     /// Set by [`crate::Store::pin`] while the object is being written: it is indexed
     /// pinned (read under the shard lock at publish).
     pub(crate) pin_on_publish: AtomicBool,
+    /// Set by [`crate::Store::lend`] (under the key's shard lock) for a write whose body
+    /// was still coming in when the store was lent: it goes on to its end for its
+    /// readers, who are told it is complete, but is never published (the store belongs
+    /// to the next process, which fetches the object again when asked for it).
+    pub(crate) unstored: AtomicBool,
 }
 
 impl Inflight {
@@ -290,5 +320,26 @@ impl Inflight {
 
     pub(crate) fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_unstored(&self) -> bool {
+        self.unstored.load(Ordering::Acquire)
+    }
+
+    /// Whether `Store::lend` may leave this write unstored: its body is still coming
+    /// in (call with its shard locked). A body already complete is being published and
+    /// is waited for instead.
+    pub(crate) fn leave_unstored(&self) -> bool {
+        if matches!(*self.tx.borrow(), Progress::Writing { .. }) && !self.is_unstored() {
+            self.unstored.store(true, Ordering::Release);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A write the lend still waits for: in flight and to be published.
+    pub(crate) fn to_publish(&self) -> bool {
+        !self.is_unstored()
     }
 }

@@ -8,7 +8,8 @@
 //! the same locks without a moment where nobody does. Before passing them, the old
 //! process *lends* its store ([`crate::Store::lend`]): it stops every write (new fills
 //! are relayed without storing, purges and metadata updates are refused, eviction and
-//! compaction pause), waits for the writes in flight to finish, and syncs its journals.
+//! compaction pause), gives the writes in flight a short grace to finish (a longer one
+//! goes on for its clients but is not stored), and syncs its journals.
 //! If the new process fails before it is ready, the old one takes the store back
 //! ([`crate::Store::resume`]) with a fresh journal and a snapshot of its own index, which
 //! is then the truth again, whatever the failed process had begun.

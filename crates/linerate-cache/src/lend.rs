@@ -8,11 +8,16 @@ use crate::index::lock;
 use crate::lease::StoreLock;
 use crate::store::Store;
 
+/// How long [`Store::lend`] waits, after its grace, for the writes whose body is
+/// complete to be published (a flush and a rename each; seconds only on a disk that is
+/// failing).
+pub const PUBLISH_WAIT: Duration = Duration::from_secs(10);
+
 /// Why [`Store::lend`] did not lend the store. The store keeps writing.
 #[derive(Debug, thiserror::Error)]
 pub enum LendError {
-    /// Writes in flight did not finish in time.
-    #[error("{0} writes still in flight after the wait")]
+    /// Writes whose body was complete were not published in time.
+    #[error("{0} writes still being published after the wait")]
     WritesInFlight(usize),
     /// Already lent.
     #[error("already lent")]
@@ -27,11 +32,18 @@ impl Store {
 
     /// Stop writing so that another process can take the store over: new writes are
     /// refused ([`WriteRefused::Lent`]; the caller relays without storing), purges
-    /// and metadata updates do nothing, eviction and compaction pause; then wait up to
-    /// `wait` for the writes in flight to finish (so no half-written object is left
-    /// and no follower of one is cut short), and sync and close every journal. Reads
-    /// go on. On error the store is writing again.
-    pub fn lend(&self, wait: Duration) -> Result<(), LendError> {
+    /// and metadata updates do nothing, eviction and compaction pause; then give the
+    /// writes in flight up to `grace` to finish and be published. A write whose body is
+    /// still coming in after that is not waited for: it goes on for its readers to its
+    /// last byte (they are told the body is complete) but is never published, so the
+    /// next process, which does not know it, fetches the object again when it is asked
+    /// for it; nothing partial is ever published. Writes whose body is complete are
+    /// being published (a flush, a rename) and are waited for, up to [`PUBLISH_WAIT`]
+    /// more. Then sync and close every journal. Reads go on. On error the store is
+    /// writing again.
+    ///
+    /// [`WriteRefused::Lent`]: crate::WriteRefused::Lent
+    pub fn lend(&self, grace: Duration) -> Result<(), LendError> {
         let inner = &self.inner;
         if inner.lent.swap(true, Ordering::SeqCst) {
             return Err(LendError::AlreadyLent);
@@ -44,7 +56,6 @@ impl Store {
         for d in &inner.disks {
             drop(lock(&d.step));
         }
-        let deadline = std::time::Instant::now() + wait;
         let in_flight = inner.index.inflight_len();
         if in_flight > 0 {
             tracing::info!(
@@ -52,10 +63,23 @@ impl Store {
                 "store lend: waiting for the writes in flight"
             );
         }
+        // A writer registers under its shard lock after checking `lent`, so no write
+        // starts from here on.
+        let deadline = std::time::Instant::now() + grace;
+        while inner.index.to_publish_len() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let left = inner.index.leave_unstored();
+        if left > 0 {
+            tracing::info!(
+                writes = left,
+                grace_ms = grace.as_millis() as u64,
+                "store lend: writes still coming in after the grace go on for their clients, not stored"
+            );
+        }
+        let deadline = std::time::Instant::now() + PUBLISH_WAIT;
         loop {
-            // A writer registers under its shard lock after checking `lent`, so once
-            // this count is 0 no write can start.
-            let n = inner.index.inflight_len();
+            let n = inner.index.to_publish_len();
             if n == 0 {
                 break;
             }

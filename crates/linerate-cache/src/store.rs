@@ -317,6 +317,7 @@ impl Store {
             cancelled: AtomicBool::new(false),
             followable: !update,
             pin_on_publish: AtomicBool::new(false),
+            unstored: AtomicBool::new(false),
         });
         let writer = ObjectWriter {
             inner: Arc::clone(inner),
@@ -343,6 +344,9 @@ impl Store {
             if update && shard.inflight.contains_key(&hash.0) {
                 true
             } else {
+                if shard.pin_next.contains_key(&hash.0) {
+                    inflight.pin_on_publish.store(true, Ordering::Release);
+                }
                 if let Some(old) = shard.inflight.insert(hash.0, inflight) {
                     old.cancel();
                 }
@@ -482,6 +486,32 @@ impl Store {
             }
         }
         entry.policy.queue() != QueueId::Removed
+    }
+
+    /// Pin `key` as it is written, from now until [`Store::pin_on_write_done`]: a write
+    /// of it in flight, or begun meanwhile, is indexed pinned, so eviction never sees
+    /// it unpinned (a fill job that pins asks for this before it requests the object;
+    /// pinning after the answer left a moment in which the object could be evicted).
+    /// An object already stored is not changed: [`Store::pin`] it.
+    pub fn pin_on_write(&self, key: &[u8]) {
+        let hash = KeyHash::of(key);
+        let mut shard = self.inner.index.shard(hash);
+        *shard.pin_next.entry(hash.0).or_default() += 1;
+        if let Some(w) = shard.inflight.get(&hash.0).filter(|w| *w.key == *key) {
+            w.pin_on_publish.store(true, Ordering::Release);
+        }
+    }
+
+    /// End one [`Store::pin_on_write`] of `key`.
+    pub fn pin_on_write_done(&self, key: &[u8]) {
+        let hash = KeyHash::of(key);
+        let mut shard = self.inner.index.shard(hash);
+        if let Some(n) = shard.pin_next.get_mut(&hash.0) {
+            *n -= 1;
+            if *n == 0 {
+                shard.pin_next.remove(&hash.0);
+            }
+        }
     }
 
     /// Bytes of pinned objects, all disks.

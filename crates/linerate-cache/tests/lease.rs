@@ -9,7 +9,7 @@ use std::fs::File;
 use std::time::Duration;
 
 use common::*;
-use linerate_cache::{LendError, LockError, OpenError, Store, StoreLock, WriteRefused};
+use linerate_cache::{LockError, OpenError, Store, StoreLock, WriteRefused};
 
 const MIB: u64 = 1 << 20;
 
@@ -70,22 +70,78 @@ fn lent_store_hands_every_object_to_the_next_holder() {
     assert_eq!(again.indexed_objects(), bodies.len() + 1);
 }
 
+/// A write whose body is still coming in after the lend's grace does not hold the lend
+/// up (an upgrade never waits on a long fill): it goes on to its last byte for its
+/// readers, who get it whole, and is never published, so the next holder finds nothing
+/// partial and fetches it again. A body complete within the grace is published.
 #[test]
-fn lending_waits_for_writes_in_flight_and_gives_up_in_time() {
+fn lending_leaves_a_write_still_coming_in_unstored_and_its_readers_whole() {
+    use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(config(dir.path(), &[("d0", 64 * MIB)])).unwrap();
     assert!(store.wait_loaded(Duration::from_secs(5)));
     let mut w = store.begin_write(b"slow", meta(), Some(4)).unwrap();
+    let linerate_cache::Lookup::Filling(h) = store.lookup(b"slow") else {
+        panic!("not filling")
+    };
+    let linerate_cache::Body::Streaming(mut progress) = h.body else {
+        panic!("not streaming")
+    };
     w.append(b"ab").unwrap();
-    assert!(matches!(
-        store.lend(Duration::from_millis(50)),
-        Err(LendError::WritesInFlight(1))
-    ));
-    // Not lent after the failure: the write finishes and another starts.
+    // Finishes within the grace: published before the store is lent.
+    let mut quick = store.begin_write(b"quick", meta(), Some(2)).unwrap();
+    quick.append(b"q").unwrap();
+    let finisher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        quick.append(b"q").unwrap();
+        quick.finish().unwrap();
+    });
+    let t = std::time::Instant::now();
+    store.lend(Duration::from_millis(300)).unwrap();
+    finisher.join().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    check_hit(&store, b"quick", b"qq").unwrap();
+    // The slow one goes on after the lend; its reader is told it is complete.
     w.append(b"cd").unwrap();
-    w.finish().unwrap();
-    check_hit(&store, b"slow", b"abcd").unwrap();
+    assert_eq!(
+        w.finish().unwrap_err().failure,
+        linerate_cache::WriteFailure::Aborted
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    assert_eq!(
+        rt.block_on(progress.wait_for(4)).unwrap(),
+        linerate_cache::Readable::End { len: 4 }
+    );
+    let mut buf = [0u8; 4];
+    h.file.read_exact_at(&mut buf, h.body_offset).unwrap();
+    assert_eq!(&buf, b"abcd");
+    assert!(matches!(
+        store.lookup(b"slow"),
+        linerate_cache::Lookup::Miss(_)
+    ));
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("d0/tmp"))
+            .unwrap()
+            .count(),
+        0
+    );
+    // Taken back: writing again, and the unstored write stays unstored.
+    store.resume();
     put(&store, b"next", b"x");
+    assert!(matches!(
+        store.lookup(b"slow"),
+        linerate_cache::Lookup::Miss(_)
+    ));
+    drop(store);
+    let again = Store::open(config(dir.path(), &[("d0", 64 * MIB)])).unwrap();
+    assert!(again.wait_loaded(Duration::from_secs(5)));
+    assert!(matches!(
+        again.lookup(b"slow"),
+        linerate_cache::Lookup::Miss(_)
+    ));
+    check_hit(&again, b"quick", b"qq").unwrap();
 }
 
 #[test]

@@ -387,7 +387,7 @@ impl ClusterOptions {
             if self.peers_file.is_some() {
                 return Err("cluster: give peers_dns or peers_file, not both".into());
             }
-            crate::cluster::discovery::check_name(name)?;
+            check_dns_name(name)?;
             if !self.accept_unsigned_from.is_empty() {
                 return Err(
                     "cluster: accept_unsigned_from needs listed peers (peers or peers_file), not peers_dns".into(),
@@ -419,6 +419,12 @@ impl ClusterOptions {
             }
             if self.peers[..i].iter().any(|q| q.name == p.name) {
                 return Err(format!("cluster: peer {:?} listed twice", p.name));
+            }
+            if let Some(q) = self.peers[..i].iter().find(|q| q.address == p.address) {
+                return Err(format!(
+                    "cluster: peers {:?} and {:?} have the same address {}: two nodes cannot share one",
+                    q.name, p.name, p.address
+                ));
             }
         }
         if !discovered && !self.peers.iter().any(|p| p.name == self.self_name) {
@@ -467,6 +473,20 @@ impl ClusterOptions {
     }
 }
 
+/// Whether `name` can be resolved as `peers_dns`: a DNS name (the error says why not).
+/// Here, with the other checks of the section, so reading options needs nothing of the
+/// cluster's runtime (`cluster::discovery` resolves it).
+pub(crate) fn check_dns_name(name: &str) -> Result<(), String> {
+    use hickory_resolver::proto::rr::Name;
+    match Name::from_ascii(name) {
+        Ok(n) if n.num_labels() >= 1 => Ok(()),
+        Ok(_) => Err(format!("cluster: peers_dns {name:?} is not a DNS name")),
+        Err(e) => Err(format!(
+            "cluster: peers_dns {name:?} is not a DNS name: {e}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,7 +494,11 @@ mod tests {
     fn peer(name: &str, weight: f64) -> PeerOptions {
         PeerOptions {
             name: name.into(),
-            address: "127.0.0.1:1".parse().unwrap_or_else(|_| unreachable!()),
+            // One address per name.
+            address: std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                1000 + name.bytes().map(u16::from).sum::<u16>(),
+            )),
             weight,
         }
     }
@@ -498,6 +522,9 @@ mod tests {
             vec![peer("a", 1.0), peer("a", 1.0)],
         ));
         assert!(twice.check().is_err());
+        let mut one_address = ok.clone();
+        one_address.peers[1].address = one_address.peers[0].address;
+        assert!(matches!(one_address.check(), Err(e) if e.contains("same address")));
         let zero = with_secret(ClusterOptions::new("a", vec![peer("a", 0.0)]));
         assert!(zero.check().is_err());
         let bad_name = with_secret(ClusterOptions::new("a b", vec![peer("a b", 1.0)]));

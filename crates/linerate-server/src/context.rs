@@ -204,6 +204,12 @@ impl Worker {
         self.stop_notify.notify_waiters();
     }
 
+    /// An undrain: serving again (`stopping` cleared).
+    pub(crate) fn end_stop(&self) {
+        self.linger_until.set(None);
+        self.stopping.set(false);
+    }
+
     /// See [`Worker::begin_stop`].
     pub(crate) fn linger_until(&self) -> Option<tokio::time::Instant> {
         self.linger_until.get()

@@ -19,6 +19,14 @@ pub const DEFAULT_YIELD_ABOVE: usize = 8;
 /// Default `[fill] retries`: further tries of an object whose failure may pass.
 pub const DEFAULT_RETRIES: u32 = 2;
 
+/// Default `[fill] max_urls_per_job`: objects one job may plan (URLs and manifests
+/// listed, and the segments its playlists add). A planned object costs about 200 bytes
+/// of memory and a line of its job's progress log when it settles.
+pub const DEFAULT_MAX_URLS_PER_JOB: usize = 100_000;
+
+/// Largest `[fill] max_urls_per_job` accepted.
+pub const MAX_URLS_PER_JOB: usize = 1_000_000;
+
 /// The `[fill]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -40,6 +48,11 @@ pub struct FillOptions {
     /// readiness back). 0 = fill jobs never hold readiness back.
     #[serde(deserialize_with = "optserde::share")]
     pub ready_coverage: f64,
+    /// Objects one job may plan (1 to [`MAX_URLS_PER_JOB`]): a job listing more is
+    /// refused (`413`); segments a playlist adds past it are counted failed
+    /// (`over max_urls_per_job`), not planned.
+    #[serde(deserialize_with = "max_urls")]
+    pub max_urls_per_job: usize,
     /// Where jobs are kept across restarts; `None`: the first disk's directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_file: Option<PathBuf>,
@@ -53,7 +66,18 @@ impl Default for FillOptions {
             yield_above: DEFAULT_YIELD_ABOVE,
             retries: DEFAULT_RETRIES,
             ready_coverage: 0.0,
+            max_urls_per_job: DEFAULT_MAX_URLS_PER_JOB,
             state_file: None,
         }
     }
+}
+
+fn max_urls<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    if !(1..=MAX_URLS_PER_JOB).contains(&n) {
+        return Err(serde::de::Error::custom(format!(
+            "must be between 1 and {MAX_URLS_PER_JOB}"
+        )));
+    }
+    Ok(n)
 }

@@ -46,11 +46,14 @@ const HELLO: &str = "LINERATE-UPGRADE 1";
 /// and the old one keeps serving.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long the old process waits for its store writes in flight to finish before
-/// lending the store. Beyond it the upgrade is refused (and the old process keeps
-/// writing): a fill of a multi-gigabyte object from a slow origin should finish, not be
-/// cut, and the operator can try again.
-const LEND_WAIT: Duration = Duration::from_secs(10);
+/// How long the old process gives its store writes in flight to finish (and be stored)
+/// before lending the store; new misses meanwhile are relayed, not stored. A fill still
+/// coming in after it does not hold the upgrade up: the old process relays it to its
+/// clients to the last byte (within `shutdown_grace_ms`) and does not store it; the new
+/// process fetches the object again when asked (`Store::lend`). A segment fill takes
+/// well under a second; a fill of a large object from a slow origin costs one more
+/// origin fetch instead of a refused upgrade.
+const LEND_GRACE: Duration = Duration::from_secs(1);
 
 /// What a closed channel means.
 const CLOSED: &str = "the other process exited (channel closed)";
@@ -161,7 +164,7 @@ impl Upgrader {
         let lock_fds = match &self.cache {
             Some(c) => {
                 c.store
-                    .lend(LEND_WAIT)
+                    .lend(LEND_GRACE)
                     .map_err(|e| format!("store not lent: {e}"))?;
                 c.store.lock_fds()
             }

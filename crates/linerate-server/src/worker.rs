@@ -83,7 +83,7 @@ impl WorkerPlan {
             Some(c) => Mode::Cache(Rc::new(crate::proxy::ProxyWorker::new(c))),
             None => Mode::Appliance,
         });
-        let parking_task = tokio::task::spawn_local(watch_parked(worker.clone(), mode.clone()));
+        let mut parking_task = tokio::task::spawn_local(watch_parked(worker.clone(), mode.clone()));
         let housekeeping =
             tokio::task::spawn_local(housekeeping(worker.clone(), self.control.clone()));
         let watch_task = (matches!(*mode, Mode::Appliance)
@@ -103,25 +103,62 @@ impl WorkerPlan {
                 self.control.clone(),
             ))
         });
-        let mut accepting = Vec::new();
+        let mut listeners = Vec::new();
         let plain = self.listeners.into_iter().map(|l| (l, Security::Plain));
         let tls = self.tls_listeners.into_iter().map(|l| (l, Security::Tls));
         for ((l, configured), security) in plain.chain(tls) {
             match TcpListener::from_std(l) {
-                Ok(l) => accepting.push(tokio::task::spawn_local(accept_loop(
-                    worker.clone(),
-                    mode.clone(),
-                    l,
-                    security,
-                    configured,
-                ))),
+                Ok(l) => listeners.push((Rc::new(l), security, configured)),
                 Err(e) => {
                     tracing::error!(worker = worker.index, error = %e, "listener registration failed")
                 }
             }
         }
         let mut run_state = self.control.watch_run_state();
-        let _ = run_state.wait_for(|m| *m != RunState::Serving).await;
+        let mut accepting: Vec<tokio::task::JoinHandle<()>>;
+        loop {
+            accepting = listeners
+                .iter()
+                .map(|(l, security, configured)| {
+                    tokio::task::spawn_local(accept_loop(
+                        worker.clone(),
+                        mode.clone(),
+                        Rc::clone(l),
+                        *security,
+                        *configured,
+                    ))
+                })
+                .collect();
+            let _ = run_state.wait_for(|m| *m != RunState::Serving).await;
+            if self.control.run_state() != RunState::Draining {
+                break;
+            }
+            // Draining: connections finish (each closes after its response, idle ones
+            // at once), a new connection is closed as soon as it is accepted, and the
+            // listening sockets stay open so an undrain can serve again.
+            tracing::debug!(worker = worker.index, "draining");
+            worker.begin_stop(None);
+            for a in accepting.drain(..) {
+                a.abort();
+            }
+            let refusing: Vec<_> = listeners
+                .iter()
+                .map(|(l, _, _)| tokio::task::spawn_local(refuse_loop(Rc::clone(l))))
+                .collect();
+            let _ = run_state.wait_for(|m| *m != RunState::Draining).await;
+            for r in refusing {
+                r.abort();
+            }
+            if self.control.run_state() != RunState::Serving {
+                break;
+            }
+            tracing::debug!(worker = worker.index, "undrained: accepting again");
+            worker.end_stop();
+            // The drain closed the parked connections and ended their watcher: a new
+            // one for the connections that park from now on.
+            parking_task.abort();
+            parking_task = tokio::task::spawn_local(watch_parked(worker.clone(), mode.clone()));
+        }
         tracing::debug!(
             worker = worker.index,
             mode = self.control.run_state().as_str(),
@@ -136,6 +173,7 @@ impl WorkerPlan {
         for a in &accepting {
             a.abort();
         }
+        drop(listeners);
         let grace = worker.shared.options.timeouts.shutdown_grace;
         let deadline = tokio::time::Instant::now() + grace;
         while worker.open_connections() > 0 && tokio::time::Instant::now() < deadline {
@@ -179,10 +217,21 @@ enum Security {
     Tls,
 }
 
+/// While draining: accept and close at once, so a new connection is refused promptly
+/// (the client reads EOF) while the socket stays open for an undrain.
+async fn refuse_loop(listener: Rc<TcpListener>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => drop(stream),
+            Err(_) => tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await,
+        }
+    }
+}
+
 async fn accept_loop(
     worker: Rc<Worker>,
     mode: Rc<Mode>,
-    listener: TcpListener,
+    listener: Rc<TcpListener>,
     security: Security,
     configured: std::net::SocketAddr,
 ) {

@@ -241,6 +241,17 @@ fn open_connections(addr: SocketAddr, token: &str) -> anyhow::Result<u64> {
         .context("no linerate_connections_open in /metrics (is [admin] metrics off?)")
 }
 
+/// `linerate undrain`: serve again after a drain (`/ready` and `/health` back to 200).
+pub fn undrain(args: &AdminArgs) -> anyhow::Result<()> {
+    let (addr, token) = args.resolve()?;
+    let (status, body) = call(addr, "POST", "/undrain", &token)?;
+    if status != 200 {
+        anyhow::bail!("undrain refused ({status}): {}", body.trim());
+    }
+    println!("{}", body.trim());
+    Ok(())
+}
+
 /// `linerate upgrade`: the server starts the next process and hands over; exits 0 once
 /// the new process serves, non-zero with the reason when it failed (the old one then
 /// keeps serving).

@@ -152,6 +152,12 @@ fn read_peers_file(path: &Path) -> Result<Vec<PeerOptions>, String> {
         if words.next().is_some() {
             return Err(bad("expected `name address [weight]`"));
         }
+        if let Some(p) = out.iter().find(|p: &&PeerOptions| p.address == address) {
+            return Err(bad(&format!(
+                "{name:?} has the address {address} of {:?}: two nodes cannot share one",
+                p.name
+            )));
+        }
         out.push(PeerOptions {
             name: name.to_string(),
             address,

@@ -31,6 +31,11 @@ mod tests {
     fn bad_fill_values_name_key_and_line() {
         for (text, what) in [
             ("[fill]\nconcurrency = 0\n", "greater than 0"),
+            ("[fill]\nmax_urls_per_job = 0\n", "between 1 and 1000000"),
+            (
+                "[fill]\nmax_urls_per_job = 1000001\n",
+                "between 1 and 1000000",
+            ),
             ("[fill]\nready_coverage = 1.5\n", "between 0.0 and 1.0"),
             ("[fill]\nready_coverage = -0.1\n", "between 0.0 and 1.0"),
             ("[fill]\nrate = 5\n", "rate"),

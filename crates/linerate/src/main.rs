@@ -36,6 +36,9 @@ enum Command {
     /// Take this server out of the load balancer: `/health` fails, no new connections
     /// are accepted, in-flight responses finish (admin API; needs `admin.token`).
     Drain(adminctl::DrainArgs),
+    /// Serve again after a drain: new connections are accepted, `/health` and `/ready`
+    /// answer 200 again (admin API; needs `admin.token`). Refused while stopping.
+    Undrain(adminctl::AdminArgs),
     /// Replace the running server without dropping a connection: it starts the new
     /// binary, hands it every listening socket and the cache store, and drains once the
     /// new one serves. Exits non-zero (the old one keeps serving) when the new one fails
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args, systemd),
         Command::CheckConfig { file } => check_config(&file),
         Command::Drain(args) => adminctl::drain(&args),
+        Command::Undrain(args) => adminctl::undrain(&args),
         Command::Upgrade(args) => adminctl::upgrade(&args),
         Command::Purge(args) => adminctl::purge(&args),
         Command::Stats(args) => adminctl::stats(&args),

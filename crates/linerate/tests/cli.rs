@@ -671,3 +671,57 @@ fn a_watermark_error_carries_its_line() {
         "{err}"
     );
 }
+
+/// A peers file naming two nodes at one address is refused (issue 22): both would own
+/// keys, and every request for one of them would reach the other. `check-config` names
+/// the file's line; inline peers name both nodes.
+#[test]
+fn two_peers_at_one_address_are_refused_with_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = dir.path().join("peers");
+    std::fs::write(
+        &peers,
+        "# the cluster\na 127.0.0.1:8081\nb 127.0.0.2:8081\nc 127.0.0.1:8081\n",
+    )
+    .unwrap();
+    let key = dir.path().join("cluster.key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let config = |cluster: &str| {
+        format!(
+            "[cache]\ndurability = \"no_sync\"\n\
+             [[cache.disk]]\nname = \"d0\"\npath = {:?}\nmax_bytes = 1073741824\n\
+             [[origin]]\nname = \"o\"\nservers = [\"http://127.0.0.1:9\"]\n\
+             [[route]]\npath_prefix = \"/\"\norigin = \"o\"\n\
+             [cluster]\nself = \"a\"\nsecret_file = {:?}\n{cluster}\n",
+            dir.path().join("cache").to_str().unwrap(),
+            key.to_str().unwrap()
+        )
+    };
+    let (code, _, err) = check_config(&config(&format!(
+        "peers_file = {:?}",
+        peers.to_str().unwrap()
+    )));
+    assert_ne!(code, Some(0), "{err}");
+    assert!(
+        err.contains("line 4")
+            && err.contains("\"c\"")
+            && err.contains("\"a\"")
+            && err.contains("127.0.0.1:8081"),
+        "{err}"
+    );
+    let inline = "peers = [{ name = \"a\", address = \"127.0.0.1:8081\" }, \
+                  { name = \"b\", address = \"127.0.0.1:8081\" }]";
+    let (code, _, err) = check_config(&config(inline));
+    assert_ne!(code, Some(0), "{err}");
+    assert!(
+        err.contains("\"a\" and \"b\"") && err.contains("same address 127.0.0.1:8081"),
+        "{err}"
+    );
+    // Distinct addresses pass.
+    std::fs::write(&peers, "a 127.0.0.1:8081\nb 127.0.0.1:8082\n").unwrap();
+    let (code, _, err) = check_config(&config(&format!(
+        "peers_file = {:?}",
+        peers.to_str().unwrap()
+    )));
+    assert_eq!(code, Some(0), "{err}");
+}

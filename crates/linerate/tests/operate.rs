@@ -257,6 +257,71 @@ fn drain_waits_only_while_requests_are_in_flight_and_live_stays_up() {
         .unwrap();
     assert!(out.contains("no connection open after"), "{out}");
     assert_eq!(admin(a, "GET", "/live", "").0, 200);
+}
+
+/// Drain is not one-way (issue 22): `linerate undrain` (admin `POST /undrain`) serves
+/// again: new connections are answered, `/ready` and `/health` are 200, a drain after
+/// it works as before, and a stop after that too.
+#[test]
+fn undrain_serves_again_after_a_drain() {
+    let lib = library(&[("a.ts", b"AAAA")]);
+    let extra = format!("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n");
+    let srv = Server::start(lib.path(), &extra);
+    let a = srv.admin_addr();
+    let auth = format!("Authorization: Bearer {TOKEN}\r\n");
+    let refused = || match TcpStream::connect(srv.addr) {
+        Err(_) => true,
+        Ok(mut s) => {
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let _ = s.write_all(b"GET /a.ts HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            read_to_close(&mut s).is_empty()
+        }
+    };
+    let cli = |cmd: &str| {
+        Command::new(binary())
+            .args([cmd, "--admin", &a.to_string(), "--token", TOKEN])
+            .output()
+            .unwrap()
+    };
+    for round in 0..2 {
+        assert_eq!(admin(a, "POST", "/drain", &auth).0, 200, "round {round}");
+        assert_eq!(admin(a, "GET", "/ready", "").0, 503);
+        assert_eq!(admin(a, "GET", "/health", "").0, 503);
+        eventually("new connections refused", refused);
+        // Undrain without the token: refused, still draining.
+        assert_eq!(admin(a, "POST", "/undrain", "").0, 401);
+        assert_eq!(admin(a, "GET", "/ready", "").0, 503);
+        let out = cli("undrain");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("serving"));
+        let (status, body) = admin(a, "GET", "/ready", "");
+        assert_eq!(status, 200, "{body}");
+        let (status, body) = admin(a, "GET", "/health", "");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("\"draining\":false"), "{body}");
+        eventually("answering again", || !refused());
+        let r = srv.get("/a.ts", &[]);
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"AAAA"[..]));
+        // A keep-alive connection idle long enough to be parked (1 s) is answered.
+        let mut s = TcpStream::connect(srv.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        for _ in 0..2 {
+            s.write_all(b"GET /a.ts HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            let r = support::read_response(&mut s, false).expect("answered");
+            assert_eq!((r.status, r.body.as_slice()), (200, &b"AAAA"[..]));
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    }
+    // Undrain while serving changes nothing.
+    assert_eq!(admin(a, "POST", "/undrain", &auth).0, 200);
+    assert_eq!(srv.get("/a.ts", &[]).status, 200);
+    assert!(value(&metrics(&srv), "linerate_draining") == Some(0.0));
+    assert_eq!(admin(a, "POST", "/drain", &auth).0, 200);
     assert!(srv.stop().success());
 }
 

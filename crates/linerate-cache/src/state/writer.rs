@@ -209,6 +209,9 @@ impl ObjectWriter {
         if self.inflight.is_cancelled() {
             return Err(self.fail(WriteFailure::Aborted));
         }
+        if self.inflight.is_unstored() {
+            return Err(self.end_unstored());
+        }
         if !self.inner.disks[usize::from(self.disk)].health.in_service() {
             return Err(self.fail(WriteFailure::Disk));
         }
@@ -315,12 +318,17 @@ impl ObjectWriter {
         let pin = &self.inflight.pin_on_publish;
         let published =
             inner.index_published_if(Arc::clone(&entry), replaces.is_some(), pin, |cur| {
-                !inflight.is_cancelled() && replaces.as_ref().is_none_or(|r| r.matches(cur))
+                !inflight.is_cancelled()
+                    && !inflight.is_unstored()
+                    && replaces.as_ref().is_none_or(|r| r.matches(cur))
             });
         if !published {
             // Purged, superseded or (an update) changed after the rename: take the file
             // back out so nothing unindexed is left under the object's name.
             inner.unpublish(self.disk, self.hash, &final_path);
+            if self.inflight.is_unstored() {
+                return Err(self.end_unstored());
+            }
             return Err(self.fail(WriteFailure::Aborted));
         }
         let rec = Record::Insert {
@@ -366,6 +374,24 @@ impl ObjectWriter {
             Err(e) => self
                 .inner
                 .disk_error(self.disk, IoOp::Remove, &self.tmp_path, &e),
+        }
+    }
+
+    /// The store was lent while this body came in (`Store::lend`): its readers get the
+    /// body as complete, nothing is stored, and the write reports `Aborted`.
+    fn end_unstored(&mut self) -> WriteError {
+        if !self.done {
+            self.done = true;
+            self.remove_inflight();
+            self.remove_tmp();
+            self.inner.disks[usize::from(self.disk)].release(self.reserved);
+            self.reserved = 0;
+            self.inflight
+                .tx
+                .send_replace(Progress::Complete { len: self.written });
+        }
+        WriteError {
+            failure: WriteFailure::Aborted,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The admin API, on its own address and its own thread (never a worker's): metrics,
 //! health, a live stats document, the dashboard and its HLS player (with the hls.js it
 //! loads, all embedded in the binary), and the token-protected commands
-//! (drain, reload, reopen logs, purge, upgrade), and readiness (`/ready`). One request per connection, `Connection: close`; it is
+//! (drain, undrain, reload, reopen logs, purge, upgrade), and readiness (`/ready`). One request per connection, `Connection: close`; it is
 //! scraped every few seconds, not served at line rate.
 //!
 //! Cache mode adds the fill jobs (`/fill/...`, see `crate::fill`) and `/ready` (fill
@@ -472,7 +472,7 @@ fn route(
     }
     let command = matches!(
         path,
-        "/drain" | "/reload" | "/reopen-logs" | "/purge" | "/upgrade"
+        "/drain" | "/undrain" | "/reload" | "/reopen-logs" | "/purge" | "/upgrade"
     );
     if command {
         if method != "POST" {
@@ -653,7 +653,7 @@ fn fill_reply(
                         format!("{{\"outcome\":\"{outcome}\",\"job\":{}}}\n", job.trim_end()),
                     )
                 }
-                Err(reason) => Reply::text(400, &reason),
+                Err((status, reason)) => Reply::text(status, &reason),
             }
         }
         ["jobs"] if read => json(200, fills.render(None).unwrap_or_default()),
@@ -903,6 +903,13 @@ fn command_reply(admin: &Admin, path: &str) -> Reply {
                 format!("{{\"mode\":\"{}\"}}\n", admin.control.run_state().as_str()),
             )
         }
+        "/undrain" => match admin.control.undrain() {
+            Ok(()) => {
+                tracing::info!("undrain requested through the admin API: serving again");
+                Reply::new(200, "application/json", "{\"mode\":\"serving\"}\n".into())
+            }
+            Err(why) => Reply::text(409, &why),
+        },
         "/reopen-logs" => {
             admin.control.reopen_logs();
             Reply::new(200, "application/json", "{\"reopened\":true}\n".into())

@@ -30,8 +30,9 @@ pub(crate) type Upgrade =
 pub enum RunState {
     /// Accepting and serving.
     Serving,
-    /// Not accepting; in-flight responses finish; `/health` fails so the load balancer
-    /// takes the box out. Ends with a stop.
+    /// Not accepting (a new connection is closed at once); in-flight responses finish;
+    /// `/health` fails so the load balancer takes the box out. Ends with a stop, or
+    /// with an undrain (serving again).
     Draining,
     /// Stopping (SIGTERM/SIGINT): like draining, then the process exits.
     Stopping,
@@ -178,7 +179,9 @@ impl Control {
         self.options.borrow().clone()
     }
 
-    /// Begin draining (no effect once draining or stopping).
+    /// Begin draining (no effect once draining or stopping). The listening sockets stay
+    /// open (new connections are closed as they are accepted), so an undrain can serve
+    /// again.
     pub(crate) fn drain(&self) {
         self.mode.send_if_modified(|m| {
             if *m == RunState::Serving {
@@ -188,7 +191,23 @@ impl Control {
                 false
             }
         });
-        self.stopped_accepting();
+    }
+
+    /// Serve again after a drain: `Ok` once serving (also when not draining), `Err`
+    /// with the reason while stopping.
+    pub(crate) fn undrain(&self) -> Result<(), String> {
+        self.mode.send_if_modified(|m| {
+            if *m == RunState::Draining {
+                *m = RunState::Serving;
+                true
+            } else {
+                false
+            }
+        });
+        match self.run_state() {
+            RunState::Serving => Ok(()),
+            s => Err(format!("cannot undrain while {}", s.as_str())),
+        }
     }
 
     /// Begin stopping.

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
-use hickory_resolver::proto::rr::{Name, RData};
+use hickory_resolver::proto::rr::RData;
 use hickory_resolver::TokioResolver;
 
 use super::Cluster;
@@ -36,17 +36,6 @@ const TICK: Duration = Duration::from_millis(100);
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// A failure run is logged at its start and then at most this often.
 const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
-
-/// Whether `name` can be resolved as `peers_dns`: a DNS name (the error says why not).
-pub(crate) fn check_name(name: &str) -> Result<(), String> {
-    match Name::from_ascii(name) {
-        Ok(n) if n.num_labels() >= 1 => Ok(()),
-        Ok(_) => Err(format!("cluster: peers_dns {name:?} is not a DNS name")),
-        Err(e) => Err(format!(
-            "cluster: peers_dns {name:?} is not a DNS name: {e}"
-        )),
-    }
-}
 
 /// A resolver for `server` (`ip:port`), or the system's (`/etc/resolv.conf`). No
 /// cache: every look asks the server, so a changed set is seen on the next one.
@@ -228,9 +217,15 @@ mod tests {
 
     #[test]
     fn names_are_checked() {
-        assert!(check_name("_http._tcp.linerate.default.svc.cluster.local").is_ok());
-        assert!(check_name("_http._tcp.linerate.default.svc.cluster.local.").is_ok());
-        assert!(check_name("").is_err());
-        assert!(check_name("a..b").is_err());
+        assert!(crate::clusteropts::check_dns_name(
+            "_http._tcp.linerate.default.svc.cluster.local"
+        )
+        .is_ok());
+        assert!(crate::clusteropts::check_dns_name(
+            "_http._tcp.linerate.default.svc.cluster.local."
+        )
+        .is_ok());
+        assert!(crate::clusteropts::check_dns_name("").is_err());
+        assert!(crate::clusteropts::check_dns_name("a..b").is_err());
     }
 }

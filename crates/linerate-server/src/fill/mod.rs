@@ -37,7 +37,7 @@ mod plan;
 mod run;
 mod state;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -163,33 +163,44 @@ pub(crate) struct Counters {
     pub bytes: u64,
 }
 
-/// One object of a plan.
+/// One object of a plan. Kept small (a million-object job holds a million): the host
+/// is shared by the objects that name the same one, and the key is made again when
+/// needed (`plan::key_of`), not kept.
 #[derive(Debug, Clone)]
 struct Item {
     /// `Host` sent.
-    host: String,
+    host: Arc<str>,
     /// Origin-form target sent (`/path?query`).
-    target: String,
-    /// The object's key.
-    key: Vec<u8>,
-    /// Its first slice's key, on a sliced route.
-    slice_key: Option<Vec<u8>>,
+    target: Box<str>,
     /// Tries so far.
     tries: u32,
     /// A playlist to read and expand after it is fetched.
     playlist: bool,
+    /// A playlist this job read before a restart: read again for the objects it lists
+    /// that are not settled yet, which were counted then; itself not counted again.
+    replay: bool,
 }
 
 impl Item {
+    /// The object's key, and whether its route slices (held whole, or as slices from
+    /// the first); an empty key when no route serves it any more.
+    fn key(&self, px: &ProxyShared) -> (Vec<u8>, bool) {
+        plan::key_of(px, &self.host, &self.target).unwrap_or_default()
+    }
+
     /// Pin the object (whole, or every slice held); the keys pinned.
     fn pin(&self, px: &ProxyShared) -> Vec<Vec<u8>> {
-        if px.store.pin(&self.key, true) {
-            return vec![self.key.clone()];
+        let (key, sliced) = self.key(px);
+        if key.is_empty() {
+            return Vec::new();
+        }
+        if px.store.pin(&key, true) {
+            return vec![key];
         }
         let mut keys = Vec::new();
-        if self.slice_key.is_some() {
+        if sliced {
             for n in 0.. {
-                let k = linerate_http::cache::key::slice(&self.key, n);
+                let k = linerate_http::cache::key::slice(&key, n);
                 if !px.store.pin(&k, true) {
                     break;
                 }
@@ -201,18 +212,25 @@ impl Item {
 
     /// Whether the store holds the object (whole, or its first slice), or is writing it.
     fn held(&self, px: &ProxyShared) -> bool {
-        px.store.contains(&self.key)
-            || self
-                .slice_key
-                .as_ref()
-                .is_some_and(|k| px.store.contains(k))
+        let (key, sliced) = self.key(px);
+        !key.is_empty()
+            && (px.store.contains(&key)
+                || (sliced
+                    && px
+                        .store
+                        .contains(&linerate_http::cache::key::slice(&key, 0))))
     }
 }
 
 /// A job and its progress.
 struct Job {
     name: String,
+    /// The spec without its URL lists (kept in its file, `state`: not in memory twice).
     spec: Spec,
+    /// Digest of the whole spec as submitted: a submission with the same is unchanged.
+    spec_digest: u64,
+    /// URLs and manifests the spec lists.
+    listed: usize,
     window: Option<Window>,
     /// Set by the operator (pause) or by the end of the plan.
     state: State,
@@ -238,6 +256,13 @@ struct Job {
     /// Keys this job pinned (unpinned when it is deleted or replaced, unless another
     /// job pinned them too).
     pinned_keys: BTreeSet<Vec<u8>>,
+    /// Its progress log, appended to (`state`).
+    log: Option<std::fs::File>,
+    /// Keys settled before a restart, while a playlist read then is read again (its
+    /// settled segments are not planned again); empty otherwise.
+    settled: HashSet<Box<[u8]>>,
+    /// When its first object started in this process (rate and ETA).
+    first_start: Option<Instant>,
 }
 
 /// A token bucket over body bytes. An object is debited its expected size (the job's
@@ -317,6 +342,8 @@ pub(crate) struct Fills {
     state_file: Option<PathBuf>,
     /// Totals over every job since start (metrics).
     totals: Mutex<Counters>,
+    /// `[fill] max_urls_per_job` (as of the last tick: reloadable).
+    max_urls: AtomicUsize,
 }
 
 impl Fills {
@@ -343,6 +370,7 @@ impl Fills {
             generation: AtomicU64::new(0),
             state_file,
             totals: Mutex::new(Counters::default()),
+            max_urls: AtomicUsize::new(opts.max_urls_per_job),
         };
         fills.load();
         fills
@@ -352,22 +380,30 @@ impl Fills {
         self.generation.fetch_add(1, Relaxed) + 1
     }
 
-    /// `PUT /fill/manifests/{name}` with `body`. `Err`: the reason for a 400.
-    pub(crate) fn submit(&self, name: &str, body: &[u8]) -> Result<Submitted, String> {
+    /// `PUT /fill/manifests/{name}` with `body`. `Err`: the status (400, or 413 for a
+    /// job over `[fill] max_urls_per_job`) and the reason.
+    pub(crate) fn submit(&self, name: &str, body: &[u8]) -> Result<Submitted, (u16, String)> {
         if self.server.is_none() {
-            return Err("fill jobs need a plain (non-TLS) listener in server.listen".into());
+            return Err((
+                400,
+                "fill jobs need a plain (non-TLS) listener in server.listen".into(),
+            ));
         }
-        check_name(name)?;
-        let spec: Spec = serde_json::from_slice(body).map_err(|e| format!("bad job: {e}"))?;
-        let (window, todo) = self.validate(&spec)?;
+        check_name(name).map_err(|e| (400, e))?;
+        let spec: Spec =
+            serde_json::from_slice(body).map_err(|e| (400, format!("bad job: {e}")))?;
+        let (window, todo) = self.validate(&spec, Some(self.max_urls.load(Relaxed)))?;
         let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(job) = jobs.get(name) {
-            if job.spec == spec {
+            if job.spec_digest == digest(&spec) {
                 return Ok(Submitted::Unchanged(name.to_owned()));
             }
         }
         let replaced = jobs.remove(name);
-        let job = self.new_job(name, spec, window, todo, State::Queued);
+        let planned = todo.len() as u64;
+        let mut job = self.new_job(name, spec, window, todo, State::Queued);
+        // The spec is kept as submitted (it parsed, so it reads back the same).
+        self.begin_files(&mut job, body, &state::record::planned(planned));
         jobs.insert(name.to_owned(), job);
         if let Some(old) = &replaced {
             // The new plan pins again what it still lists as it comes to it.
@@ -385,11 +421,15 @@ impl Fills {
     fn new_job(
         &self,
         name: &str,
-        spec: Spec,
+        mut spec: Spec,
         window: Option<Window>,
         todo: VecDeque<Item>,
         state: State,
     ) -> Job {
+        let spec_digest = digest(&spec);
+        let listed = spec.urls.len() + spec.manifests.len();
+        spec.urls = Vec::new();
+        spec.manifests = Vec::new();
         self.totals
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -413,27 +453,51 @@ impl Fills {
             fetched: 0,
             pinned_keys: BTreeSet::new(),
             spec,
+            spec_digest,
+            listed,
+            log: None,
+            settled: HashSet::new(),
+            first_start: None,
         }
     }
 
     /// Check a job and build its first plan (URLs and playlists; segments are added
-    /// when the playlists are read).
-    fn validate(&self, spec: &Spec) -> Result<(Option<Window>, VecDeque<Item>), String> {
+    /// when the playlists are read). `max`: `[fill] max_urls_per_job` for a new job
+    /// (a saved one was accepted under the limit of its day). `Err`: status and reason.
+    fn validate(
+        &self,
+        spec: &Spec,
+        max: Option<usize>,
+    ) -> Result<(Option<Window>, VecDeque<Item>), (u16, String)> {
+        let bad = |e: String| (400, e);
         if spec.urls.is_empty() && spec.manifests.is_empty() {
-            return Err("a job needs \"urls\" or \"manifests\"".into());
+            return Err(bad("a job needs \"urls\" or \"manifests\"".into()));
         }
-        if spec.urls.len() + spec.manifests.len() > MAX_ITEMS {
-            return Err(format!("more than {MAX_ITEMS} objects"));
+        let listed = spec.urls.len() + spec.manifests.len();
+        let max = max.unwrap_or(MAX_ITEMS).min(MAX_ITEMS);
+        if listed > max {
+            return Err((
+                413,
+                format!(
+                    "the job lists {listed} objects, more than [fill] max_urls_per_job = {max}: split it into several jobs"
+                ),
+            ));
         }
         let window = match &spec.window {
-            Some(w) => Some(Window::parse(&w.start, &w.end)?),
+            Some(w) => Some(Window::parse(&w.start, &w.end).map_err(bad)?),
             None => None,
         };
-        let mut todo = VecDeque::new();
+        let mut todo = VecDeque::with_capacity(listed);
+        let mut host: Option<Arc<str>> = None;
         for (list, playlist) in [(&spec.urls, false), (&spec.manifests, true)] {
             for u in list {
-                let mut item = plan::item(&self.px, spec.host.as_deref(), u)?;
+                let mut item = plan::item(&self.px, spec.host.as_deref(), u).map_err(bad)?;
                 item.playlist = playlist;
+                // One copy of a host the objects share.
+                match &host {
+                    Some(h) if *h == item.host => item.host = Arc::clone(h),
+                    _ => host = Some(Arc::clone(&item.host)),
+                }
                 todo.push_back(item);
             }
         }
@@ -449,7 +513,10 @@ impl Fills {
         match action {
             "pause" if !job.state.finished() => job.state = State::Paused,
             "resume" if job.state == State::Paused => job.state = State::Queued,
-            "cancel" if !job.state.finished() => job.state = State::Cancelled,
+            "cancel" if !job.state.finished() => {
+                job.state = State::Cancelled;
+                self.compact(job);
+            }
             "pause" | "resume" | "cancel" => {
                 return Err((
                     409,
@@ -470,6 +537,7 @@ impl Fills {
         let removed = jobs.remove(name);
         if let Some(old) = &removed {
             self.unpin_unclaimed(&jobs, &old.pinned_keys);
+            self.remove_files(name);
         }
         drop(jobs);
         if removed.is_some() {
@@ -629,6 +697,32 @@ fn check_name(name: &str) -> Result<(), String> {
 /// Seconds over which rate and ETA are measured.
 const RATE_SECONDS: f64 = 5.0;
 
+/// Shortest span a rate is measured over: in a job's first second, bytes over the
+/// milliseconds since its start would make an absurd rate.
+const RATE_MIN_SECONDS: f64 = 1.0;
+
+/// Digest of a spec as submitted (two submissions are the same job when equal),
+/// hashed as it is serialised: no copy of a million URLs.
+fn digest(spec: &Spec) -> u64 {
+    struct Hashing(xxhash_rust::xxh3::Xxh3);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.update(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut h = Hashing(xxhash_rust::xxh3::Xxh3::new());
+    let _ = serde_json::to_writer(&mut h, spec);
+    h.0.digest()
+}
+
+/// Rate and ETA: over the last [`RATE_SECONDS`], or, in a job's first seconds, over the
+/// time since its first object started in this process (at least
+/// [`RATE_MIN_SECONDS`]), so they are right from the start instead of a fifth of the
+/// truth in the first second. No ETA until an object has completed.
 fn view(j: &Job, now: Instant) -> serde_json::Value {
     let (bytes, objects) = j
         .recent
@@ -636,12 +730,13 @@ fn view(j: &Job, now: Instant) -> serde_json::Value {
         .filter(|(t, _, _)| now.saturating_duration_since(*t).as_secs_f64() <= RATE_SECONDS)
         .fold((0, 0), |(b, o), (_, bb, oo)| (b + bb, o + oo));
     let running = j.state == State::Running;
-    let rate = if running {
-        bytes as f64 / RATE_SECONDS
-    } else {
-        0.0
-    };
-    let objects_per_s = objects as f64 / RATE_SECONDS;
+    let span = j.first_start.map_or(RATE_SECONDS, |t| {
+        now.saturating_duration_since(t)
+            .as_secs_f64()
+            .clamp(RATE_MIN_SECONDS, RATE_SECONDS)
+    });
+    let rate = if running { bytes as f64 / span } else { 0.0 };
+    let objects_per_s = objects as f64 / span;
     let c = &j.counters;
     let left = c
         .planned
@@ -663,7 +758,7 @@ fn view(j: &Job, now: Instant) -> serde_json::Value {
         "retrying": j.waiting.len(),
         "rate_bytes_per_s": rate.round(),
         "eta_s": eta,
-        "objects_listed": j.spec.urls.len() + j.spec.manifests.len(),
+        "objects_listed": j.listed,
         "pinned": j.spec.pinned,
         "window": j.spec.window,
         "rate_cap_bytes_per_s": j.spec.rate_bytes_per_s,

@@ -54,15 +54,23 @@ pub(super) fn item(px: &ProxyShared, host: Option<&str>, url: &str) -> Result<It
     let target = String::from_utf8_lossy(normal.as_bytes()).into_owned();
     // On a sliced route an object larger than a slice is stored as slices, a smaller
     // one whole: either means held.
-    let slice_key = (px.routes[route].opts.slice_bytes > 0).then(|| key::slice(&key, 0));
+    let _ = (key, route);
     Ok(Item {
-        host,
-        target,
-        key,
-        slice_key,
+        host: host.into(),
+        target: target.into(),
         tries: 0,
         playlist: false,
+        replay: false,
     })
+}
+
+/// The key of a planned request (its target is normalised), and whether its route
+/// slices; `None` when no route serves it (the routes changed).
+pub(super) fn key_of(px: &ProxyShared, host: &str, target: &str) -> Option<(Vec<u8>, bool)> {
+    let normal = path::normalize_proxy_target(target.as_bytes()).ok()?;
+    let keyed_host = key::host_of(host.as_bytes());
+    let (key, route) = px.key_for(Scheme::Http, &keyed_host, &normal)?;
+    Some((key, px.routes[route].opts.slice_bytes > 0))
 }
 
 /// The objects a manifest names, as references relative to `parent` (the item it was

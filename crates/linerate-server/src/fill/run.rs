@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::state::record;
 use super::{plan, Fills, Item, State};
 use crate::fillopts::FillOptions;
 
@@ -86,6 +87,7 @@ impl Fills {
 
     fn step(self: &Arc<Self>, opts: &FillOptions) {
         let Some(server) = self.server else { return };
+        self.max_urls.store(opts.max_urls_per_job, Relaxed);
         // Until the index is loaded, "held" cannot be told from "not held": starting
         // then would fetch again what the store already has.
         if !self.px.store.is_loaded() {
@@ -139,6 +141,8 @@ impl Fills {
                             State::Done
                         };
                         tracing::info!(job = %job.name, state = job.state.as_str(), "fill job finished");
+                        job.settled = Default::default();
+                        self.compact(job);
                         finished = true;
                     }
                     break;
@@ -153,6 +157,11 @@ impl Fills {
                 };
                 if present && !item.playlist && (!job.spec.pinned || !pinned_now.is_empty()) {
                     // Held: counted, no request, no budget spent.
+                    let mut rec = record::skipped(0, &item.key(&self.px).0);
+                    for k in &pinned_now {
+                        rec.push_str(&record::pinned(k));
+                    }
+                    self.record(job, &rec);
                     job.pinned_keys.extend(pinned_now);
                     job.todo.pop_front();
                     job.counters.skipped_present += 1;
@@ -196,6 +205,7 @@ impl Fills {
                 };
                 job.in_flight += 1;
                 job.started = true;
+                job.first_start.get_or_insert(now);
                 job.state = State::Running;
                 self.in_flight.fetch_add(1, Relaxed);
                 // Debited now at the job's average size, settled when it completes.
@@ -240,6 +250,14 @@ impl Fills {
         // or a client's meanwhile) says a write may have been refused for room not yet
         // made or a publish backlog, which a later try can pass.
         let refusals = self.refusals();
+        let key = item.key(&self.px).0;
+        // Pinned at admission: the write this request causes (or joins) is indexed
+        // pinned, never published unpinned for eviction to take before the check below
+        // pins it. (A sliced object's slices are pinned by that check.)
+        let intent = (pinned && !key.is_empty()).then_some(&key);
+        if let Some(k) = intent {
+            self.px.store.pin_on_write(k);
+        }
         let mut result = get(server, &item.host, &item.target, item.playlist).await;
         let bytes = result.as_ref().map_or(0, |f| f.bytes);
         let stored = result.as_ref().is_ok_and(|f| f.stored);
@@ -277,6 +295,9 @@ impl Fills {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
+        if let Some(k) = intent {
+            self.px.store.pin_on_write_done(k);
+        }
         self.in_flight.fetch_sub(1, Relaxed);
         self.global
             .lock()
@@ -303,6 +324,10 @@ impl Fills {
         while job.recent.len() > RECENT {
             job.recent.pop_front();
         }
+        let mut rec = String::new();
+        for k in &pinned_keys {
+            rec.push_str(&record::pinned(k));
+        }
         job.pinned_keys.extend(pinned_keys);
         match result {
             Ok(f) => {
@@ -310,28 +335,73 @@ impl Fills {
                 // was fetched, but the job cannot go on from it).
                 let listing = f.body.as_deref().map(|b| plan::listing(b, &item));
                 if let Some(Err(reason)) = &listing {
-                    count_failure(job, &mut totals, reason);
+                    if item.replay {
+                        // Counted when it was first read.
+                        rec.push_str(&record::retried(bytes));
+                    } else {
+                        count_failure(job, &mut totals, reason);
+                        rec.push_str(&record::failed(bytes, Some(&key), reason));
+                    }
+                    self.record(job, &rec);
                     return;
                 }
-                if present {
+                if item.replay {
+                    rec.push_str(&record::retried(bytes));
+                } else if present {
                     job.counters.skipped_present += 1;
                     totals.skipped_present += 1;
+                    rec.push_str(&record::skipped(bytes, &key));
                 } else {
                     job.counters.done += 1;
                     totals.done += 1;
+                    rec.push_str(&record::done(bytes, &key));
                 }
-                for uri in listing.and_then(Result::ok).unwrap_or_default() {
-                    job.counters.planned += 1;
-                    totals.planned += 1;
+                let uris = listing.and_then(Result::ok).unwrap_or_default();
+                // Room left under `[fill] max_urls_per_job` (segments past it are
+                // counted failed, not planned).
+                let over = job
+                    .counters
+                    .failed_reasons
+                    .get(OVER_MAX)
+                    .copied()
+                    .unwrap_or(0);
+                let max = self.max_urls.load(Relaxed) as u64;
+                let mut room = max.saturating_sub(job.counters.planned - over);
+                if !item.replay && !uris.is_empty() {
+                    job.counters.planned += uris.len() as u64;
+                    totals.planned += uris.len() as u64;
+                    rec.push_str(&record::planned(uris.len() as u64));
+                }
+                for uri in uris {
                     match plan::child(&self.px, &item, &uri) {
                         Ok(mut child) => {
                             child.playlist = is_playlist(&child.target);
+                            if item.replay {
+                                // Planned (and counted) when first read: what settled
+                                // since is not planned again; a playlist is read again.
+                                if job.settled.contains(&child.key(&self.px).0[..]) {
+                                    if !child.playlist {
+                                        continue;
+                                    }
+                                    child.replay = true;
+                                }
+                            } else if room == 0 {
+                                // With its key: settled, so a restart does not plan it.
+                                count_failure(job, &mut totals, OVER_MAX);
+                                let k = child.key(&self.px).0;
+                                rec.push_str(&record::failed(0, Some(&k), OVER_MAX));
+                                continue;
+                            } else {
+                                room -= 1;
+                            }
                             job.todo.push_back(child);
                         }
-                        Err(reason) => {
+                        Err(reason) if !item.replay => {
                             tracing::debug!(job = %name, %reason, "playlist entry not followed");
                             count_failure(job, &mut totals, "playlist entry not followed");
+                            rec.push_str(&record::failed(0, None, "playlist entry not followed"));
                         }
+                        Err(_) => {}
                     }
                 }
             }
@@ -342,14 +412,24 @@ impl Fills {
                     tracing::debug!(job = %name, target = %item.target, %reason, tries = item.tries, "fill object retried later");
                     job.waiting_seq += 1;
                     job.waiting.insert((due, job.waiting_seq), item);
+                    rec.push_str(&record::retried(bytes));
+                } else if item.replay {
+                    // Counted when it was first read; its unsettled segments are lost.
+                    tracing::debug!(job = %name, target = %item.target, %reason, "fill playlist not read again");
+                    rec.push_str(&record::retried(bytes));
                 } else {
                     tracing::debug!(job = %name, target = %item.target, %reason, "fill object failed");
                     count_failure(job, &mut totals, &reason);
+                    rec.push_str(&record::failed(bytes, Some(&key), &reason));
                 }
             }
         }
+        self.record(job, &rec);
     }
 }
+
+/// The failure reason of a playlist's segment past `[fill] max_urls_per_job`.
+const OVER_MAX: &str = "over max_urls_per_job";
 
 impl Fills {
     /// Whether pinned objects leave no room for `bytes` more: what is pinned cannot be
