@@ -489,6 +489,14 @@ pub(crate) fn check_dns_name(name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn names_are_checked() {
+        assert!(check_dns_name("_http._tcp.linerate.default.svc.cluster.local").is_ok());
+        assert!(check_dns_name("_http._tcp.linerate.default.svc.cluster.local.").is_ok());
+        assert!(check_dns_name("").is_err());
+        assert!(check_dns_name("a..b").is_err());
+    }
+
     use super::*;
 
     fn peer(name: &str, weight: f64) -> PeerOptions {

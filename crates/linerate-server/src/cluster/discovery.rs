@@ -210,22 +210,3 @@ pub(crate) fn start(cluster: Arc<Cluster>, control: Arc<Control>) -> std::io::Re
         })
         .map(|_| ())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_checked() {
-        assert!(crate::clusteropts::check_dns_name(
-            "_http._tcp.linerate.default.svc.cluster.local"
-        )
-        .is_ok());
-        assert!(crate::clusteropts::check_dns_name(
-            "_http._tcp.linerate.default.svc.cluster.local."
-        )
-        .is_ok());
-        assert!(crate::clusteropts::check_dns_name("").is_err());
-        assert!(crate::clusteropts::check_dns_name("a..b").is_err());
-    }
-}
