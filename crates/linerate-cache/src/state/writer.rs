@@ -331,11 +331,18 @@ impl ObjectWriter {
             }
             return Err(self.fail(WriteFailure::Aborted));
         }
+        // Indexed pinned (`pin_on_publish`): the insert says so itself. Its `Pin`
+        // record went to the journal first, and a replay ignores a pin of an object
+        // it has not seen inserted yet, so a restart would lose the pin.
+        let queue = match entry.policy.queue() {
+            crate::policy::QueueId::Pinned => crate::policy::QueueId::Pinned,
+            _ => crate::policy::QueueId::Small,
+        };
         let rec = Record::Insert {
             hash: self.hash,
             charge,
             created_ms: entry.created_ms,
-            queue: crate::policy::QueueId::Small,
+            queue,
             key: entry.key.to_vec(),
         };
         if let Err(e) = disk.journal(io, &rec) {
