@@ -17,7 +17,12 @@ clients:
   playlist, then segment i at i × the segment duration after segment 0 (TTFB from the
   request to the status line);
 - `leave-N`: the same, leaving after N segments (a viewer who stops): what prefetch
-  fetched after that is origin bytes no client was served.
+  fetched after that is origin bytes no client was served;
+- `hlsjs`: hls.js (the copy linerate embeds) in headless Chromium, the admin
+  listener's `/player` page playing the stream through the same timing relay to its
+  end (watched over Chromium's DevTools protocol: `window.linerate`, as the dashboard
+  tests do). hls.js loads fragments one after another as fast as its buffer allows
+  (30 s ahead by default), not paced by playback; a fresh browser profile per round.
 
 Per round and client: startup (from the first request, the master playlist, to the
 first byte of the first segment), the first segment's TTFB and the later segments'
@@ -31,12 +36,14 @@ Options: `--delay-ms` (origin delay per request, default 75), `--prefetch` (the
 `prefetch_segments` of the "with" runs, default 2), `--rounds` (default 3),
 `--stream DIR` (an HLS directory with `master.m3u8`; default `sample/hls`),
 `--generate SECONDS` (make a longer stream with ffmpeg instead: 2 s segments of a test
-pattern), `--clients` (default `sequential,leave-2,ffmpeg`), `--json FILE`.
+pattern), `--clients` (default `sequential,leave-2,ffmpeg,hlsjs`), `--chromium PATH`
+(default: `chromium`, `chromium-browser` or `google-chrome` on the PATH), `--json FILE`.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import http.server
 import json
@@ -112,6 +119,9 @@ class Origin:
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Cache-Control", "max-age=60" if playlist else "max-age=3600")
+                # hls.js reads the stream from a page on linerate's admin listener:
+                # another origin to the browser.
+                self.send_header("Access-Control-Allow-Origin", "*")
                 self.end_headers()
                 self.wfile.write(body)
                 with origin.lock:
@@ -326,11 +336,16 @@ def play_ffmpeg(ffmpeg: str, relay: Relay, master: str) -> dict:
     if p.returncode != 0:
         raise RuntimeError(f"ffmpeg failed: {p.stderr[-2000:]}")
     time.sleep(0.2)
+    return relay_run(relay)
+
+
+def relay_run(relay: Relay) -> dict:
+    """Startup and per-segment TTFB from what the relay saw of one playback."""
     events = relay.take()
     if not events:
-        raise RuntimeError("ffmpeg made no request through the relay")
+        raise RuntimeError("the player made no request through the relay")
     t0 = events[0][1]
-    segs = [(t, s, f) for (t, s, f) in events if t.endswith(".ts")]
+    segs = [(t, s, f) for (t, s, f) in events if t.split("?", 1)[0].endswith(".ts")]
     if not segs:
         raise RuntimeError(f"no segment requests: {events}")
     # One TTFB per segment: its first request (libavformat may ask again after a probe).
@@ -342,6 +357,165 @@ def play_ffmpeg(ffmpeg: str, relay: Relay, master: str) -> dict:
         "ttfb": list(seen.values()),
         "served": [t for (t, _, _) in events],
     }
+
+
+class DevTools:
+    """Chromium's DevTools protocol over a WebSocket (RFC 6455, text frames only),
+    attached to the page whose URL contains `url_part`: enough to evaluate an
+    expression in it."""
+
+    def __init__(self, port: int, url_part: str, limit: float = 20.0):
+        deadline = time.monotonic() + limit
+        path = None
+        while path is None:
+            try:
+                with urllib.request.urlopen(f"http://{HOST}:{port}/json/list", timeout=5) as r:
+                    targets = json.loads(r.read())
+                path = next(
+                    (t["webSocketDebuggerUrl"].split(f":{port}", 1)[1] for t in targets
+                     if t.get("type") == "page" and url_part in t.get("url", "")),
+                    None,
+                )
+            except (OSError, ValueError):
+                pass
+            if path is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no DevTools page target with {url_part!r}")
+                time.sleep(0.2)
+        self.sock = socket.create_connection((HOST, port), timeout=10)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            b = self.sock.recv(1)
+            if not b:
+                raise RuntimeError("DevTools closed the WebSocket upgrade")
+            head += b
+        if not head.startswith(b"HTTP/1.1 101"):
+            raise RuntimeError(f"DevTools WebSocket upgrade: {head!r}")
+        self.next_id = 1
+
+    def exact(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            b = self.sock.recv(n - len(out))
+            if not b:
+                raise RuntimeError("DevTools closed the WebSocket")
+            out += b
+        return out
+
+    def send(self, text: str) -> None:
+        p = text.encode()
+        n = len(p)
+        # A client frame is masked; a zero key leaves the payload as it is.
+        if n < 126:
+            head = bytes([0x81, 0x80 | n])
+        elif n < 65536:
+            head = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+        else:
+            head = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
+        self.sock.sendall(head + b"\0\0\0\0" + p)
+
+    def receive(self) -> str:
+        message = b""
+        while True:
+            b0, b1 = self.exact(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = int.from_bytes(self.exact(2), "big")
+            elif n == 127:
+                n = int.from_bytes(self.exact(8), "big")
+            payload = self.exact(n)
+            opcode = b0 & 0x0F
+            if opcode in (0x1, 0x0):
+                message += payload
+                if b0 & 0x80:
+                    return message.decode(errors="replace")
+            elif opcode == 0x8:
+                raise RuntimeError("DevTools closed the WebSocket")
+
+    def eval(self, expression: str):
+        n = self.next_id
+        self.next_id += 1
+        self.send(json.dumps({
+            "id": n, "method": "Runtime.evaluate",
+            "params": {"expression": expression, "returnByValue": True},
+        }))
+        while True:
+            m = json.loads(self.receive())
+            if m.get("id") == n:
+                return m.get("result", {}).get("result", {}).get("value")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def find_chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def play_hlsjs(chromium: str, admin: int, relay: Relay, master: str, length: float, work: Path) -> dict:
+    """hls.js in headless Chromium (linerate's `/player` page on the admin listener)
+    plays the stream through the relay until the media ends (or its clock passes
+    `length` less half a second); a fresh profile, so nothing is in the browser's
+    cache."""
+    profile = work / "chromium-profile"
+    shutil.rmtree(profile, ignore_errors=True)
+    url = f"http://{HOST}:{admin}/player?src=http://{HOST}:{relay.port}{master}"
+    proc = subprocess.Popen(
+        [
+            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--window-size=1200,800", "--autoplay-policy=no-user-gesture-required",
+            "--no-first-run", "--remote-debugging-port=0", f"--user-data-dir={profile}", url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    port: list[int] = []
+    found = threading.Event()
+
+    def drain() -> None:
+        # The DevTools port from its "DevTools listening on ws://HOST:PORT/..." line;
+        # the rest read so Chromium never blocks on a full pipe.
+        for line in proc.stderr:
+            m = re.search(rb"DevTools listening on ws://[^:]+:(\d+)/", line)
+            if m and not port:
+                port.append(int(m.group(1)))
+                found.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    dt = None
+    try:
+        if not found.wait(30):
+            raise RuntimeError("no DevTools line from chromium")
+        dt = DevTools(port[0], "/player")
+        deadline = time.monotonic() + length + 30
+        while True:
+            state = dt.eval("JSON.stringify(window.linerate || {})")
+            state = json.loads(state or "{}")
+            if state.get("fatal"):
+                raise RuntimeError(f"hls.js: {state}")
+            if state.get("ended") or float(state.get("currentTime") or 0) > length - 0.5:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"hls.js did not play to the end: {state}")
+            time.sleep(0.1)
+    finally:
+        if dt:
+            dt.close()
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(profile, ignore_errors=True)
+    time.sleep(0.2)
+    return relay_run(relay)
 
 
 # ------------------------------------------------------------------------------ report
@@ -404,19 +578,22 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--stream", default=str(REPO / "sample/hls"))
     ap.add_argument("--generate", type=int, default=0, metavar="SECONDS")
-    ap.add_argument("--clients", default="sequential,leave-2,ffmpeg")
+    ap.add_argument("--clients", default="sequential,leave-2,ffmpeg,hlsjs")
+    ap.add_argument("--chromium", default=find_chromium() or "chromium")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
 
     clients = [c for c in args.clients.split(",") if c]
     for c in clients:
-        if c not in ("sequential", "ffmpeg") and not re.fullmatch(r"leave-\d+", c):
+        if c not in ("sequential", "ffmpeg", "hlsjs") and not re.fullmatch(r"leave-\d+", c):
             ap.error(f"unknown client {c!r}")
     if not os.access(args.linerate, os.X_OK):
         ap.error(f"{args.linerate} is not an executable (cargo build --release -p linerate)")
     if "ffmpeg" in clients or args.generate:
         if not shutil.which(args.ffmpeg):
             ap.error("ffmpeg is not installed (leave it out of --clients)")
+    if "hlsjs" in clients and not shutil.which(args.chromium):
+        ap.error("chromium is not installed (apt-get install chromium, or leave hlsjs out of --clients)")
 
     work = Path(tempfile.mkdtemp(prefix="prefetch-ttfb-"))
     origin = None
@@ -444,11 +621,15 @@ def main() -> int:
                 runs = []
                 for rnd in range(args.rounds):
                     lr = Linerate(args.linerate, work / "linerate", origin.port, k)
-                    relay = Relay(lr.port) if client == "ffmpeg" else None
+                    relay = Relay(lr.port) if client in ("ffmpeg", "hlsjs") else None
                     try:
                         origin.take_log()
                         if client == "ffmpeg":
                             run = play_ffmpeg(args.ffmpeg, relay, master)
+                        elif client == "hlsjs":
+                            run = play_hlsjs(
+                                args.chromium, lr.admin, relay, master, sum(durations), work
+                            )
                         else:
                             leave = int(client.split("-")[1]) if client.startswith("leave-") else None
                             run = play_sequential(lr.port, master, duration, leave)

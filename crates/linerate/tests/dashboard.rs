@@ -569,28 +569,14 @@ fn dash_js_plays_through_cache_mode_prefetch_in_chromium() {
             "video/mp4"
         };
         match std::fs::read(sample.join(name)) {
-            Ok(body) if !name.contains('/') && !name.is_empty() => {
-                let reply = origin::ok(
-                    &body,
-                    &[
-                        ("Content-Type", content_type),
-                        ("Cache-Control", "max-age=3600"),
-                        ("Access-Control-Allow-Origin", "*"),
-                    ],
-                );
-                // The cache reads the MPD's stored copy in the background after
-                // serving it; on a loaded machine a representation's first segment
-                // could be answered before that read ends, and then nothing follows
-                // it (issued 5 of 6 seen). Each first segment answered 300 ms late.
-                if name.ends_with("-00001.m4s") {
-                    origin::Reply::Delayed {
-                        delay: Duration::from_millis(300),
-                        reply: Box::new(reply),
-                    }
-                } else {
-                    reply
-                }
-            }
+            Ok(body) if !name.contains('/') && !name.is_empty() => origin::ok(
+                &body,
+                &[
+                    ("Content-Type", content_type),
+                    ("Cache-Control", "max-age=3600"),
+                    ("Access-Control-Allow-Origin", "*"),
+                ],
+            ),
             _ => origin::status(404, &[]),
         }
     });
@@ -675,28 +661,14 @@ fn hls_js_plays_through_cache_mode_prefetch_in_chromium() {
             "video/mp2t"
         };
         match std::fs::read(sample.join(name)) {
-            Ok(body) if !name.contains('/') && !name.is_empty() => {
-                let reply = origin::ok(
-                    &body,
-                    &[
-                        ("Content-Type", content_type),
-                        ("Cache-Control", "max-age=3600"),
-                        ("Access-Control-Allow-Origin", "*"),
-                    ],
-                );
-                // The cache reads the media playlist's stored copy in the background
-                // after serving it; on a loaded machine hls.js's first segment could
-                // be answered before that read ends, and then nothing follows it.
-                // The first segment answered 300 ms late: what is tested is the rest.
-                if name == "segment_000.ts" {
-                    origin::Reply::Delayed {
-                        delay: Duration::from_millis(300),
-                        reply: Box::new(reply),
-                    }
-                } else {
-                    reply
-                }
-            }
+            Ok(body) if !name.contains('/') && !name.is_empty() => origin::ok(
+                &body,
+                &[
+                    ("Content-Type", content_type),
+                    ("Cache-Control", "max-age=3600"),
+                    ("Access-Control-Allow-Origin", "*"),
+                ],
+            ),
             _ => origin::status(404, &[]),
         }
     });
@@ -888,18 +860,7 @@ fn hls_js_abr_switch_follows_the_new_rendition_in_chromium() {
         };
         match std::fs::read(dir.join(name)) {
             Ok(body) if !name.contains('/') && !name.is_empty() && name != "list.txt" => {
-                let reply = origin::ok(&body, &fields(content_type));
-                // hi's segments 300 ms late: the cache reads hi's playlist in the
-                // background after serving it, and on a loaded machine the first hi
-                // segment could otherwise be answered before that read ends.
-                if path.starts_with("/a/hi/seg") {
-                    origin::Reply::Delayed {
-                        delay: Duration::from_millis(300),
-                        reply: Box::new(reply),
-                    }
-                } else {
-                    reply
-                }
+                origin::ok(&body, &fields(content_type))
             }
             _ => origin::status(404, &[]),
         }

@@ -236,6 +236,68 @@ matrix! {
         assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 1);
         origin.assert_no_panics();
     }
+
+    /// A client asking for segment 0 the moment it has the playlist's lines, while the
+    /// cache's read of the playlist is still to come (the playlist's fill not ended:
+    /// here the origin holds back the body's tail of blank lines; on a loaded machine,
+    /// the store's commit and the read on the blocking pool), still has segments
+    /// 1..=k prefetched: segment 0's answer waits for the read in flight before
+    /// deciding. Before, it found nothing known and moved no window, so a rendition's
+    /// segments after the first went without prefetch (the browser tests answered
+    /// each first segment 300 ms late to hide it).
+    fn a_segment_answered_before_its_playlist_is_read_is_followed(v) {
+        let origin = v.origin(|r: &Request| {
+            if r.path() == "/v/index.m3u8" {
+                let uris: Vec<String> = (0..10).map(|i| format!("seg{i}.ts")).collect();
+                let uris: Vec<&str> = uris.iter().map(String::as_str).collect();
+                let mut body = playlist(&uris);
+                // Blank lines (RFC 8216 §4.1: ignored), sent at least 2 pieces (0.4 s)
+                // after the last segment's line.
+                body.extend_from_slice(&[b'\n'; 450]);
+                return Reply::Drip {
+                    status: 200,
+                    headers: origin::owned(&[PLAYLIST_TYPE, ("Cache-Control", "max-age=60")]),
+                    body,
+                    chunk: 150,
+                    delay: Duration::from_millis(200),
+                };
+            }
+            origin::ok(&segment_body(r.path()), CACHEABLE)
+        });
+        let cache = config(v, &origin, 2).start();
+        let mut s = cache.connect();
+        write!(s, "GET /v/index.m3u8 HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0; 4096];
+        while !got.windows(15).any(|w| w == b"#EXT-X-ENDLIST\n") {
+            let n = std::io::Read::read(&mut s, &mut buf).unwrap();
+            assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(!get_segment(&cache, "/v/seg0.ts").is_hit());
+        // Segment 0 was answered before the read (what this test is about).
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_playlists_read_total"), 0);
+        for i in 1..=2 {
+            let p = format!("/v/seg{i}.ts");
+            assert!(origin.wait_count(&p, 1, WAIT), "{p} prefetched: {:?}", origin.requests());
+        }
+        got.extend_from_slice(&read_to_close(&mut s));
+        assert!(got.ends_with(&[b'\n'; 450]), "the whole playlist");
+        settle();
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_playlists_read_total"), 1);
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_issued_total"), 2);
+        for p in ["/v/index.m3u8", "/v/seg0.ts", "/v/seg1.ts", "/v/seg2.ts"] {
+            assert_eq!(origin.count(p), 1, "{p}: {:?}", origin.requests());
+        }
+        assert_eq!(origin.total(), 4, "only k ahead: {:?}", origin.requests());
+        for i in 1..=2 {
+            let p = format!("/v/seg{i}.ts");
+            assert!(get_segment(&cache, &p).is_hit(), "{p}");
+            assert_eq!(origin.count(&p), 1, "{p}");
+        }
+        assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), 2);
+        origin.assert_no_panics();
+    }
 }
 
 /// `prefetch_segments = 0` (the default): the playlist is not read and nothing is
@@ -1326,10 +1388,11 @@ fn slice_readahead_skips_probes_tail_reads_seeks_and_is_off_by_default() {
 /// through a sliced route (64 KiB slices) with `prefetch_segments = 2`, against an
 /// origin that honours ranges. Before, the playlist was not read and every slice was
 /// fetched when ffmpeg reached it. Now each object is fetched from the origin once
-/// (the playlist, each slice of the file), the slices after the first range's are
-/// prefetched, and every range after the second is a prefetched hit (ffmpeg asks for
-/// the second while it still probes the first, before `-re` paces it, so that one may
-/// join its prefetch as it runs).
+/// (the playlist, each slice of the file), the slices after the second range's are
+/// prefetched (and the first two ranges' own, unless those answers outran the
+/// playlist's read), and every range after the second is a prefetched hit (ffmpeg asks
+/// for the second while it still probes the first, before `-re` paces it, so that one
+/// may join its prefetch as it runs).
 ///
 /// `#[ignore]`d like `ffmpeg_plays_hls_from_prefetched_segments` (scripts/test.sh runs
 /// it with `--ignored`). About 10 s (real time).
@@ -1377,16 +1440,21 @@ fn ffmpeg_plays_byte_range_hls_from_prefetched_slices() {
         metric(&cache, "linerate_cache_prefetch_playlists_read_total"),
         1
     );
-    // Every slice but the first (the first range's own) prefetched, and read.
+    // Every slice after the first prefetched, and read, but for slices 1 and 2: the
+    // first range (bytes 0-94375) ends in slice 1 and the second (ffmpeg asks for it
+    // straight after the first, while it probes) ends in slice 2. Each is prefetched
+    // when the range before it was answered after the playlist was read; on a loaded
+    // machine the read may end after those answers (their decisions then wait for it,
+    // and the answers go on meanwhile), and each range's own answer fetches it. Slices
+    // 3 on (ranges 2 and 3, asked at playback pace) are always prefetched: the hits
+    // asserted below.
     let slices = media_len.div_ceil(support::kit::SLICE);
-    assert_eq!(
-        metric(&cache, "linerate_cache_prefetch_issued_total"),
-        slices - 1
+    let issued = metric(&cache, "linerate_cache_prefetch_issued_total");
+    assert!(
+        (slices - 3..=slices - 1).contains(&issued),
+        "issued {issued} of {slices} slices"
     );
-    assert_eq!(
-        metric(&cache, "linerate_cache_prefetch_used_total"),
-        slices - 1
-    );
+    assert_eq!(metric(&cache, "linerate_cache_prefetch_used_total"), issued);
     // What ffmpeg was answered, range by range: 206s, from the cache after the second.
     let playlist = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -3,7 +3,9 @@
 //! played in (byte-range playlists, DASH `SegmentBase` indexes), which playlist copies were
 //! read already, where each client's last range of a segment ended (so a range that
 //! continues it counts as played), which prefetched objects no client has asked for
-//! yet, the prefetch fills in flight per origin, and the counters `/metrics` shows.
+//! yet, the prefetch fills in flight per origin, the playlist reads in flight (so a
+//! segment answered while one runs can wait for what it tells), and the counters
+//! `/metrics` shows.
 //!
 //! Rendition switches (issue 23 part 4): each sequence (a media playlist, one DASH
 //! representation) may belong to a group of alternatives (the variant streams of a
@@ -22,7 +24,7 @@
 //!
 //! Not here: reading playlists and starting fills (`prefetch`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -276,6 +278,11 @@ pub(crate) struct Memory {
     wasted: AtomicU64,
     skipped: AtomicU64,
     playlists: AtomicU64,
+    /// Playlist reads in flight (`prefetch::read_playlist`): the next read's number,
+    /// and the numbers of those started and not ended.
+    reads: Mutex<(u64, BTreeSet<u64>)>,
+    /// Woken each time one of them ends.
+    read_ended: tokio::sync::Notify,
 }
 
 impl Memory {
@@ -303,6 +310,8 @@ impl Memory {
             wasted: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             playlists: AtomicU64::new(0),
+            reads: Mutex::new((0, BTreeSet::new())),
+            read_ended: tokio::sync::Notify::new(),
         }
     }
 
@@ -387,6 +396,39 @@ impl Memory {
     /// that sees the count go up finds the segments known (nothing else waits on it).
     pub(crate) fn playlist_read(&self) {
         self.playlists.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A playlist read began (a playlist or MPD was answered): its number, for
+    /// [`Memory::read_end`] when it ends, however it ends.
+    pub(crate) fn read_start(&self) -> u64 {
+        let mut reads = lock(&self.reads);
+        let n = reads.0;
+        reads.0 += 1;
+        reads.1.insert(n);
+        n
+    }
+
+    /// The playlist read numbered `n` ended: wake whoever waits for it.
+    pub(crate) fn read_end(&self, n: u64) {
+        lock(&self.reads).1.remove(&n);
+        self.read_ended.notify_waiters();
+    }
+
+    /// The newest playlist read in flight, if any: a request answered now waits at
+    /// most for it and those before it ([`Memory::reads_ended_through`]).
+    pub(crate) fn newest_read(&self) -> Option<u64> {
+        lock(&self.reads).1.last().copied()
+    }
+
+    /// Whether every playlist read up to number `n` has ended.
+    pub(crate) fn reads_ended_through(&self, n: u64) -> bool {
+        lock(&self.reads).1.first().is_none_or(|&oldest| oldest > n)
+    }
+
+    /// The next end of a playlist read. Registered when called (`Notify::notified`),
+    /// so a read ending between this call and the first poll still wakes it.
+    pub(crate) fn read_ended(&self) -> tokio::sync::futures::Notified<'_> {
+        self.read_ended.notified()
     }
 
     /// Where the last range sent under `client_key` (a client and a segment) ended, and

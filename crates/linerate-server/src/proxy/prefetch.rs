@@ -32,6 +32,18 @@
 //! each `BaseURL` resolved in turn, then the segment). The parsing is `linerate_http::hls`
 //! and `linerate_http::dash` (pure, tested); the memory is `ahead`.
 //!
+//! A playlist is read after its answer went out (waiting for its fill to end, then on
+//! the blocking pool), so a client asking for a segment the moment it has the playlist
+//! can be answered before the read ends, and then nothing would follow that segment
+//! (a rendition's first segment, on a loaded machine). So reads in flight are counted,
+//! from before the playlist's body goes out until the read returns however it ends
+//! ([`Reading`]), and a `2xx` GET of an object no read has named, answered while some
+//! are, has its played-or-not decision ([`played`]) made by a task ([`played_later`])
+//! once a read names it, or once every read in flight when it was answered has ended,
+//! or after [`READ_WAIT`]. The response itself never waits. Cost: while no read is in
+//! flight, one lock to see that; while some are, one task per such answer, woken at
+//! each read's end and gone when the reads it waits for are (a second at most).
+//!
 //! A request's CMCD `nor` hint (`CMCD-Request` header, CTA-5004) names one more object
 //! to prefetch, under the same rules.
 //!
@@ -103,9 +115,15 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
     if let Some(kind) = manifest {
         // Whatever range was asked (a 206 to libavformat's `bytes=0-`, or a probe): what
         // is read is the stored copy, and only when it is whole (`read_playlist`).
+        // Counted in flight from now, before the playlist's body goes out: a segment
+        // the client asks for once it has the playlist finds the read running.
+        let reading = Reading {
+            px: Arc::clone(px),
+            n: px.prefetch.read_start(),
+        };
         tokio::task::spawn_local(read_playlist(
             Rc::clone(pw),
-            kind,
+            (reading, kind),
             req.scheme,
             req.host.clone(),
             req.target.clone(),
@@ -114,41 +132,37 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
         ));
         return;
     }
-    if let Some(ranged) = px.prefetch.ranged(&req.key) {
-        // A file played in byte ranges (a byte-range playlist's, a DASH SegmentBase
-        // representation's): the ranges after the one read.
-        ranged_read(pw, req, response, &ranged, k as usize);
-    } else if let Some(follow) = px.prefetch.next(&req.key) {
-        // A segment of a playlist read: played, or only probed? The memory of each
-        // client's last range is kept for known segments only, so it holds no more
-        // than the segments being read in ranges now.
-        let content_range = response_field(&response.head, b"content-range");
-        // Only a 206 continues or is continued: a whole answer takes no lock here.
-        let previous_end = if status == 206 {
-            px.prefetch.swap_range_end(
-                &client_key(req, &req.key),
-                playback::range_end(status, content_range),
-            )
-        } else {
-            None
-        };
-        let read = playback::classify(req.head_only, status, content_range, previous_end);
-        if read.plays() {
-            let items = follow
-                .next
-                .iter()
-                .take(k as usize)
-                .map(|t| Queued {
-                    t: Arc::clone(t),
-                    fetch: fetch_for(req, t),
-                    version: None,
-                })
-                .collect();
-            let viewer = viewer(px, req, &follow.seq);
-            queue(pw, viewer, follow.seq, items);
-        } else {
-            tracing::debug!(key = %String::from_utf8_lossy(&req.key), read = read.as_str(), "segment not played");
-        }
+    let ranged = px.prefetch.ranged(&req.key);
+    let follow = match ranged {
+        Some(_) => None,
+        None => px.prefetch.next(&req.key),
+    };
+    if ranged.is_some() || follow.is_some() {
+        played(
+            pw,
+            &Served::of(req, response),
+            ranged,
+            follow,
+            k as usize,
+            &|t| fetch_for(req, t),
+        );
+    } else if let Some(newest) = px.prefetch.newest_read() {
+        // Not known, or not yet: a playlist read in flight (the one this client just
+        // had the playlist from, still on the blocking pool or waiting for the
+        // playlist's fill to end) may name it. Decided once the reads running now end.
+        let template = req.fetch_of(
+            req.route,
+            &req.key,
+            &req.target,
+            RequestCacheControl::default(),
+        );
+        tokio::task::spawn_local(played_later(
+            Rc::clone(pw),
+            Served::of(req, response),
+            newest,
+            k as usize,
+            template,
+        ));
     }
     // CTA-5004 `nor`: the player names its next object itself (a rendition switch, a
     // playlist the cache has not read). Held to the same rules as a playlist's URIs.
@@ -176,20 +190,177 @@ fn client_key(req: &CacheRequest<'_>, key: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The viewer `req` is, playing the sequence `seq`: who (the player's CMCD `sid` when
-/// it sends one, else the client's address) and which group of alternatives (the one a
-/// master playlist or an MPD put `seq` in, else `seq` alone). One viewer plays one
-/// sequence of a group at a time (module `ahead`): clients behind one address that
-/// send no `sid` are one viewer, so two of them playing different renditions of a
-/// stream stop each other's queues (fewer prefetches, never a wrong object).
-fn viewer(px: &ProxyShared, req: &CacheRequest<'_>, seq: &[u8]) -> Vec<u8> {
+/// A `2xx` answer to a GET of an object that may be a segment (or a range of a file
+/// played in ranges), owned: what deciding whether it played one reads, so the
+/// decision can wait for a playlist read in flight ([`played_later`]).
+struct Served {
+    /// The object's key.
+    key: Vec<u8>,
+    /// Its client's memory key for the object's ranges ([`client_key`]).
+    client: Vec<u8>,
+    status: u16,
+    head_only: bool,
+    /// The answer's `Content-Range`.
+    content_range: Option<Vec<u8>>,
+    /// The file's version, for a range of it.
+    version: FileVersion,
+    /// Who the viewer is ([`viewer`]).
+    who: Vec<u8>,
+}
+
+impl Served {
+    fn of(req: &CacheRequest<'_>, response: &Response) -> Served {
+        let status = response.status.code();
+        Served {
+            key: req.key.clone(),
+            client: client_key(req, &req.key),
+            status,
+            head_only: req.head_only,
+            content_range: response_field(&response.head, b"content-range").map(<[u8]>::to_vec),
+            version: if status == 206 {
+                FileVersion::of(&response.head)
+            } else {
+                FileVersion::default()
+            },
+            who: who(req),
+        }
+    }
+}
+
+/// `served` was answered of an object that a playlist read said is a segment (`follow`:
+/// what comes after it) or a file played in ranges (`ranged`): if it played one,
+/// prefetch the `k` after it, each fetched as `fetch` says.
+fn played(
+    pw: &Rc<ProxyWorker>,
+    served: &Served,
+    ranged: Option<Arc<Ranged>>,
+    follow: Option<Follow>,
+    k: usize,
+    fetch: &dyn Fn(&Target) -> Rc<Fetch>,
+) {
+    let px = &pw.shared;
+    if let Some(ranged) = ranged {
+        // A file played in byte ranges (a byte-range playlist's, a DASH SegmentBase
+        // representation's): the ranges after the one read.
+        ranged_read(pw, served, &ranged, k, fetch);
+    } else if let Some(follow) = follow {
+        // A segment of a playlist read: played, or only probed? The memory of each
+        // client's last range is kept for known segments only, so it holds no more
+        // than the segments being read in ranges now.
+        let status = served.status;
+        let content_range = served.content_range.as_deref();
+        // Only a 206 continues or is continued: a whole answer takes no lock here.
+        let previous_end = if status == 206 {
+            px.prefetch
+                .swap_range_end(&served.client, playback::range_end(status, content_range))
+        } else {
+            None
+        };
+        let read = playback::classify(served.head_only, status, content_range, previous_end);
+        if read.plays() {
+            let items = follow
+                .next
+                .iter()
+                .take(k)
+                .map(|t| Queued {
+                    t: Arc::clone(t),
+                    fetch: fetch(t),
+                    version: None,
+                })
+                .collect();
+            let viewer = viewer(px, &served.who, &follow.seq);
+            queue(pw, viewer, follow.seq, items);
+        } else {
+            tracing::debug!(key = %String::from_utf8_lossy(&served.key), read = read.as_str(), "segment not played");
+        }
+    }
+}
+
+/// Longest a segment's [`played_later`] waits for the playlist reads in flight when
+/// it was answered: a read waits for its playlist's fill to end (a client acting on
+/// the playlist has had it whole, or nearly, by then), then reads it on the blocking
+/// pool and parses it, well under this even on a loaded machine.
+const READ_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// [`played`] for `served`, once it is known what `served` is: when a playlist read says, or when
+/// every read up to number `newest` (those in flight when it was answered) has ended,
+/// or after [`READ_WAIT`]. `template`: the request's own fill, each prefetch's being it
+/// for another target ([`retarget`]).
+async fn played_later(pw: Rc<ProxyWorker>, served: Served, newest: u64, k: usize, template: Fetch) {
+    let px = Arc::clone(&pw.shared);
+    let deadline = tokio::time::Instant::now() + READ_WAIT;
+    loop {
+        // Registered before looking, so a read ending in between still wakes it.
+        let ended = px.prefetch.read_ended();
+        let ranged = px.prefetch.ranged(&served.key);
+        let follow = match ranged {
+            Some(_) => None,
+            None => px.prefetch.next(&served.key),
+        };
+        if ranged.is_some() || follow.is_some() {
+            played(&pw, &served, ranged, follow, k, &|t| {
+                retarget(&px, &template, t)
+            });
+            return;
+        }
+        if px.prefetch.reads_ended_through(newest)
+            || tokio::time::timeout_at(deadline, ended).await.is_err()
+        {
+            tracing::debug!(key = %String::from_utf8_lossy(&served.key), "not a segment of a playlist read");
+            return;
+        }
+    }
+}
+
+/// What a prefetch of `t` sends, from `template`, the fill of another target for the
+/// same request (`CacheRequest::fetch_of`, whose fields and storing decision are the
+/// request's whatever the target): as [`fetch_for`] makes it.
+fn retarget(px: &ProxyShared, template: &Fetch, t: &Target) -> Rc<Fetch> {
+    Rc::new(Fetch {
+        origin: px.routes[t.route].origin,
+        route: t.route,
+        primary: t.key.to_vec(),
+        host: template.host.clone(),
+        from_peer: template.from_peer,
+        target: t.target.to_vec(),
+        fields: template.fields.clone(),
+        policy: template.policy.clone(),
+    })
+}
+
+/// A playlist read in flight ([`Memory::read_start`](super::ahead::Memory::read_start)),
+/// ended when dropped, however [`read_playlist`] ends.
+struct Reading {
+    px: Arc<ProxyShared>,
+    n: u64,
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.px.prefetch.read_end(self.n);
+    }
+}
+
+/// Who `req`'s client is as a viewer: the player's CMCD `sid` when it sends one, else
+/// the client's address.
+fn who(req: &CacheRequest<'_>) -> Vec<u8> {
     let sid = linerate_http::cmcd::session_id(req.head.values(b"cmcd-session"))
         .or_else(|| linerate_http::cmcd::session_id_in_query(&req.target));
-    let mut out = match (sid, req.peer) {
+    match (sid, req.peer) {
         (Some(sid), _) => [&b"sid "[..], &sid].concat(),
         (None, Some(ip)) => format!("ip {ip}").into_bytes(),
         (None, None) => b"ip".to_vec(),
-    };
+    }
+}
+
+/// The viewer `who` (see [`who`]) is, playing the sequence `seq`: who, and which group
+/// of alternatives (the one a master playlist or an MPD put `seq` in, else `seq`
+/// alone). One viewer plays one sequence of a group at a time (module `ahead`): clients
+/// behind one address that send no `sid` are one viewer, so two of them playing
+/// different renditions of a stream stop each other's queues (fewer prefetches, never a
+/// wrong object).
+fn viewer(px: &ProxyShared, who: &[u8], seq: &[u8]) -> Vec<u8> {
+    let mut out = who.to_vec();
     out.push(b'\n');
     match px.prefetch.group(seq) {
         Some(group) => out.extend_from_slice(&group),
@@ -231,9 +402,10 @@ struct Sequence {
 
 /// Read the stored copy of the playlist or MPD keyed `key` (requested as `target` on
 /// `route`) once it is complete, and remember what follows each of its segments.
+/// `_reading`: counts it in flight until it returns.
 async fn read_playlist(
     pw: Rc<ProxyWorker>,
-    kind: Manifest,
+    (_reading, kind): (Reading, Manifest),
     scheme: Scheme,
     host: Vec<u8>,
     target: Vec<u8>,
@@ -752,44 +924,35 @@ pub(crate) fn read_ahead(
     }
 }
 
-/// A client was answered a GET of a file played in byte ranges: if the response plays
-/// one of its ranges, prefetch the `k` after it; if the file's ranges are in a DASH
-/// index not read yet, read it first.
+/// A client was answered a GET of a file played in byte ranges (`served`): if the
+/// response plays one of its ranges, prefetch the `k` after it (each fetched as `fetch`
+/// says); if the file's ranges are in a DASH index not read yet, read it first.
 fn ranged_read(
     pw: &Rc<ProxyWorker>,
-    req: &CacheRequest<'_>,
-    response: &Response,
+    served: &Served,
     ranged: &Arc<Ranged>,
     k: usize,
+    fetch: &dyn Fn(&Target) -> Rc<Fetch>,
 ) {
     let px = &pw.shared;
-    let status = response.status.code();
-    if status != 206 || req.head_only {
+    let status = served.status;
+    if status != 206 || served.head_only {
         // The whole file (its own response reads every byte of it), or a HEAD.
         return;
     }
-    let content_range = response_field(&response.head, b"content-range");
-    let previous_end = px.prefetch.swap_range_end(
-        &client_key(req, &req.key),
-        playback::range_end(status, content_range),
-    );
+    let content_range = served.content_range.as_deref();
+    let previous_end = px
+        .prefetch
+        .swap_range_end(&served.client, playback::range_end(status, content_range));
     let read = RangeRead {
-        content_range: content_range.map(<[u8]>::to_vec),
+        content_range: served.content_range.clone(),
         previous_end,
-        version: FileVersion::of(&response.head),
+        version: served.version.clone(),
     };
     match &**ranged {
         Ranged::Known { seq, .. } => {
-            let viewer = viewer(px, req, seq);
-            play_range(
-                pw,
-                &req.key,
-                ranged,
-                &read,
-                k,
-                &|t| fetch_for(req, t),
-                viewer,
-            );
+            let viewer = viewer(px, &served.who, seq);
+            play_range(pw, &served.key, ranged, &read, k, fetch, viewer);
         }
         Ranged::Index {
             seq,
@@ -801,8 +964,8 @@ fn ranged_read(
             if reading.swap(true, Ordering::AcqRel) {
                 return;
             }
-            let fetch = fetch_for(req, file);
-            let viewer = viewer(px, req, seq);
+            let fetch = fetch(file);
+            let viewer = viewer(px, &served.who, seq);
             tokio::task::spawn_local(read_index(
                 Rc::clone(pw),
                 Arc::clone(ranged),
