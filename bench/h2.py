@@ -59,6 +59,7 @@ http {{
     keepalive_timeout 600s;
     http2_max_requests 1000000;
 {open_file_cache}
+{aio}
     types {{ application/octet-stream bin; }}
     default_type application/octet-stream;
     client_body_temp_path {work}/tmp;
@@ -117,7 +118,8 @@ def start(cfg, name: str, ports: Ports) -> B.Server:
         conf.write_text(NGINX_CONF.format(
             work=work, nofile=B.hard_nofile(), host=HOST, h1=ports.h1, h2c=ports.h2c,
             tls=ports.tls, root=cfg.root, cert=cert, key=key,
-            open_file_cache=B.nginx_open_file_cache(16384)))
+            open_file_cache=B.nginx_open_file_cache(16384),
+            aio="    aio threads;" if cfg.nginx_aio else ""))
         log = open(work / "nginx-stderr.log", "ab")
         p = B.spawn(["taskset", "-c", str(cfg.server_cpu), cfg.nginx, "-c", str(conf), "-p", str(work)],
                     stdout=log, stderr=log)
@@ -223,6 +225,8 @@ def main() -> int:
     ap.add_argument("--wait-quiet", type=float, default=0.0)
     ap.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/var/tmp")) / "linerate-bench")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    ap.add_argument("--nginx-aio", action="store_true",
+                    help="nginx with `aio threads;` too (as bench.py's nginx-aio): how operators run it for a library larger than memory")
     ap.add_argument("--linerate", default="target/release/linerate")
     ap.add_argument("--out", type=Path, default=None)
     cfg = ap.parse_args()
