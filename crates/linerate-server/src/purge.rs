@@ -50,6 +50,10 @@ pub(crate) fn apply(px: &ProxyShared, e: &Entry) -> u64 {
     }
 }
 
+/// Longest a soft purge waits for the store's index to load (a hard purge waits as
+/// long, in `Store::purge`).
+const SOFT_LOAD_WAIT: Duration = Duration::from_secs(60);
+
 /// Mark the stored object `key` stale: its exchange times are set to the epoch, so
 /// its age is past every freshness lifetime and every stale-while-revalidate or
 /// stale-if-error window, and the next request revalidates it with the origin
@@ -83,6 +87,9 @@ fn soft_one(px: &ProxyShared, key: &[u8]) -> bool {
 /// Soft purge of a URL: the object, its variants and slices (found by walking the
 /// index, like a prefix purge). Blocking. How many were marked.
 pub(crate) fn soft_url(px: &ProxyShared, primary: &[u8]) -> u64 {
+    // As a hard purge does (`Store::purge`): an index still loading would hide objects
+    // that are on disk, and they would stay fresh.
+    px.store.wait_loaded(SOFT_LOAD_WAIT);
     let under = linerate_http::cache::key::descendants(primary);
     let mut n = u64::from(soft_one(px, primary));
     for k in px.store.keys().iter().filter(|k| k.starts_with(&under)) {
@@ -93,6 +100,7 @@ pub(crate) fn soft_url(px: &ProxyShared, primary: &[u8]) -> u64 {
 
 /// Soft purge of a tag: every object under it stays indexed under it. Blocking.
 pub(crate) fn soft_tag(px: &ProxyShared, tag: &[u8]) -> u64 {
+    px.store.wait_loaded(SOFT_LOAD_WAIT);
     let keys = px.tags.ensure_ready(&px.store).keys(tag);
     keys.iter().map(|k| u64::from(soft_one(px, k))).sum()
 }
@@ -353,13 +361,18 @@ fn sync_once(px: &ProxyShared, log: &PurgeLog) {
             }
         };
         let alive = log.lock().alive_ms;
-        if from == 0 && alive < a.horizon_ms {
+        // Cut off while running (a partition) for longer than the peer's log keeps: the
+        // entries from where this node read last up to the first one the peer still
+        // has were dropped there, unread here.
+        let gap = from > 0 && from < a.next && a.entries.first().is_none_or(|e| e.pos > from);
+        if (from == 0 && alive < a.horizon_ms) || gap {
             // Away longer than the peer's log reaches back: purges may be missing.
             let removed = px.purge_prefix(b"");
             tracing::warn!(
                 peer = %p.name,
                 away_since_ms = alive,
                 horizon_ms = a.horizon_ms,
+                read_from = from,
                 removed,
                 "this node was away longer than the peer's purge log reaches back: every cached object dropped"
             );
@@ -448,12 +461,9 @@ pub(crate) async fn serve_peer(
         return answer(404, "{\"error\":\"no such peer path\"}\n".into());
     }
     if let Err(why) = cluster.is_peer_call(head, from) {
-        tracing::warn!(
-            from = %from.map_or_else(|| "-".to_string(), |a| a.to_string()),
-            reason = why.as_str(),
-            path,
-            "peer purge call refused"
-        );
+        // Counted, and logged at most once a second (as every refused peer field): a
+        // client sending these cannot flood the log.
+        cluster.refused(why, from);
         return answer(
             403,
             "{\"error\":\"peer calls need a valid Linerate-Peer field (signed with the cluster secret)\"}\n"
@@ -472,7 +482,13 @@ pub(crate) async fn serve_peer(
             return answer(405, "{\"error\":\"GET only\"}\n".into());
         }
         let from = arg("from").and_then(|v| v.parse().ok()).unwrap_or(0);
-        return answer(200, log.answer(from));
+        // Off the event loop: the answer serialises up to a page of the log under its
+        // lock.
+        let log = Arc::clone(log);
+        let body = tokio::task::spawn_blocking(move || log.answer(from))
+            .await
+            .unwrap_or_default();
+        return answer(200, body);
     }
     if head.method_token != "POST" {
         return answer(405, "{\"error\":\"POST only\"}\n".into());

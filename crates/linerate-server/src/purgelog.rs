@@ -196,11 +196,13 @@ impl PurgeLog {
         e
     }
 
-    /// Whether `e` is yet to be applied here: not logged, and not older than what this
-    /// log may have dropped (a purge this node applied and forgot is not applied again).
+    /// Whether `e` is yet to be applied here: not logged. One older than what this log
+    /// may have dropped is applied (again, perhaps): a purge is idempotent, and the
+    /// answer "applied" is a takedown's proof, so it is never given for a purge that
+    /// was skipped.
     pub(crate) fn is_new(&self, e: &Entry) -> bool {
         let st = self.lock();
-        !st.seen.contains(&(e.issuer.clone(), e.generation)) && e.at_ms >= horizon(&st.saved)
+        !st.seen.contains(&(e.issuer.clone(), e.generation))
     }
 
     /// Log `e` (applied here), unless it is there already; written to disk when `save`
@@ -262,17 +264,25 @@ impl PurgeLog {
     /// The log from position `from` on, as a peer reads it (JSON).
     pub(crate) fn answer(&self, from: u64) -> String {
         let st = self.lock();
+        let entries: Vec<Entry> = st
+            .saved
+            .entries
+            .iter()
+            .filter(|e| e.pos >= from)
+            .take(ANSWER_MAX_ENTRIES)
+            .cloned()
+            .collect();
+        // A page: the reader asks again from after its last entry (next sync).
+        let next = match entries.last() {
+            Some(last) if entries.len() == ANSWER_MAX_ENTRIES => last.pos + 1,
+            _ => st.saved.next_pos,
+        };
         let a = LogAnswer {
             horizon_ms: horizon(&st.saved),
-            next: st.saved.next_pos,
-            entries: st
-                .saved
-                .entries
-                .iter()
-                .filter(|e| e.pos >= from)
-                .cloned()
-                .collect(),
+            next,
+            entries,
         };
+        drop(st);
         serde_json::to_string(&a).unwrap_or_default()
     }
 
@@ -291,6 +301,17 @@ fn horizon(saved: &Saved) -> u64 {
         .dropped_before_ms
         .max(now_ms().saturating_sub(LOG_MAX_AGE.as_millis() as u64))
 }
+/// Entries of the log one answer to a peer carries (a page; the peer reads on from
+/// its last one at its next sync): with keys up to 8 KiB (16 KiB hex-encoded), about
+/// 8 MiB, under the [`MAX_PEER_ANSWER`] a peer reads.
+pub(crate) const ANSWER_MAX_ENTRIES: usize = 500;
+
+/// Tags of one object the index takes (the first ones of its tag field); Fastly
+/// documents a similar per-object limit for `Surrogate-Key`.
+pub(crate) const MAX_TAGS_PER_OBJECT: usize = 64;
+/// Longest tag indexed (bytes), as long as a tag `POST /purge?tag=` accepts.
+pub(crate) const MAX_TAG_LEN: usize = 1024;
+
 /// Most (tag, key) pairs the tag index holds; past it, the index is rebuilt from the
 /// store (pairs of evicted objects go).
 const MAX_TAG_PAIRS: usize = 4_000_000;
@@ -331,12 +352,16 @@ impl Tags {
 
     /// The tags of a stored response (its fields): each value of the field, split on
     /// spaces and tabs.
+    /// At most [`MAX_TAGS_PER_OBJECT`] tags of at most [`MAX_TAG_LEN`] bytes (longer
+    /// ones are not indexed): an origin's field cannot make one object cost the index
+    /// more than about 64 copies of its key.
     pub(crate) fn of<'m>(&self, fields: &'m [(Vec<u8>, Vec<u8>)]) -> Vec<&'m [u8]> {
         fields
             .iter()
             .filter(|(n, _)| n.eq_ignore_ascii_case(&self.field))
             .flat_map(|(_, v)| v.split(|b| *b == b' ' || *b == b'\t'))
-            .filter(|t| !t.is_empty())
+            .filter(|t| !t.is_empty() && t.len() <= MAX_TAG_LEN)
+            .take(MAX_TAGS_PER_OBJECT)
             .collect()
     }
 
@@ -455,4 +480,30 @@ pub(crate) fn hex_decode(s: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the tag index's bound per object: an origin's tag field yields at most
+    /// [`MAX_TAGS_PER_OBJECT`] tags, none longer than [`MAX_TAG_LEN`].
+    #[test]
+    fn an_objects_tags_are_bounded() {
+        let tags = Tags::new("Surrogate-Key");
+        let many: Vec<u8> = (0..1000)
+            .map(|i| format!("t{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+            .into_bytes();
+        let long = vec![b'x'; MAX_TAG_LEN + 1];
+        let fields = vec![(
+            b"surrogate-key".to_vec(),
+            [&long[..], b" ", &many[..]].concat(),
+        )];
+        let got = tags.of(&fields);
+        assert_eq!(got.len(), MAX_TAGS_PER_OBJECT);
+        assert_eq!(got[0], b"t0", "the over-long tag is skipped");
+        assert!(got.iter().all(|t| t.len() <= MAX_TAG_LEN));
+    }
 }

@@ -153,6 +153,66 @@ fn key_host_makes_every_host_of_a_route_one_object() {
     assert_eq!(origin.total(), 3, "{:?}", origin.requests());
 }
 
+/// Guards `key_host` against a client storing another host's answer under the shared
+/// object: the origin is asked for `key_host` (`X-Forwarded-Host`), never for the name
+/// the client sent, so an origin that tells hosts apart answers for the route's site.
+#[test]
+fn key_host_is_the_host_the_origin_is_asked_for() {
+    let origin = Origin::start(|r| {
+        let host = r.header("x-forwarded-host").unwrap_or("-").to_owned();
+        origin::ok(host.as_bytes(), &[("Cache-Control", "max-age=60")])
+    });
+    let server = start(
+        &origin,
+        "slice_bytes = 0\nkey_host = \"cdn.example.com\"",
+        "",
+    );
+    let poisoned = get(&server, "/k.ts", &["Host: other-tenant.example"]);
+    assert_eq!(
+        poisoned.body, b"cdn.example.com",
+        "fetched as the client's host"
+    );
+    let next = get(&server, "/k.ts", &["Host: 10.0.0.1"]);
+    assert_eq!(next.body, b"cdn.example.com");
+    assert_eq!(origin.total(), 1, "{:?}", origin.requests());
+}
+
+/// Guards the cache's own markers in stored fields (`x-linerate-*`): an origin that
+/// sends `X-Linerate-Vary` cannot make its response a Vary stub (the object is stored
+/// and hit like any other), and one that sends `X-Linerate-Peer-Status` cannot add a
+/// member to `Cache-Status`, on the miss or on later answers.
+#[test]
+fn an_origin_cannot_send_the_caches_own_markers() {
+    let origin = Origin::start(|_| {
+        origin::ok(
+            b"plain object",
+            &[
+                ("Cache-Control", "max-age=60"),
+                ("X-Linerate-Vary", "accept-language"),
+                ("X-Linerate-Peer-Status", "evil; hit"),
+            ],
+        )
+    });
+    let server = start(&origin, "slice_bytes = 0", "");
+    for round in 0..3 {
+        let r = get(&server, "/m.ts", &[]);
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, &b"plain object"[..]),
+            "round {round}"
+        );
+        let cs = cache_status(&r);
+        assert!(!cs.contains("evil"), "round {round}: {cs}");
+        assert!(
+            r.header("x-linerate-vary").is_none() && r.header("x-linerate-peer-status").is_none()
+        );
+        if round > 0 {
+            assert!(cs.contains("; hit"), "round {round}: {cs}");
+        }
+    }
+    assert_eq!(origin.total(), 1, "{:?}", origin.requests());
+}
+
 #[test]
 fn herd_of_100_makes_one_origin_request() {
     let body = Arc::new(content(2 * 1024 * 1024, 2));

@@ -766,6 +766,15 @@ fn purge_reply(admin: &Admin, query: &str) -> Reply {
 /// Apply a checked purge here and, in a cluster, send it to every peer. Blocking (the
 /// admin's blocking pool).
 fn purge_run(cache: &crate::proxy::ProxyShared, kind: Kind, key: &[u8], soft: bool) -> Reply {
+    if cache.store.is_lent() {
+        // Handed to the next process (an upgrade): it removes nothing here, and its
+        // purge log is the next process's file now. Ask the process that serves.
+        return Reply::new(
+            503,
+            "application/json",
+            "{\"error\":\"this process handed its store to the next one (upgrade): purge through the new process\"}\n".to_string(),
+        );
+    }
     let removed = crate::purge::apply_local(cache, kind, key, soft);
     let kind_str = kind.as_str();
     let (Some(cluster), Some(log)) = (&cache.cluster, &cache.purges) else {

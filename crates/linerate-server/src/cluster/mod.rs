@@ -405,7 +405,7 @@ impl Cluster {
     }
 
     /// Count a refused peer field, and log it unless one was logged this second.
-    fn refused(&self, reason: auth::Reason, from: Option<IpAddr>) {
+    pub(crate) fn refused(&self, reason: auth::Reason, from: Option<IpAddr>) {
         if let Some(i) = auth::Reason::ALL.iter().position(|r| *r == reason) {
             self.auth_failures[i].fetch_add(1, Relaxed);
         }

@@ -202,9 +202,17 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
             // A 304 to a request without validators answers nothing we asked.
             return Phase::Failed(bad_gateway("unexpected_304", true));
         };
+        // The 304's own fields, never our markers (`is_internal_field`).
+        let theirs: Vec<(Vec<u8>, Vec<u8>)> = resp
+            .head
+            .headers
+            .iter()
+            .filter(|(n, _)| !super::shared::is_internal_field(n))
+            .cloned()
+            .collect();
         let freshened = freshen(
             &stale.headers,
-            &resp.head.headers,
+            &theirs,
             resp.response_time_ms,
             px.settings(fetch.route, &fetch.target).targets,
         );
@@ -416,6 +424,7 @@ async fn store(
     moving: &Phase,
 ) -> Phase {
     let mut headers = to_store(&resp.head.headers, resp.response_time_ms);
+    headers.retain(|(n, _)| !super::shared::is_internal_field(n));
     if source.peer().is_some() {
         super::head::set_apart_peer_status(&mut headers);
     }

@@ -93,6 +93,14 @@ pub(crate) async fn respond(
     let Some(route) = px.route_for(&host, target.path()) else {
         return crate::response::error(worker, StatusCode::NotFound, persistence);
     };
+    // A route's `key_host` is the host its objects are keyed, fetched and forwarded
+    // under (`X-Forwarded-Host`, peers), not only keyed: an object stored for every
+    // name of the route is the one the origin answered for `key_host`, whatever name a
+    // client sent (another tenant's, on an origin that tells hosts apart).
+    let host = match &px.routes[route].opts.key_host {
+        Some(h) => h.as_bytes().to_vec(),
+        None => host,
+    };
     // A peer's request carries a `Linerate-Peer` field with a valid MAC (or, in the
     // transition, unsigned from a listed peer address). Any other such field is
     // ignored (counted and logged by the cluster) and never forwarded (`forwarded`):

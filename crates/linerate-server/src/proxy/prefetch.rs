@@ -146,7 +146,11 @@ pub(crate) fn after_get(pw: &Rc<ProxyWorker>, req: &CacheRequest<'_>, response: 
             k as usize,
             &|t| fetch_for(req, t),
         );
-    } else if let Some(newest) = px.prefetch.newest_read() {
+    } else if let Some(newest) = px
+        .prefetch
+        .newest_read()
+        .filter(|_| pw.deferred.get() < MAX_DEFERRED)
+    {
         // Not known, or not yet: a playlist read in flight (the one this client just
         // had the playlist from, still on the blocking pool or waiting for the
         // playlist's fill to end) may name it. Decided once the reads running now end.
@@ -282,11 +286,35 @@ fn played(
 /// pool and parses it, well under this even on a loaded machine.
 const READ_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Most decisions a worker defers at once ([`played_later`]): each lives at most
+/// [`READ_WAIT`] and is woken at each read's end, so a client making reads and
+/// answers fast (random playlist URLs, say) costs a bounded number of tasks; past it, an
+/// answer is decided at once (as before reads were waited for: no prefetch after it).
+const MAX_DEFERRED: usize = 256;
+
+/// Counts a deferred decision for its worker while it lives.
+struct Deferred(Rc<ProxyWorker>);
+
+impl Deferred {
+    fn new(pw: Rc<ProxyWorker>) -> Deferred {
+        pw.deferred.set(pw.deferred.get() + 1);
+        Deferred(pw)
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        self.0.deferred.set(self.0.deferred.get().saturating_sub(1));
+    }
+}
+
 /// [`played`] for `served`, once it is known what `served` is: when a playlist read says, or when
 /// every read up to number `newest` (those in flight when it was answered) has ended,
 /// or after [`READ_WAIT`]. `template`: the request's own fill, each prefetch's being it
 /// for another target ([`retarget`]).
 async fn played_later(pw: Rc<ProxyWorker>, served: Served, newest: u64, k: usize, template: Fetch) {
+    let counted = Deferred::new(pw);
+    let pw = &counted.0;
     let px = Arc::clone(&pw.shared);
     let deadline = tokio::time::Instant::now() + READ_WAIT;
     loop {
@@ -298,7 +326,7 @@ async fn played_later(pw: Rc<ProxyWorker>, served: Served, newest: u64, k: usize
             None => px.prefetch.next(&served.key),
         };
         if ranged.is_some() || follow.is_some() {
-            played(&pw, &served, ranged, follow, k, &|t| {
+            played(pw, &served, ranged, follow, k, &|t| {
                 retarget(&px, &template, t)
             });
             return;

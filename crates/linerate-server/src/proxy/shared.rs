@@ -28,6 +28,15 @@ pub(crate) const VARY_STUB: &[u8] = b"x-linerate-vary";
 /// served this node's fill: replayed only on the responses that went forward with that
 /// fill (`head::set_apart_peer_status`), never on this node's later hits.
 pub(crate) const PEER_STATUS: &[u8] = b"x-linerate-peer-status";
+
+/// Whether `name` is one of the cache's own markers in stored fields (`x-linerate-*`:
+/// [`VARY_STUB`], [`PEER_STATUS`]). An origin's or a peer's fields of such a name are
+/// never stored: an origin could otherwise make a response look like a Vary stub, or
+/// add a `Cache-Status` member to it.
+pub(crate) fn is_internal_field(name: &[u8]) -> bool {
+    name.get(..11)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"x-linerate-"))
+}
 /// How long a "may not be stored" verdict about a URL sends its requests straight to
 /// the origin (hit-for-pass): they are not queued behind one fill each.
 const HIT_FOR_PASS_MS: u64 = 30_000;
@@ -499,6 +508,9 @@ pub(crate) struct ProxyWorker {
     pub(crate) disk_writes: DiskWrites,
     pub(crate) origins: Vec<Origin>,
     pub(crate) peers: crate::cluster::PeerClients,
+    /// Prefetch decisions waiting for a playlist read on this worker (`prefetch`'s
+    /// `played_later`), bounded by its `MAX_DEFERRED`.
+    pub(crate) deferred: std::cell::Cell<usize>,
 }
 
 impl ProxyWorker {
@@ -513,6 +525,7 @@ impl ProxyWorker {
             disk_writes: DiskWrites::default(),
             origins,
             peers: crate::cluster::PeerClients::default(),
+            deferred: std::cell::Cell::new(0),
         }
     }
 }
