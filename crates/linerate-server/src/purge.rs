@@ -461,9 +461,9 @@ pub(crate) async fn serve_peer(
         return answer(404, "{\"error\":\"no such peer path\"}\n".into());
     }
     if let Err(why) = cluster.is_peer_call(head, from) {
-        // Counted, and logged at most once a second (as every refused peer field): a
-        // client sending these cannot flood the log.
-        cluster.refused(why, from);
+        // Logged at most once a second (with every refused peer field): a client
+        // sending these cannot flood the log.
+        cluster.refused_peer_call(why, from);
         return answer(
             403,
             "{\"error\":\"peer calls need a valid Linerate-Peer field (signed with the cluster secret)\"}\n"

@@ -405,10 +405,26 @@ impl Cluster {
     }
 
     /// Count a refused peer field, and log it unless one was logged this second.
-    pub(crate) fn refused(&self, reason: auth::Reason, from: Option<IpAddr>) {
+    fn refused(&self, reason: auth::Reason, from: Option<IpAddr>) {
         if let Some(i) = auth::Reason::ALL.iter().position(|r| *r == reason) {
             self.auth_failures[i].fetch_add(1, Relaxed);
         }
+        self.log_refused(reason, from, "Linerate-Peer field refused; handled as a client's request (at most one such line a second; linerate_cluster_peer_auth_failures_total counts them all)");
+    }
+
+    /// A refused call to the peers' own paths (`/_linerate/`, answered `403`): logged
+    /// at most once a second with the refused fields, not counted with them (that
+    /// metric counts client requests whose peer field was refused).
+    pub(crate) fn refused_peer_call(&self, reason: auth::Reason, from: Option<IpAddr>) {
+        self.log_refused(
+            reason,
+            from,
+            "peer call refused (403; at most one such line a second)",
+        );
+    }
+
+    /// Log one refusal unless one was logged this second.
+    fn log_refused(&self, reason: auth::Reason, from: Option<IpAddr>, what: &'static str) {
         let now = unix_now();
         let last = self.last_refusal_logged.load(Relaxed);
         if now > last
@@ -418,11 +434,7 @@ impl Cluster {
                 .is_ok()
         {
             let from = from.map_or_else(|| "-".to_string(), |a| a.to_string());
-            tracing::warn!(
-                peer = %from,
-                reason = reason.as_str(),
-                "Linerate-Peer field refused; handled as a client's request (at most one such line a second; linerate_cluster_peer_auth_failures_total counts them all)"
-            );
+            tracing::warn!(peer = %from, reason = reason.as_str(), "{what}");
         }
     }
 
