@@ -48,6 +48,17 @@ fn name(i: usize) -> String {
 
 /// Node `i` of the cluster on `ports`, its store and files under `dir` (kept across a
 /// restart).
+/// Three nodes a, b, c of one cluster in front of `origin`, each on its own disk
+/// directory (kept alive by the caller: a restarted node reuses its port and store).
+fn three_nodes(origin: &Origin) -> (Vec<u16>, Vec<tempfile::TempDir>, Vec<Server>) {
+    let ports = ports();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = (0..3)
+        .map(|i| start_node(i, &ports, dirs[i].path(), origin))
+        .collect();
+    (ports, dirs, nodes)
+}
+
 fn start_node(i: usize, ports: &[u16], dir: &Path, origin: &Origin) -> Server {
     start_node_with(i, ports, dir, origin, "")
 }
@@ -183,11 +194,7 @@ fn warm(nodes: &[Server], origin: &Origin, path: &str) {
 #[test]
 fn purge_on_one_node_reaches_every_node() {
     let origin = start_origin();
-    let ports = ports();
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes: Vec<Server> = (0..3)
-        .map(|i| start_node(i, &ports, dirs[i].path(), &origin))
-        .collect();
+    let (_ports, _dirs, nodes) = three_nodes(&origin);
     warm(&nodes, &origin, "/v/1");
     warm(&nodes, &origin, "/v/2");
     let (status, v) = purge(nodes[0].admin_addr(), "url=http%3A%2F%2Ftest%2Fv%2F1");
@@ -270,11 +277,7 @@ fn a_node_down_during_a_purge_catches_up_when_back() {
 #[test]
 fn peer_purge_paths_refuse_unauthenticated_calls() {
     let origin = start_origin();
-    let ports = ports();
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes: Vec<Server> = (0..3)
-        .map(|i| start_node(i, &ports, dirs[i].path(), &origin))
-        .collect();
+    let (_ports, _dirs, nodes) = three_nodes(&origin);
     warm(&nodes, &origin, "/u/1");
     let key: String = b"http://test/u/1"
         .iter()
@@ -311,11 +314,7 @@ fn peer_purge_paths_refuse_unauthenticated_calls() {
 #[test]
 fn tag_purge_reaches_every_node() {
     let origin = start_origin();
-    let ports = ports();
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes: Vec<Server> = (0..3)
-        .map(|i| start_node(i, &ports, dirs[i].path(), &origin))
-        .collect();
+    let (_ports, _dirs, nodes) = three_nodes(&origin);
     for p in ["/t/1", "/t/2", "/v/9"] {
         warm(&nodes, &origin, p);
     }
@@ -466,11 +465,7 @@ fn soft_purge_revalidates_instead_of_refetching() {
 #[test]
 fn soft_purge_reaches_every_node() {
     let origin = start_origin();
-    let ports = ports();
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes: Vec<Server> = (0..3)
-        .map(|i| start_node(i, &ports, dirs[i].path(), &origin))
-        .collect();
+    let (_ports, _dirs, nodes) = three_nodes(&origin);
     warm(&nodes, &origin, "/s/2");
     let (status, v) = purge(nodes[0].admin_addr(), "url=http://test/s/2&soft=1");
     assert_eq!(status, 200, "{v}");
