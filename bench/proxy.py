@@ -284,6 +284,7 @@ def start_linerate_proxy(cfg, origin: Origin) -> B.Server:
     config.write_text(
         f'[server]\nlisten = ["{HOST}:{port}"]\nworkers = 1\n\n'
         f'[admin]\nlisten = "{HOST}:0"\n\n'
+        f'[cache]\ndurability = "{cfg.durability}"\n\n'
         f'[[cache.disk]]\nname = "d0"\npath = "{work / "cache"}"\nmax_bytes = {8 << 30}\n\n'
         f'[[origin]]\nname = "origin"\nservers = ["http://{HOST}:{origin.port}"]\n\n'
         f'[[route]]\npath_prefix = "/"\norigin = "origin"\nslice_bytes = {1 << 20}\n'
@@ -761,6 +762,8 @@ def main() -> int:
     ap.add_argument("--nginx-open-file-cache", type=int, default=NGINX_OPEN_FILE_CACHE,
                     help="nginx proxy's open_file_cache max (4096, linerate's cache.open_files; 0 = off, "
                          "as proxy.py had it before the warm-small test)")
+    ap.add_argument("--durability", default="sync_before_publish", choices=["sync_before_publish", "no_sync"],
+                    help="linerate's [cache] durability (default: its default; nginx never flushes)")
     ap.add_argument("--linerate-args", default="", help="extra arguments for linerate serve (one string)")
     ap.add_argument("--generator", default=None)
     ap.add_argument("--out", type=Path, default=None, help="results JSON (default WORKDIR/proxy-results.json)")
@@ -887,7 +890,7 @@ def main() -> int:
             "kernel": os.uname().release, "cpus": os.cpu_count(), "cpu_model": B.cpu_model(),
             "nginx": B.nginx_version(cfg.nginx), "generator": cfg.generator, "rounds": cfg.rounds,
             "duration_s": cfg.duration, "warmup_s": cfg.warmup, "herd_rate": cfg.herd_rate,
-            "herd_clients": cfg.herd_clients, "slice": SLICE, "linerate_args": cfg.linerate_args,
+            "herd_clients": cfg.herd_clients, "slice": SLICE, "linerate_args": cfg.linerate_args, "durability": cfg.durability,
             "nginx_open_file_cache": cfg.nginx_open_file_cache,
             "warm_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in WARM_TESTS.items()},
             "miss_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in MISS_TESTS.items()},

@@ -44,12 +44,18 @@ fn stat(name: &str) -> u64 {
 
 /// CPU seconds (user + system) of process `pid`.
 fn cpu_seconds(pid: u32) -> f64 {
+    let (user, system) = cpu_split(pid);
+    user + system
+}
+
+/// A process's CPU seconds so far: (user, system).
+fn cpu_split(pid: u32) -> (f64, f64) {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &text[text.rfind(')').unwrap() + 2..];
     let f: Vec<&str> = after.split_whitespace().collect();
     // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
-    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-    ticks as f64 / 100.0
+    let tick = |i: usize| f[i].parse::<u64>().unwrap() as f64 / 100.0;
+    (tick(11), tick(12))
 }
 
 #[test]
@@ -305,7 +311,7 @@ fn http2_versus_http1_over_kernel_tls() {
     for round in 0..3 {
         let mut rate = [0.0; 2];
         for (k, use_h2) in [false, true].into_iter().enumerate() {
-            let cpu0 = cpu_seconds(srv.pid());
+            let (user0, sys0) = cpu_split(srv.pid());
             let t0 = Instant::now();
             for _ in 0..objects {
                 if use_h2 {
@@ -318,15 +324,18 @@ fn http2_versus_http1_over_kernel_tls() {
                 }
             }
             let secs = t0.elapsed().as_secs_f64();
-            let cpu = cpu_seconds(srv.pid()) - cpu0;
+            let (user1, sys1) = cpu_split(srv.pid());
+            let (user, system) = (user1 - user0, sys1 - sys0);
             let mb = (objects * body.len()) as f64 / 1e6;
             rate[k] = mb / secs;
             println!(
-                "round {round}{}: {} over kernel TLS: {:.1} MB/s, server CPU {:.2} s per GB ({objects} x 2 MiB, emulated VM: compare within a round only)",
+                "round {round}{}: {} over kernel TLS: {:.1} MB/s, server CPU {:.2} s per GB (user {:.2}, system {:.2}; {objects} x 2 MiB, emulated VM: compare within a round only)",
                 if round == 0 { " (warm-up)" } else { "" },
                 if use_h2 { "HTTP/2" } else { "HTTP/1.1" },
                 mb / secs,
-                cpu / (mb / 1000.0),
+                (user + system) / (mb / 1000.0),
+                user / (mb / 1000.0),
+                system / (mb / 1000.0),
             );
         }
         if round > 0 {

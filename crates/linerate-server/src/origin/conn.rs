@@ -132,26 +132,27 @@ impl Conn {
 
     /// Append up to `want` bytes to `buf` (`want` > 0), waiting until `deadline`.
     /// `Ok(Some(0))` is end of file; `Ok(None)` that the deadline passed. Cancel-safe: `buf`
-    /// only ever grows by the bytes actually read.
+    /// only ever grows by the bytes actually read. The bytes are read into `buf`'s spare
+    /// capacity as it is: nothing is zeroed first (a fill reads into a 256 KiB buffer
+    /// and a recv returns about 64 KiB: zeroing the whole window each time was 1.2 % of
+    /// a 2 MiB miss's CPU, docs/benchmarks.md "Misses").
     pub(super) async fn read_until(
         &mut self,
         buf: &mut Vec<u8>,
         want: usize,
         deadline: Instant,
     ) -> io::Result<Option<usize>> {
-        let mut fill = Fill::new(buf, want);
+        buf.reserve(want);
+        let mut space = bytes::BufMut::limit(&mut *buf, want);
         match timeout_at(
             deadline,
-            tokio::io::AsyncReadExt::read(&mut self.stream, fill.space()),
+            tokio::io::AsyncReadExt::read_buf(&mut self.stream, &mut space),
         )
         .await
         {
             Err(_) => Ok(None),
             Ok(Err(e)) => Err(e),
-            Ok(Ok(n)) => {
-                fill.filled = n;
-                Ok(Some(n))
-            }
+            Ok(Ok(n)) => Ok(Some(n)),
         }
     }
 
@@ -179,36 +180,6 @@ impl Conn {
             pool.idle.borrow_mut().push(self);
             pool.changed.notify_one();
         }
-    }
-}
-
-/// Grows a `Vec` by `want` zeroed bytes to read into, and on drop shrinks it back to
-/// the bytes actually filled, so a cancelled read leaves no zeros behind.
-struct Fill<'a> {
-    buf: &'a mut Vec<u8>,
-    start: usize,
-    filled: usize,
-}
-
-impl<'a> Fill<'a> {
-    fn new(buf: &'a mut Vec<u8>, want: usize) -> Fill<'a> {
-        let start = buf.len();
-        buf.resize(start + want, 0);
-        Fill {
-            buf,
-            start,
-            filled: 0,
-        }
-    }
-
-    fn space(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..]
-    }
-}
-
-impl Drop for Fill<'_> {
-    fn drop(&mut self) {
-        self.buf.truncate(self.start + self.filled);
     }
 }
 
