@@ -1068,6 +1068,67 @@ fn pinned_objects_stay_and_no_space_is_a_failure() {
     assert_eq!(count("/a/"), 30);
 }
 
+/// Guards a pinned job's pin against outliving its request (review finding C4). A
+/// pinned job asks the store to pin an object's write before it requests it; here its
+/// request fails (a playlist past the 4 MiB a listing may hold: `manifest too large`)
+/// while a client's fill of the same object goes on from a slow origin. The object is
+/// published after the job gave up on it: it was published pinned, held by no job, so
+/// nothing (not even deleting the job) would ever unpin it. Stored, not pinned; the
+/// origin asked once.
+#[test]
+fn a_pinned_jobs_failed_request_leaves_the_write_it_joined_unpinned() {
+    // Three pieces a second apart: the job's request has read past 4 MiB, and failed,
+    // a second before the client's body is complete and published.
+    const PIECE: usize = 2 * 1024 * 1024 + 1;
+    let origin = Origin::start(|req: &Request| {
+        if req.path() != "/big.m3u8" {
+            return origin::status(404, &[]);
+        }
+        Reply::Drip {
+            status: 200,
+            headers: origin::owned(&[("Cache-Control", "max-age=3600")]),
+            body: vec![b'#'; 3 * PIECE],
+            chunk: PIECE,
+            delay: Duration::from_secs(1),
+        }
+    });
+    let cache = start(&origin, "");
+    let addr = cache.addr;
+    let client = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET /big.m3u8 HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        support::read_to_close(&mut s)
+    });
+    assert!(origin.wait_count("/big.m3u8", 1, Duration::from_secs(10)));
+    let spec = json!({ "manifests": ["/big.m3u8"], "host": HOST, "pinned": true });
+    assert_eq!(submit(&cache, "p", &spec).0, 201);
+    let j = wait_state(&cache, "p", &["done", "failed"], Duration::from_secs(10));
+    assert_eq!(
+        j["failed_reasons"],
+        json!({ "manifest too large": 1 }),
+        "{j}"
+    );
+    let answer = client.join().unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    assert!(
+        answer.ends_with(&vec![b'#'; PIECE]),
+        "the client's body is whole"
+    );
+    support::eventually("the client's fill published", || {
+        metric(&cache, "linerate_cache_disk_objects{disk=\"d0\"}") == 1
+    });
+    assert_eq!(
+        metric(&cache, "linerate_fill_pinned_bytes"),
+        0,
+        "pinned for a job that failed"
+    );
+    assert_eq!(origin.count("/big.m3u8"), 1);
+}
+
 /// A DASH MPD (the bundled sample's) expands to every representation's initialization
 /// and media segments; a live MPD is a failure with its reason, not a partial fill.
 #[test]
