@@ -271,7 +271,7 @@ impl Fills {
                 let held = item.held(&self.px);
                 let ok = if pinned && held {
                     pinned_keys = item.pin(&self.px);
-                    !pinned_keys.is_empty()
+                    !pinned_keys.is_empty() && !item.slice_pending(&self.px, &pinned_keys)
                 } else {
                     held
                 };
