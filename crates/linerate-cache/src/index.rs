@@ -77,7 +77,9 @@ pub(crate) type HashMapOf<V> = HashMap<u128, V, BuildHasherDefault<HashHasher>>;
 pub(crate) struct Shard {
     pub(crate) objects: HashMapOf<Arc<Entry>>,
     pub(crate) inflight: HashMapOf<Arc<Inflight>>,
-    /// Keys to be written pinned (`Store::pin_on_write`), with how many ask.
+    /// Keys to be written pinned (`Store::pin_on_write`), with how many ask. Read at
+    /// the publish, under this shard's lock: a write is indexed pinned only while some
+    /// request still asks, never for one that gave up (nothing would unpin it).
     pub(crate) pin_next: HashMapOf<u32>,
 }
 
@@ -128,16 +130,16 @@ impl Index {
         insert_locked(&mut self.shard(entry.hash), entry)
     }
 
-    /// [`Index::insert`], but only if `allow` (called with the current entry, under the
-    /// shard lock) agrees; `None` if it refused. A writer publishes through this so a
-    /// purge (which cancels it under the same lock) is never undone by the publish.
+    /// [`Index::insert`], but only if `allow` (called with the shard, under its lock)
+    /// agrees; `None` if it refused. A writer publishes through this so a purge (which
+    /// cancels it under the same lock) is never undone by the publish.
     pub(crate) fn insert_if(
         &self,
         entry: Arc<Entry>,
-        allow: impl FnOnce(Option<&Arc<Entry>>) -> bool,
+        allow: impl FnOnce(&Shard) -> bool,
     ) -> Option<Inserted> {
         let mut shard = self.shard(entry.hash);
-        if !allow(shard.objects.get(&entry.hash.0)) {
+        if !allow(&shard) {
             return None;
         }
         Some(insert_locked(&mut shard, entry))
@@ -298,9 +300,6 @@ pub struct Inflight {
     /// Whether lookups may follow this write (`Lookup::Filling`). False for a metadata
     /// update, which copies a body that is already stored.
     pub(crate) followable: bool,
-    /// Set by [`crate::Store::pin`] while the object is being written: it is indexed
-    /// pinned (read under the shard lock at publish).
-    pub(crate) pin_on_publish: AtomicBool,
     /// Set by [`crate::Store::lend`] (under the key's shard lock) for a write whose body
     /// was still coming in when the store was lent: it goes on to its end for its
     /// readers, who are told it is complete, but is never published (the store belongs

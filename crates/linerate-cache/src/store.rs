@@ -316,7 +316,6 @@ impl Store {
             tx,
             cancelled: AtomicBool::new(false),
             followable: !update,
-            pin_on_publish: AtomicBool::new(false),
             unstored: AtomicBool::new(false),
         });
         let writer = ObjectWriter {
@@ -344,9 +343,6 @@ impl Store {
             if update && shard.inflight.contains_key(&hash.0) {
                 true
             } else {
-                if shard.pin_next.contains_key(&hash.0) {
-                    inflight.pin_on_publish.store(true, Ordering::Release);
-                }
                 if let Some(old) = shard.inflight.insert(hash.0, inflight) {
                     old.cancel();
                 }
@@ -445,29 +441,21 @@ impl Store {
 
     /// Pin (`pinned`) or unpin the stored object `key`: a pinned object is never
     /// evicted (purges still remove it); the change is journaled, so it survives a
-    /// restart. Returns whether the object is stored (and so was changed). Pinning an
-    /// object still being written returns `false` and marks the write, so it is indexed
-    /// pinned when it is published (a fill job pinning what it just fetched is never
-    /// beaten by eviction in between).
+    /// restart. Returns whether the object is stored (and so was changed). An object
+    /// still being written is not stored yet: `false`, and its write is left as it is
+    /// (a mark on it would pin it at its publish for a caller that may have gone by
+    /// then, with nobody left to unpin it); to have a write indexed pinned, ask
+    /// [`Store::pin_on_write`] before it.
     pub fn pin(&self, key: &[u8], pinned: bool) -> bool {
         let inner = &self.inner;
         let hash = KeyHash::of(key);
-        let indexed = {
-            let shard = inner.index.shard(hash);
-            let entry = shard
-                .objects
-                .get(&hash.0)
-                .filter(|e| *e.key == *key)
-                .cloned();
-            if entry.is_none() && pinned {
-                // Being written (its body may be complete, waiting for the publisher):
-                // pinned as it is indexed, so eviction never sees it unpinned.
-                if let Some(w) = shard.inflight.get(&hash.0).filter(|w| *w.key == *key) {
-                    w.pin_on_publish.store(true, Ordering::Release);
-                }
-            }
-            entry
-        };
+        let indexed = inner
+            .index
+            .shard(hash)
+            .objects
+            .get(&hash.0)
+            .filter(|e| *e.key == *key)
+            .cloned();
         let Some(entry) = indexed else {
             return false;
         };
@@ -489,17 +477,18 @@ impl Store {
     }
 
     /// Pin `key` as it is written, from now until [`Store::pin_on_write_done`]: a write
-    /// of it in flight, or begun meanwhile, is indexed pinned, so eviction never sees
-    /// it unpinned (a fill job that pins asks for this before it requests the object;
-    /// pinning after the answer left a moment in which the object could be evicted).
-    /// An object already stored is not changed: [`Store::pin`] it.
+    /// of it (in flight now, or begun meanwhile) published in between is indexed
+    /// pinned, so eviction never sees it unpinned (a fill job that pins asks for this
+    /// before it requests the object; pinning after the answer left a moment in which
+    /// the object could be evicted). A write published after the last
+    /// `pin_on_write_done` is not pinned: the request that asked gave up on it (a fill
+    /// job's request that failed while another client's write of the key went on), and
+    /// a pin nobody holds would never be undone. Calls nest (counted per key). An
+    /// object already stored is not changed: [`Store::pin`] it.
     pub fn pin_on_write(&self, key: &[u8]) {
         let hash = KeyHash::of(key);
         let mut shard = self.inner.index.shard(hash);
         *shard.pin_next.entry(hash.0).or_default() += 1;
-        if let Some(w) = shard.inflight.get(&hash.0).filter(|w| *w.key == *key) {
-            w.pin_on_publish.store(true, Ordering::Release);
-        }
     }
 
     /// End one [`Store::pin_on_write`] of `key`.

@@ -509,6 +509,53 @@ fn a_write_begun_after_pin_on_write_is_published_pinned() {
     assert!(store.pinned_bytes() > 0);
 }
 
+/// Guards a pin on write against outliving the request that asked for it (review
+/// finding C4): a pinned fill job asks before it requests an object, and when its
+/// request fails (its own connection broke, or the answer could not be used) while
+/// another client's write of the same key goes on, that write was still published
+/// pinned, with no job left to unpin it: pinned for ever. A pin on write applies to a
+/// write only while some request still asks for it at the publish; a pin of an object
+/// still being written (`Store::pin`) is refused and leaves no mark behind.
+#[test]
+fn a_pin_on_write_given_up_before_the_publish_pins_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path(), &[("d0", 64 * MIB)])).unwrap();
+    assert!(store.wait_loaded(Duration::from_secs(5)));
+    // Asked before the write began, given up before its publish.
+    store.pin_on_write(b"begun-after");
+    let mut w = store.begin_write(b"begun-after", meta(), Some(3)).unwrap();
+    w.append(b"abc").unwrap();
+    store.pin_on_write_done(b"begun-after");
+    w.finish().unwrap();
+    // Asked while the write was in flight, given up before its publish.
+    let mut w = store.begin_write(b"in-flight", meta(), Some(3)).unwrap();
+    store.pin_on_write(b"in-flight");
+    w.append(b"abc").unwrap();
+    store.pin_on_write_done(b"in-flight");
+    w.finish().unwrap();
+    // Pinned while still being written: refused, and nothing of it stays.
+    let mut w = store.begin_write(b"pinned-early", meta(), Some(3)).unwrap();
+    assert!(!store.pin(b"pinned-early", true));
+    w.append(b"abc").unwrap();
+    w.finish().unwrap();
+    for key in [&b"begun-after"[..], b"in-flight", b"pinned-early"] {
+        assert!(matches!(store.peek(key), Lookup::Hit(_)), "not published");
+    }
+    assert_eq!(store.pinned_bytes(), 0, "published pinned for nobody");
+    // Two requests ask and one gives up: the other still does, so it is pinned.
+    store.pin_on_write(b"two");
+    store.pin_on_write(b"two");
+    let mut w = store.begin_write(b"two", meta(), Some(3)).unwrap();
+    w.append(b"abc").unwrap();
+    store.pin_on_write_done(b"two");
+    w.finish().unwrap();
+    store.pin_on_write_done(b"two");
+    assert!(
+        store.pinned_bytes() > 0,
+        "the request still asking lost its pin"
+    );
+}
+
 /// Guards the journal of a write published pinned (a pinned fill job's, pinned at
 /// admission): its `Pin` record is written before its `Insert`, and a replay ignores a
 /// pin of an object it has not seen yet, so the insert itself must say pinned, or a

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -333,9 +333,21 @@ pub(crate) struct Tags {
     rebuild_above: std::sync::atomic::AtomicUsize,
 }
 
+/// Keys by tag.
+type ByTag = HashMap<Vec<u8>, HashSet<Box<[u8]>>>;
+
 #[derive(Default)]
 struct TagMap {
-    by_tag: HashMap<Vec<u8>, HashSet<Box<[u8]>>>,
+    /// The pairs noted (since the rebuild running began, while one runs).
+    by_tag: ByTag,
+    /// While a rebuild runs, the pairs noted before it began: it checks them against
+    /// the store without the lock (a lookup each, millions on a large cache), while
+    /// purges by tag still find them here.
+    before: Option<Arc<ByTag>>,
+    /// While a rebuild runs, the tags taken (purged) since it began: their pairs in
+    /// `before` are gone.
+    taken: HashSet<Vec<u8>>,
+    /// Pairs held, both maps (about: a pair in both counts twice until the rebuild).
     pairs: usize,
 }
 
@@ -391,15 +403,28 @@ impl Tags {
     /// Remove and return the keys under `tag`.
     pub(crate) fn take(&self, tag: &[u8]) -> Vec<Box<[u8]>> {
         let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        let keys: Vec<Box<[u8]>> = m.by_tag.remove(tag).into_iter().flatten().collect();
-        m.pairs -= keys.len().min(m.pairs);
-        keys
+        let mut keys = m.by_tag.remove(tag).unwrap_or_default();
+        let mut removed = keys.len();
+        if let Some(before) = m.before.clone() {
+            if m.taken.insert(tag.to_vec()) {
+                if let Some(old) = before.get(tag) {
+                    removed += old.len();
+                    keys.extend(old.iter().cloned());
+                }
+            }
+        }
+        m.pairs -= removed.min(m.pairs);
+        keys.into_iter().collect()
     }
 
     /// The keys under `tag` (left there).
     pub(crate) fn keys(&self, tag: &[u8]) -> Vec<Box<[u8]>> {
         let m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        m.by_tag.get(tag).into_iter().flatten().cloned().collect()
+        let mut keys: HashSet<&Box<[u8]>> = m.by_tag.get(tag).into_iter().flatten().collect();
+        if !m.taken.contains(tag) {
+            keys.extend(m.before.iter().filter_map(|b| b.get(tag)).flatten());
+        }
+        keys.into_iter().cloned().collect()
     }
 
     /// Whether the index covers the store (its rebuild at start is done).
@@ -409,7 +434,7 @@ impl Tags {
 
     /// The index, rebuilt first unless it covers the store (at start, the purge
     /// thread's rebuild may not have run yet: a purge by tag waits for it, or runs it).
-    pub(crate) fn ensure_ready(&self, store: &linerate_cache::Store) -> &Tags {
+    pub(crate) fn ensure_ready(&self, store: &impl Stored) -> &Tags {
         let _one = self
             .rebuilding
             .lock()
@@ -421,50 +446,120 @@ impl Tags {
     }
 
     /// Rebuild from the store: every stored object's fields, read once. Blocking; run
-    /// through [`Tags::ensure_ready`].
-    pub(crate) fn rebuild(&self, store: &linerate_cache::Store) {
-        store.wait_loaded(Duration::from_secs(3600));
+    /// through [`Tags::ensure_ready`]. The store is read without the index's lock
+    /// (workers note the tags of what they store meanwhile, purges by tag take them);
+    /// the lock is held to set the pairs noted so far aside, and at the end to merge
+    /// in what was noted and taken meanwhile.
+    fn rebuild(&self, store: &impl Stored) {
+        store.wait_loaded();
         let started = Instant::now();
+        let before = {
+            let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+            let before = Arc::new(std::mem::take(&mut m.by_tag));
+            m.before = Some(Arc::clone(&before));
+            m.taken.clear();
+            before
+        };
         let keys = store.keys();
-        let mut fresh = TagMap::default();
+        let mut fresh = ByTag::default();
+        let mut pairs = 0;
+        let mut add = |fresh: &mut ByTag, t: &[u8], k: &[u8]| {
+            if fresh.entry(t.to_vec()).or_default().insert(k.into()) {
+                pairs += 1;
+            }
+        };
         for k in &keys {
-            if let linerate_cache::Lookup::Hit(h) = store.peek(k) {
-                for t in self.of(&h.meta.headers) {
-                    if fresh
-                        .by_tag
-                        .entry(t.to_vec())
-                        .or_default()
-                        .insert(k.clone())
-                    {
-                        fresh.pairs += 1;
-                    }
+            if let Some(meta) = store.meta(k) {
+                for t in self.of(&meta.headers) {
+                    add(&mut fresh, t, k);
                 }
+            }
+        }
+        // Keys noted before that the store still holds (still being written when it
+        // was listed, or written since) stay; the others (evicted, purged) go.
+        for (t, ks) in before.iter() {
+            for k in ks.iter().filter(|k| store.contains(k)) {
+                add(&mut fresh, t, k);
             }
         }
         let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        // Keys noted before that the store still holds (written while this ran, or
-        // still being written) stay; the others (evicted, purged) go.
-        for (t, ks) in std::mem::take(&mut m.by_tag) {
-            for k in ks.into_iter().filter(|k| store.contains(k)) {
-                if fresh.by_tag.entry(t.clone()).or_default().insert(k) {
-                    fresh.pairs += 1;
+        // A tag taken meanwhile: its pairs from before were purged (one stored again
+        // since was noted again, below); an object the store held with it that was
+        // never noted (stored before this process started) stays.
+        for t in std::mem::take(&mut m.taken) {
+            if let (Some(ks), Some(old)) = (fresh.get_mut(&t), before.get(&t)) {
+                let n = ks.len();
+                ks.retain(|k| !old.contains(k));
+                pairs -= n - ks.len();
+                if ks.is_empty() {
+                    fresh.remove(&t);
                 }
             }
         }
-        *m = fresh;
-        // Live pairs past the bound: the next rebuild waits until they double.
+        // Noted meanwhile (a purge by tag since took its tag's out of here).
+        for (t, ks) in std::mem::take(&mut m.by_tag) {
+            let into = fresh.entry(t).or_default();
+            for k in ks {
+                if into.insert(k) {
+                    pairs += 1;
+                }
+            }
+        }
+        m.by_tag = fresh;
+        m.pairs = pairs;
+        m.before = None;
+        // Live pairs past the bound: the next rebuild waits until they double. Both
+        // set under the lock, so a note past the new bound is not overwritten.
         self.rebuild_above.store(
-            MAX_TAG_PAIRS.max(m.pairs.saturating_mul(2)),
+            MAX_TAG_PAIRS.max(pairs.saturating_mul(2)),
             std::sync::atomic::Ordering::Relaxed,
         );
+        self.ready.store(true, std::sync::atomic::Ordering::Release);
+        let tags = m.by_tag.len();
+        drop(m);
+        // The pairs from before are freed here, without the lock.
+        drop(before);
         tracing::info!(
             objects = keys.len(),
-            tags = m.by_tag.len(),
-            pairs = m.pairs,
+            tags,
+            pairs,
             took_ms = started.elapsed().as_millis() as u64,
             "tag index rebuilt from the store"
         );
-        self.ready.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// What a rebuild of the tag index reads of the store: the store itself (a test's
+/// stand-in watches the rebuild between its reads).
+pub(crate) trait Stored {
+    /// Return once the store's index is loaded (the keys it lists are all of them).
+    fn wait_loaded(&self);
+    /// Every stored key.
+    fn keys(&self) -> Vec<Box<[u8]>>;
+    /// The stored object's metadata; `None` when it is not stored (any more).
+    fn meta(&self, key: &[u8]) -> Option<std::sync::Arc<linerate_cache::ObjectMeta>>;
+    /// Whether the store holds `key` or is writing it.
+    fn contains(&self, key: &[u8]) -> bool;
+}
+
+impl Stored for linerate_cache::Store {
+    fn wait_loaded(&self) {
+        linerate_cache::Store::wait_loaded(self, Duration::from_secs(3600));
+    }
+
+    fn keys(&self) -> Vec<Box<[u8]>> {
+        linerate_cache::Store::keys(self)
+    }
+
+    fn meta(&self, key: &[u8]) -> Option<std::sync::Arc<linerate_cache::ObjectMeta>> {
+        match self.peek(key) {
+            linerate_cache::Lookup::Hit(h) => Some(h.meta),
+            _ => None,
+        }
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        linerate_cache::Store::contains(self, key)
     }
 }
 
@@ -483,6 +578,7 @@ pub(crate) fn hex_decode(s: &str) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
 
@@ -505,5 +601,114 @@ mod tests {
         assert_eq!(got.len(), MAX_TAGS_PER_OBJECT);
         assert_eq!(got[0], b"t0", "the over-long tag is skipped");
         assert!(got.iter().all(|t| t.len() <= MAX_TAG_LEN));
+    }
+
+    fn fields(v: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![(b"surrogate-key".to_vec(), v.as_bytes().to_vec())]
+    }
+
+    fn sorted(mut keys: Vec<Box<[u8]>>) -> Vec<String> {
+        keys.sort();
+        keys.iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect()
+    }
+
+    /// A store of one object ("stored", tagged `show gone`) that checks, at each read
+    /// a rebuild makes of it, that the tag index is not locked meanwhile; at the first,
+    /// a worker stores tagged objects and a purge by tag runs.
+    struct Probe<'a> {
+        tags: &'a Tags,
+        purged: Mutex<HashSet<Vec<u8>>>,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Probe<'_> {
+        fn read(&self, what: &str) {
+            assert!(
+                self.tags.map.try_lock().is_ok(),
+                "the tag index is locked while the rebuild reads the store ({what})"
+            );
+            if self
+                .reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                > 0
+            {
+                return;
+            }
+            // A worker stores an object tagged `show new` (`note` does not wait for the
+            // rebuild: it would never return here if it did).
+            std::thread::scope(|s| {
+                s.spawn(|| self.tags.note(b"noted-during", &fields("show new")));
+            });
+            // A purge of `gone` finds the pair noted before the rebuild began...
+            let taken = self.tags.take(b"gone");
+            assert_eq!(sorted(taken), ["purged-during"]);
+            self.purged
+                .lock()
+                .unwrap()
+                .insert(b"purged-during".to_vec());
+            // ... and an object stored under `gone` after it stays under it.
+            std::thread::scope(|s| {
+                s.spawn(|| self.tags.note(b"gone-again", &fields("gone")));
+            });
+        }
+    }
+
+    impl Stored for Probe<'_> {
+        fn wait_loaded(&self) {}
+
+        fn keys(&self) -> Vec<Box<[u8]>> {
+            self.read("keys");
+            vec![b"stored".to_vec().into()]
+        }
+
+        fn meta(&self, key: &[u8]) -> Option<std::sync::Arc<linerate_cache::ObjectMeta>> {
+            self.read("meta");
+            (key == b"stored").then(|| {
+                std::sync::Arc::new(linerate_cache::ObjectMeta {
+                    status: 200,
+                    headers: fields("show gone"),
+                    ..Default::default()
+                })
+            })
+        }
+
+        fn contains(&self, key: &[u8]) -> bool {
+            self.read("contains");
+            match key {
+                b"evicted" => false,
+                k => !self.purged.lock().unwrap().contains(k),
+            }
+        }
+    }
+
+    /// Guards the tag index's rebuild (review finding): it read the store while it held
+    /// the index's lock (a lookup per pair noted before it, under the lock), so every
+    /// worker storing a tagged object waited for it on a large cache. Each read of the
+    /// store is made with the index unlocked, and what happens meanwhile is kept: the
+    /// pairs noted during the rebuild stay, a purge by tag during it finds the pairs
+    /// noted before it, and the purged pairs do not come back.
+    #[test]
+    fn a_rebuild_reads_the_store_with_the_index_unlocked() {
+        let tags = Tags::new("Surrogate-Key");
+        tags.note(b"writing", &fields("show"));
+        tags.note(b"evicted", &fields("show"));
+        tags.note(b"purged-during", &fields("gone"));
+        let store = Probe {
+            tags: &tags,
+            purged: Mutex::default(),
+            reads: Default::default(),
+        };
+        tags.ensure_ready(&store);
+        assert!(tags.is_ready());
+        assert!(store.reads.load(std::sync::atomic::Ordering::Relaxed) > 1);
+        assert_eq!(
+            sorted(tags.keys(b"show")),
+            ["noted-during", "stored", "writing"]
+        );
+        assert_eq!(sorted(tags.keys(b"new")), ["noted-during"]);
+        assert_eq!(sorted(tags.keys(b"gone")), ["gone-again", "stored"]);
+        assert_eq!(tags.map.lock().unwrap().pairs, 6);
     }
 }

@@ -99,21 +99,23 @@ impl Inner {
 
     /// [`Inner::index_published`] if `allow` (called under the shard lock with the
     /// current entry) agrees; returns whether it did. `inherit`: the entry replaces the
-    /// same object with new metadata, so it keeps the old entry's eviction state.
+    /// same object with new metadata, so it keeps the old entry's eviction state. A new
+    /// object is indexed pinned when a request still asks for its key to be
+    /// (`Store::pin_on_write`).
     pub(crate) fn index_published_if(
         &self,
         entry: Arc<Entry>,
         inherit: bool,
-        pin: &AtomicBool,
         allow: impl FnOnce(Option<&Arc<Entry>>) -> bool,
     ) -> bool {
-        // `pin` is read under the shard lock `insert_if` holds while it asks `allow`:
-        // a `Store::pin` of the key takes that lock too, so it either finds the entry
-        // indexed (and pins it itself) or set the flag before this reads it.
+        // The asks are read under the shard lock `insert_if` holds while it asks
+        // `allow`, which `pin_on_write` and `pin_on_write_done` take too: a request that
+        // gave up before this reads them pins nothing, one still asking gets its pin.
         let mut pinned = false;
-        let inserted = self.index.insert_if(Arc::clone(&entry), |cur| {
-            pinned = pin.load(Ordering::Acquire);
-            allow(cur)
+        let hash = entry.hash;
+        let inserted = self.index.insert_if(Arc::clone(&entry), |shard| {
+            pinned = shard.pin_next.contains_key(&hash.0);
+            allow(shard.objects.get(&hash.0))
         });
         match inserted {
             Some(Inserted::New) if pinned => {

@@ -315,13 +315,11 @@ impl ObjectWriter {
             open: Default::default(),
         });
         let inflight = &self.inflight;
-        let pin = &self.inflight.pin_on_publish;
-        let published =
-            inner.index_published_if(Arc::clone(&entry), replaces.is_some(), pin, |cur| {
-                !inflight.is_cancelled()
-                    && !inflight.is_unstored()
-                    && replaces.as_ref().is_none_or(|r| r.matches(cur))
-            });
+        let published = inner.index_published_if(Arc::clone(&entry), replaces.is_some(), |cur| {
+            !inflight.is_cancelled()
+                && !inflight.is_unstored()
+                && replaces.as_ref().is_none_or(|r| r.matches(cur))
+        });
         if !published {
             // Purged, superseded or (an update) changed after the rename: take the file
             // back out so nothing unindexed is left under the object's name.
@@ -331,7 +329,7 @@ impl ObjectWriter {
             }
             return Err(self.fail(WriteFailure::Aborted));
         }
-        // Indexed pinned (`pin_on_publish`): the insert says so itself. Its `Pin`
+        // Indexed pinned (`Store::pin_on_write`): the insert says so itself. Its `Pin`
         // record went to the journal first, and a replay ignores a pin of an object
         // it has not seen inserted yet, so a restart would lose the pin.
         let queue = match entry.policy.queue() {

@@ -210,6 +210,19 @@ impl Item {
         keys
     }
 
+    /// Whether the object is sliced and the slice after those [`Item::pin`] pinned
+    /// (`pinned`) is being written: a write is pinned only as it is published, so a
+    /// pinned job waits for it (the last slices of an answer just read often wait for
+    /// their disk's publisher).
+    fn slice_pending(&self, px: &ProxyShared, pinned: &[Vec<u8>]) -> bool {
+        let (key, sliced) = self.key(px);
+        sliced
+            && pinned.first().is_some_and(|k| *k != key)
+            && px
+                .store
+                .contains(&linerate_http::cache::key::slice(&key, pinned.len() as u64))
+    }
+
     /// Whether the store holds the object (whole, or its first slice), or is writing it.
     fn held(&self, px: &ProxyShared) -> bool {
         let (key, sliced) = self.key(px);

@@ -271,7 +271,7 @@ impl Fills {
                 let held = item.held(&self.px);
                 let ok = if pinned && held {
                     pinned_keys = item.pin(&self.px);
-                    !pinned_keys.is_empty()
+                    !pinned_keys.is_empty() && !item.slice_pending(&self.px, &pinned_keys)
                 } else {
                     held
                 };
@@ -306,6 +306,13 @@ impl Fills {
         let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         let mut totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
         totals.bytes += bytes;
+        if let (Some(k), Err(_)) = (intent, &result) {
+            // This request asked for the key to be written pinned and then failed: a
+            // write of it published pinned before it gave up (another client's, or the
+            // one it caused, going on without it) is held by no job. Unpinned unless a
+            // job pinned it; one published after is not pinned (`pin_on_write_done`).
+            self.unpin_unclaimed(&jobs, &std::iter::once(k.clone()).collect());
+        }
         let Some(job) = jobs.get_mut(&name).filter(|j| j.generation == generation) else {
             // The job was deleted or replaced meanwhile: what this answer pinned has
             // no job to unpin it later.
