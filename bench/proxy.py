@@ -284,7 +284,7 @@ def start_linerate_proxy(cfg, origin: Origin) -> B.Server:
     config.write_text(
         f'[server]\nlisten = ["{HOST}:{port}"]\nworkers = 1\n\n'
         f'[admin]\nlisten = "{HOST}:0"\n\n'
-        f'[cache]\ndurability = "{cfg.durability}"\n\n'
+        f'[cache]\ndurability = "{getattr(cfg, "durability", "sync_before_publish")}"\n\n'
         f'[[cache.disk]]\nname = "d0"\npath = "{work / "cache"}"\nmax_bytes = {8 << 30}\n\n'
         f'[[origin]]\nname = "origin"\nservers = ["http://{HOST}:{origin.port}"]\n\n'
         f'[[route]]\npath_prefix = "/"\norigin = "origin"\nslice_bytes = {1 << 20}\n'

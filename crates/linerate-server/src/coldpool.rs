@@ -3,14 +3,16 @@
 //! core"; nginx solves the same with `aio threads`).
 //!
 //! Two kinds of job:
-//! - **send** (plain and kTLS connections): the pool thread itself `sendfile`s a window
-//!   that is not in the page cache to the socket, as nginx's `aio threads` does. The
-//!   socket is non-blocking, so the call sends what the socket buffer takes and returns;
-//!   only the file side can wait, and it waits here. Before sending, the window (and the
-//!   next one of the same response) is asked for with `POSIX_FADV_WILLNEED`, so a 2 MiB
-//!   window is read in large requests, not page by page. When the socket fills first,
-//!   the rest of the window is brought in before the job ends (zero-copy, a `sendfile`
-//!   to `/dev/null`), so the worker can send it inline once the socket drains.
+//! - **send** (plain and kTLS connections): the pool thread itself sends a window that
+//!   is not in the page cache to the socket, as nginx's `aio threads` does. It splices
+//!   the window from the file into a pipe of its own (1 MiB: one large read into large
+//!   folios) and from the pipe to the socket (`linerate_sys::pipe` says why not
+//!   `sendfile`, or `sendfile` after `POSIX_FADV_WILLNEED`, the fallback when no pipe
+//!   could be made). The socket is non-blocking, so the call sends what the socket
+//!   buffer takes and returns; only the file side can wait, and it waits here. When the
+//!   socket fills first, the rest of the window is brought in before the job ends
+//!   (zero-copy, into `/dev/null`), so the worker can send it inline once the socket
+//!   drains.
 //! - **warm** (user-space TLS, which reads into its own buffer): the range is read into
 //!   the page cache, the worker then reads it.
 //!
@@ -37,6 +39,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use linerate_sys::pagecache::{self, Advice};
+use linerate_sys::pipe::Pipe;
 use tokio::sync::{oneshot, Semaphore};
 
 /// Jobs queued per disk before callers wait for a slot.
@@ -44,6 +47,10 @@ const QUEUE_SLOTS_PER_THREAD: usize = 64;
 
 /// Scratch buffer per pool thread: one warm job reads at most this much per `pread`.
 const SCRATCH_BYTES: usize = 256 * 1024;
+
+/// Size asked for each pool thread's pipe: one splice from a cold file asks the read
+/// path for this much at once (see `linerate_sys::pipe`).
+const PIPE_BYTES: usize = 1024 * 1024;
 
 /// Most bytes asked of one `sendfile` call in a send job.
 const SEND_CHUNK: usize = 2 * 1024 * 1024;
@@ -191,6 +198,10 @@ fn pool_thread(rx: &Mutex<mpsc::Receiver<Job>>) {
         .write(true)
         .open("/dev/null")
         .ok();
+    // Cold windows are read through a pipe of this thread's own (see `send_piped`);
+    // without one (or after a failure left it unusable), with readahead advice and
+    // `sendfile`.
+    let mut pipe = Pipe::new(PIPE_BYTES).ok();
     loop {
         let job = match rx.lock() {
             Ok(rx) => rx.recv(),
@@ -208,7 +219,16 @@ fn pool_thread(rx: &Mutex<mpsc::Receiver<Job>>) {
                 let _ = done.send(result);
             }
             Job::Send { job, done } => {
-                let sent = send_window(&job, null.as_ref(), &mut scratch);
+                let sent = match (pipe.as_ref(), null.as_ref()) {
+                    (Some(p), Some(n)) => {
+                        let (sent, usable) = send_piped(&job, p, n);
+                        if !usable {
+                            pipe = None;
+                        }
+                        sent
+                    }
+                    _ => send_window(&job, null.as_ref(), &mut scratch),
+                };
                 // Close the job's descriptors before answering: a test (or an operator)
                 // that sees the response end must not find them still open.
                 drop(job);
@@ -268,6 +288,131 @@ fn send_window(job: &SendJob, null: Option<&File>, scratch: &mut [u8]) -> Sent {
     }
 }
 
+/// The send job through the thread's pipe: each step splices up to the pipe's
+/// capacity from the file (one large read into large folios, where `sendfile` would
+/// read 64 KiB at a time), then from the pipe to the socket. When the socket fills,
+/// what the pipe holds is dropped (it is in the page cache now) and the rest of the
+/// window is read the same way, so the worker can send it inline once the socket
+/// drains. No advice for the next window: the kernel's own readahead, whose state the
+/// job's duplicate descriptor shares with the connection's, reads on behind a
+/// sequential reader. Returns whether the pipe is still usable (empty).
+fn send_piped(job: &SendJob, pipe: &Pipe, null: &File) -> (Sent, bool) {
+    let end = job.offset.saturating_add(job.len);
+    let mut read_to = job.offset;
+    let mut bytes = 0u64;
+    while read_to < end {
+        let want = usize::try_from(end - read_to)
+            .unwrap_or(usize::MAX)
+            .min(pipe.capacity());
+        let got = match pipe.fill(job.file.as_fd(), &mut read_to, want) {
+            Ok(0) => {
+                return (
+                    Sent {
+                        bytes,
+                        end: SendEnd::Eof,
+                    },
+                    true,
+                )
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return (
+                    Sent {
+                        bytes,
+                        end: SendEnd::Failed(e),
+                    },
+                    true,
+                )
+            }
+        };
+        let mut left = got;
+        while left > 0 {
+            let e = match pipe.drain(job.sock.as_fd(), left) {
+                Ok(0) => io::Error::other("splice to the socket moved nothing"),
+                Ok(n) => {
+                    left -= n;
+                    bytes += n as u64;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => e,
+            };
+            if !discard(pipe, null, left) {
+                return (
+                    Sent {
+                        bytes,
+                        end: SendEnd::Failed(e),
+                    },
+                    false,
+                );
+            }
+            if e.kind() == io::ErrorKind::WouldBlock {
+                // The worker sends the rest inline once the socket drains: make sure
+                // it is in memory by then (a failure shows up in that send).
+                let usable = warm_piped(pipe, null, &job.file, read_to, end - read_to);
+                return (
+                    Sent {
+                        bytes,
+                        end: SendEnd::WouldBlock,
+                    },
+                    usable,
+                );
+            }
+            return (
+                Sent {
+                    bytes,
+                    end: SendEnd::Failed(e),
+                },
+                true,
+            );
+        }
+    }
+    (
+        Sent {
+            bytes,
+            end: SendEnd::Complete,
+        },
+        true,
+    )
+}
+
+/// Read `file[offset .. offset+len)` into the page cache through `pipe` (dropping the
+/// pages into `null`). Stops at end of file or an error (the sender will meet it);
+/// false if the pipe could not be emptied.
+fn warm_piped(pipe: &Pipe, null: &File, file: &File, mut offset: u64, len: u64) -> bool {
+    let end = offset.saturating_add(len);
+    while offset < end {
+        let want = usize::try_from(end - offset)
+            .unwrap_or(usize::MAX)
+            .min(pipe.capacity());
+        match pipe.fill(file.as_fd(), &mut offset, want) {
+            Ok(0) => return true,
+            Ok(n) => {
+                if !discard(pipe, null, n) {
+                    return false;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
+    }
+    true
+}
+
+/// Empty `len` bytes the pipe holds into `null`; false if it could not.
+fn discard(pipe: &Pipe, null: &File, mut len: usize) -> bool {
+    while len > 0 {
+        match pipe.drain(null.as_fd(), len) {
+            Ok(0) => return false,
+            Ok(n) => len -= n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
 /// Bring `file[offset .. offset+len)` into the page cache by splicing it into `null`
 /// (`/dev/null`): the pages are read, referenced and dropped, never copied.
 fn warm_into(null: &File, file: &File, mut offset: u64, len: u64) -> io::Result<()> {
@@ -316,7 +461,13 @@ mod tests {
     fn cold_file(len: usize) -> (File, Vec<u8>) {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("linerate-coldpool-{}-{len}", std::process::id()));
+        // One name per call: tests run in parallel threads of one process.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!(
+            "linerate-coldpool-{}-{n}-{len}",
+            std::process::id()
+        ));
         let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
         let mut f = File::create(&path).unwrap();
         f.write_all(&bytes).unwrap();
@@ -380,21 +531,41 @@ mod tests {
 
     #[test]
     fn a_full_socket_ends_the_job_with_the_rest_of_the_window_resident() {
-        // Guards the EAGAIN end: the pool never waits for the client, and what it could
-        // not send is in the page cache when the worker comes back for it.
-        let len = 32usize << 20;
-        let (file, bytes) = cold_file(len);
-        let (server, mut client) = pair();
+        // Guards the EAGAIN end of the fallback (readahead advice and `sendfile`): the
+        // pool never waits for the client, and what it could not send is in the page
+        // cache when the worker comes back for it.
         let mut scratch = vec![0u8; SCRATCH_BYTES];
         let null = std::fs::OpenOptions::new()
             .write(true)
             .open("/dev/null")
             .unwrap();
-        let sent = send_window(
-            &job(&server, &file, 0, len as u64),
-            Some(&null),
-            &mut scratch,
-        );
+        full_socket_case(&mut |j| send_window(j, Some(&null), &mut scratch));
+    }
+
+    #[test]
+    fn a_full_socket_ends_the_piped_job_with_the_rest_of_the_window_resident() {
+        // The same through the thread's pipe (the path taken when the pipe could be
+        // made): the pipe is left empty and usable after every job.
+        let pipe = Pipe::new(PIPE_BYTES).unwrap();
+        let null = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        full_socket_case(&mut |j| {
+            let (sent, usable) = send_piped(j, &pipe, &null);
+            assert!(usable, "{sent:?}");
+            sent
+        });
+    }
+
+    /// A 32 MiB cold window sent to a client that reads nothing at first: the job ends
+    /// at `EAGAIN` with the rest resident, then (the client reading) the rest goes out
+    /// byte-exact through more jobs.
+    fn full_socket_case(send: &mut dyn FnMut(&SendJob) -> Sent) {
+        let len = 32usize << 20;
+        let (file, bytes) = cold_file(len);
+        let (server, mut client) = pair();
+        let sent = send(&job(&server, &file, 0, len as u64));
         assert!(matches!(sent.end, SendEnd::WouldBlock), "{sent:?}");
         assert!(sent.bytes > 0 && sent.bytes < len as u64, "{sent:?}");
         let probe = PageCacheProbe::detect(file.as_fd());
@@ -410,11 +581,7 @@ mod tests {
         });
         let mut offset = sent.bytes;
         while offset < len as u64 {
-            let more = send_window(
-                &job(&server, &file, offset, len as u64 - offset),
-                Some(&null),
-                &mut scratch,
-            );
+            let more = send(&job(&server, &file, offset, len as u64 - offset));
             offset += more.bytes;
             if !matches!(more.end, SendEnd::Complete | SendEnd::WouldBlock) {
                 panic!("{more:?}");

@@ -1,6 +1,7 @@
 //! The only crate in linerate with `unsafe`: one thin, documented wrapper per Linux
 //! syscall the server needs and std does not offer (sendfile, send with `MSG_MORE`,
-//! cachestat, openat2, CPU affinity, fadvise, kernel TLS, descriptor passing).
+//! cachestat, openat2, CPU affinity, fadvise, kernel TLS, descriptor passing, pipes for
+//! splice).
 //!
 //! Each wrapper takes borrowed file descriptors, returns `io::Result`, and does nothing
 //! else: no retries, no policy. Errnos that mean "this kernel lacks the feature" are
@@ -18,6 +19,7 @@ pub mod net;
 pub mod open;
 pub mod pagecache;
 pub mod passfd;
+pub mod pipe;
 pub mod tcp;
 
 /// Convert a `-1`-on-error libc return into `io::Result`.
