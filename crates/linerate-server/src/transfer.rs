@@ -302,15 +302,28 @@ impl Sender<'_> {
     }
 
     /// Whether `file[offset .. offset+len)` can be sent without waiting for the disk.
+    /// `cachestat` counts a page whose read is still in flight as cached: another
+    /// connection's pool job reading the same file makes its pages cached before they
+    /// hold data, and an inline `sendfile` of them would wait for the disk in the loop
+    /// (seen on the slow disk: 92-95 ms inside the worker's `sendfile` of a cold 2 MiB
+    /// file another connection's job was reading). So the window's last byte is also
+    /// read with `RWF_NOWAIT` (one call; readahead completes in order, so the last page
+    /// holding data means the window's read is done), and both ends after a window of
+    /// the same response went to the pool (`strict`: its read-ahead may be in flight).
     fn resident(&self, file: &File, offset: u64, len: u64, strict: bool) -> bool {
         let probe = self.worker.shared.probe;
         if probe.residency(file.as_fd(), offset, len) == Residency::Cold {
             return false;
         }
-        !strict
-            || probe == PageCacheProbe::PreadNowait
-            || PageCacheProbe::PreadNowait.residency(file.as_fd(), offset, len)
-                == Residency::Resident
+        if probe == PageCacheProbe::PreadNowait {
+            return true;
+        }
+        let (from, n) = if strict {
+            (offset, len)
+        } else {
+            (offset + len - 1, 1)
+        };
+        PageCacheProbe::PreadNowait.residency(file.as_fd(), from, n) == Residency::Resident
     }
 
     /// Send (part of) the window `[*offset, *offset+len)` from the disk pool; the rest of
