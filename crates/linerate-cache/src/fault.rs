@@ -130,6 +130,16 @@ impl StoreIo for FaultyIo {
         self.check(IoOp::Read, path)?;
         RealIo.read_at(file, path, buf, off)
     }
+    fn read_at_nowait(
+        &self,
+        file: &File,
+        path: &Path,
+        buf: &mut [u8],
+        off: u64,
+    ) -> io::Result<usize> {
+        self.check(IoOp::Read, path)?;
+        RealIo.read_at_nowait(file, path, buf, off)
+    }
     fn append(&self, file: &File, path: &Path, buf: &[u8]) -> io::Result<()> {
         self.check(IoOp::Append, path)?;
         RealIo.append(file, path, buf)

@@ -126,6 +126,18 @@ pub trait StoreIo: Send + Sync + 'static {
         file.read_at(buf, off)
     }
 
+    /// Like [`StoreIo::read_at`], but only what the page cache holds: `WouldBlock`
+    /// instead of waiting for the disk (`preadv2` with `RWF_NOWAIT`).
+    fn read_at_nowait(
+        &self,
+        file: &File,
+        _path: &Path,
+        buf: &mut [u8],
+        off: u64,
+    ) -> io::Result<usize> {
+        linerate_sys::pagecache::pread_nowait(std::os::fd::AsFd::as_fd(file), buf, off)
+    }
+
     /// Append all of `buf` with one `write` on an `O_APPEND` file.
     fn append(&self, file: &File, _path: &Path, buf: &[u8]) -> io::Result<()> {
         (&*file).write_all(buf)

@@ -3,8 +3,9 @@
 //!
 //! A lookup takes one shard lock for a hash-map probe and releases it before any I/O.
 //! A hit then costs `open` + one `pread` of the first page + `fstat`; the header page of
-//! a hot object is in the page cache, but a cold one is a disk read, so a server calls
-//! this from its blocking pool when the disk may be cold. While a disk's index is still
+//! a hot object is in the page cache, but a cold one is a disk read: an event loop
+//! calls [`Store::lookup_nowait`], which answers `None` instead of reading a header
+//! the page cache does not hold, and then [`Store::lookup`] on a blocking thread. While a disk's index is still
 //! loading after a restart, a key missing from the index is looked for by file name on
 //! the disk placement picks, so old objects are hits from the first request. Sending
 //! the body is the caller's job.
@@ -120,6 +121,26 @@ impl Store {
     /// Look `key` up. Never blocks on a global lock; may block on one small disk read
     /// (see the file comment). Records a hit for the eviction policy.
     pub fn lookup(&self, key: &[u8]) -> Lookup {
+        self.lookup_in(key, Wait::Yes)
+            .unwrap_or(Lookup::Miss(MissReason::DiskError))
+    }
+
+    /// Like [`Store::lookup`], but never waits for the disk: `None` when the object's
+    /// file would have to be opened and its header is not in the page cache (the
+    /// caller then runs [`Store::lookup`] where waiting is harmless: a blocking thread,
+    /// not an event loop). A kept file, an object being written and a miss answer
+    /// as `lookup` does.
+    pub fn lookup_nowait(&self, key: &[u8]) -> Option<Lookup> {
+        self.lookup_in(key, Wait::No)
+    }
+
+    /// [`Store::lookup_latest`] that never waits for the disk (see
+    /// [`Store::lookup_nowait`]).
+    pub fn lookup_latest_nowait(&self, key: &[u8]) -> Option<Lookup> {
+        self.lookup_latest_in(key, Wait::No)
+    }
+
+    fn lookup_in(&self, key: &[u8], wait: Wait) -> Option<Lookup> {
         let inner = &*self.inner;
         let hash = KeyHash::of(key);
         let (entry, inflight) = {
@@ -139,9 +160,9 @@ impl Store {
                 && matches!(*w.tx.borrow(), crate::progress::Progress::Complete { .. })
         });
         if let Some(e) = entry.filter(|_| !published_soon) {
-            return inner.lookup_entry(key, &e, true);
+            return inner.lookup_entry_in(key, &e, true, wait);
         }
-        Self::follow_inflight(inner, key, hash, inflight)
+        Self::follow_inflight(inner, key, hash, inflight, wait)
     }
 
     /// Whether the index holds `key`, stored or being written, without opening its file
@@ -158,6 +179,11 @@ impl Store {
     /// Like [`Store::lookup`], but an object being written wins over a stored one of the
     /// same key: for a client whose own fill is replacing a stale copy.
     pub fn lookup_latest(&self, key: &[u8]) -> Lookup {
+        self.lookup_latest_in(key, Wait::Yes)
+            .unwrap_or(Lookup::Miss(MissReason::DiskError))
+    }
+
+    fn lookup_latest_in(&self, key: &[u8], wait: Wait) -> Option<Lookup> {
         let inner = &*self.inner;
         let hash = KeyHash::of(key);
         let inflight = inner.index.shard(hash).inflight.get(&hash.0).cloned();
@@ -165,9 +191,9 @@ impl Store {
             .as_ref()
             .is_some_and(|w| w.followable && *w.key == *key)
         {
-            return Self::follow_inflight(inner, key, hash, inflight);
+            return Self::follow_inflight(inner, key, hash, inflight, wait);
         }
-        self.lookup(key)
+        self.lookup_in(key, wait)
     }
 
     fn follow_inflight(
@@ -175,19 +201,28 @@ impl Store {
         key: &[u8],
         hash: KeyHash,
         inflight: Option<Arc<crate::index::Inflight>>,
-    ) -> Lookup {
+        wait: Wait,
+    ) -> Option<Lookup> {
         if let Some(w) = inflight.filter(|w| w.followable && *w.key == *key) {
-            return Lookup::Filling(ObjectHandle {
+            return Some(Lookup::Filling(ObjectHandle {
                 file: Arc::clone(&w.file),
                 body_offset: w.body_offset,
                 body: Body::Streaming(w.progress()),
                 meta: Arc::clone(&w.meta),
                 created_ms: w.created_ms,
                 disk: w.disk,
-            });
+            }));
         }
-        inner.lookup_unindexed(key, hash)
+        inner.lookup_unindexed_in(key, hash, wait)
     }
+}
+
+/// Whether a lookup may wait for the disk (a header read that is not in the page
+/// cache): `No` answers `None` instead.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    Yes,
+    No,
 }
 
 /// Why opening a file for a hit failed.
@@ -196,6 +231,8 @@ enum Failure {
     KeyMismatch,
     Corrupt(HeaderError),
     Disk,
+    /// The header is not in the page cache and the lookup may not wait (`Wait::No`).
+    WouldBlock,
 }
 
 impl Failure {
@@ -204,7 +241,7 @@ impl Failure {
             Failure::Missing => MissReason::NotCached,
             Failure::KeyMismatch => MissReason::KeyMismatch,
             Failure::Corrupt(h) => MissReason::Corrupt(*h),
-            Failure::Disk => MissReason::DiskError,
+            Failure::Disk | Failure::WouldBlock => MissReason::DiskError,
         }
     }
 }
@@ -213,36 +250,55 @@ impl Inner {
     /// A key the index does not hold: while its disk's index is still loading, the file
     /// name is the key hash, so try the disk it belongs on; otherwise a miss.
     pub(crate) fn lookup_unindexed(&self, key: &[u8], hash: KeyHash) -> Lookup {
+        self.lookup_unindexed_in(key, hash, Wait::Yes)
+            .unwrap_or(Lookup::Miss(MissReason::DiskError))
+    }
+
+    fn lookup_unindexed_in(&self, key: &[u8], hash: KeyHash, wait: Wait) -> Option<Lookup> {
         if let Some(i) = self.place(hash) {
             if !self.disks[i].loaded.load(Ordering::Acquire) {
-                return match self.open_verified(i, hash, key) {
-                    Ok((h, _)) => Lookup::Hit(h),
-                    Err(Failure::Missing) => Lookup::Miss(MissReason::NotCached),
-                    Err(f) => Lookup::Miss(f.reason()),
+                return match self.open_verified(i, hash, key, wait) {
+                    Ok((h, _)) => Some(Lookup::Hit(h)),
+                    Err(Failure::WouldBlock) => None,
+                    Err(Failure::Missing) => Some(Lookup::Miss(MissReason::NotCached)),
+                    Err(f) => Some(Lookup::Miss(f.reason())),
                 };
             }
         }
-        Lookup::Miss(MissReason::NotCached)
+        Some(Lookup::Miss(MissReason::NotCached))
     }
 
     /// Open the indexed object `e` for `key`; a failure forgets the entry (and deletes
     /// a corrupt file). `touch`: count a hit for eviction. A file kept open from an
     /// earlier hit answers without a syscall (`handles.rs`).
     pub(crate) fn lookup_entry(&self, key: &[u8], e: &Arc<Entry>, touch: bool) -> Lookup {
+        self.lookup_entry_in(key, e, touch, Wait::Yes)
+            .unwrap_or(Lookup::Miss(MissReason::DiskError))
+    }
+
+    /// [`Inner::lookup_entry`]; `None` only for `Wait::No` when the header is not in
+    /// the page cache (nothing is changed then: the entry stays, no use is counted).
+    pub(crate) fn lookup_entry_in(
+        &self,
+        key: &[u8],
+        e: &Arc<Entry>,
+        touch: bool,
+        wait: Wait,
+    ) -> Option<Lookup> {
         if *e.key != *key {
-            return Lookup::Miss(MissReason::KeyMismatch);
+            return Some(Lookup::Miss(MissReason::KeyMismatch));
         }
         let disk = usize::from(e.disk);
         if !self.disks[disk].health.in_service() {
-            return Lookup::Miss(MissReason::DiskOutOfService);
+            return Some(Lookup::Miss(MissReason::DiskOutOfService));
         }
         if let Some(h) = self.kept(e) {
             if touch {
                 e.policy.touch();
             }
-            return Lookup::Hit(h);
+            return Some(Lookup::Hit(h));
         }
-        match self.open_verified(disk, e.hash, key) {
+        Some(match self.open_verified(disk, e.hash, key, wait) {
             Ok((h, st)) => {
                 // Kept from the second hit on: an object asked for once (a probe, a
                 // one-off request) never takes a place from a hot one.
@@ -256,17 +312,18 @@ impl Inner {
                 }
                 Lookup::Hit(h)
             }
+            Err(Failure::WouldBlock) => return None,
             Err(f) => {
                 // The index was wrong about this object: forget it.
                 if self.index.remove_if_same(e) {
                     match f {
                         Failure::Corrupt(_) | Failure::KeyMismatch => self.delete_object(e),
-                        Failure::Missing | Failure::Disk => self.untrack(e),
+                        Failure::Missing | Failure::Disk | Failure::WouldBlock => self.untrack(e),
                     }
                 }
                 Lookup::Miss(f.reason())
             }
-        }
+        })
     }
 
     /// A hit from the file `e` keeps open, its path checked again (`stat`: the same
@@ -327,6 +384,7 @@ impl Inner {
         i: usize,
         hash: KeyHash,
         key: &[u8],
+        wait: Wait,
     ) -> Result<(ObjectHandle, FileState), Failure> {
         let disk = &self.disks[i];
         let path = disk.object_path(hash);
@@ -347,9 +405,15 @@ impl Inner {
                 return Err(Failure::Disk);
             }
         };
+        let read = |buf: &mut [u8], off: u64| match wait {
+            Wait::Yes => self.io.read_at(&file, &path, buf, off),
+            Wait::No => self.io.read_at_nowait(&file, &path, buf, off),
+        };
+        let would_block = |e: &std::io::Error| e.kind() == std::io::ErrorKind::WouldBlock;
         let mut buf = vec![0u8; HEADER_READ_LEN];
-        let n = match self.io.read_at(&file, &path, &mut buf, 0) {
+        let n = match read(&mut buf, 0) {
             Ok(n) => n,
+            Err(e) if wait == Wait::No && would_block(&e) => return Err(Failure::WouldBlock),
             Err(e) => {
                 self.disk_error(id, IoOp::Read, &path, &e);
                 return Err(Failure::Disk);
@@ -363,8 +427,11 @@ impl Inner {
         let need = peek_header_len(&buf).map_err(corrupt)?;
         if need > buf.len() {
             buf.resize(need, 0);
-            match self.io.read_at(&file, &path, &mut buf[n..], n as u64) {
+            match read(&mut buf[n..], n as u64) {
                 Ok(m) if n + m == need => {}
+                // Only part of it in the page cache: the rest would wait.
+                Ok(_) if wait == Wait::No => return Err(Failure::WouldBlock),
+                Err(e) if wait == Wait::No && would_block(&e) => return Err(Failure::WouldBlock),
                 Ok(_) => return Err(corrupt(HeaderError::Truncated)),
                 Err(e) => {
                     self.disk_error(id, IoOp::Read, &path, &e);

@@ -576,3 +576,31 @@ fn a_write_published_pinned_stays_pinned_after_a_crash() {
     assert!(store.wait_loaded(Duration::from_secs(10)));
     assert_eq!(store.pinned_bytes(), pinned, "the pin was lost");
 }
+
+/// Guards `Store::lookup_nowait` (the server's event loop looks up with it): an object
+/// whose header is not in the page cache is not read (`None`: the caller looks it up
+/// where waiting is harmless); a miss answers as `lookup` does; once the header was
+/// read, it answers the hit. On a real disk (target/tmp), where pages can be dropped.
+#[test]
+fn lookup_nowait_never_reads_a_header_from_the_disk() {
+    use std::os::fd::AsFd;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let store = Store::open(config(dir.path(), &[("d0", 64 * MIB)])).unwrap();
+    let body = vec![3u8; 100_000];
+    put(&store, b"cold", &body);
+    // Published with the default durability: on disk and clean, so its pages drop.
+    let f = std::fs::File::open(object_path(dir.path(), "d0", b"cold")).unwrap();
+    f.sync_all().unwrap();
+    linerate_sys::pagecache::fadvise(f.as_fd(), 0, 0, linerate_sys::pagecache::Advice::DontNeed)
+        .unwrap();
+    assert!(
+        store.lookup_nowait(b"cold").is_none(),
+        "a cold header was read"
+    );
+    assert!(matches!(
+        store.lookup_nowait(b"missing"),
+        Some(Lookup::Miss(MissReason::NotCached))
+    ));
+    check_hit(&store, b"cold", &body).unwrap();
+    assert!(matches!(store.lookup_nowait(b"cold"), Some(Lookup::Hit(_))));
+}

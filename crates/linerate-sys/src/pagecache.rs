@@ -128,6 +128,19 @@ fn cachestat_pages(file: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<u64> 
     Ok(out.nr_cache)
 }
 
+/// `preadv2(..., RWF_NOWAIT)` into `buf` at `off`: reads only what the page cache holds,
+/// never waiting for the disk (`WouldBlock` when the first page is not there).
+pub fn pread_nowait(file: BorrowedFd<'_>, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let off = i64::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+    // SAFETY: one iovec pointing at the live, exclusively borrowed `buf`; fd borrowed live.
+    let ret = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) };
+    crate::cvt(ret as libc::c_long).map(|n| n as usize)
+}
+
 /// One-byte `preadv2(..., RWF_NOWAIT)`: succeeds only if that page is cached.
 fn byte_is_resident(file: BorrowedFd<'_>, off: u64) -> bool {
     let mut byte = [0u8; 1];

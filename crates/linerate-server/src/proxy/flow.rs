@@ -59,19 +59,12 @@ pub(crate) struct Found {
 /// Look the request up: the primary key, then, for a `Vary` stub, the variant the
 /// request's fields select (RFC 9111 §4.1). `latest`: an object being written wins over
 /// a stored one (after this request's own fill, which may be replacing a stale copy).
-pub(crate) fn resolve(px: &ProxyShared, req: &CacheRequest<'_>, latest: bool) -> Found {
-    let find = |k: &[u8]| {
-        if latest {
-            px.store.lookup_latest(k)
-        } else {
-            px.store.lookup(k)
-        }
-    };
-    let found = find(&req.key);
+pub(crate) async fn resolve(px: &Arc<ProxyShared>, req: &CacheRequest<'_>, latest: bool) -> Found {
+    let found = super::shared::lookup(px, &req.key, latest).await;
     if let Lookup::Hit(h) | Lookup::Filling(h) = &found {
         if let Some(names) = h.meta.header(VARY_STUB) {
             let base = req.variant_key(names);
-            let lookup = find(&base);
+            let lookup = super::shared::lookup(px, &base, latest).await;
             return Found {
                 base,
                 variant: true,
@@ -104,7 +97,7 @@ pub(crate) async fn get(
     // that stored is the answer, however short its freshness.
     let mut forwarded = false;
     for _ in 0..MAX_ROUNDS {
-        let found = resolve(px, req, forwarded);
+        let found = resolve(px, req, forwarded).await;
         let judged = round::judge(found.lookup, &req.cc, forwarded, |m| freshness(px, req, m));
         let (h, fresh, on_error) = match judged {
             // Stored, or being written by another request's fill (its head arrived
@@ -190,7 +183,7 @@ pub(crate) async fn get(
                 st.fwd_status = Some(304);
                 st.phase = CachePhase::Hit;
                 // The freshened copy (or, if the update failed, this one).
-                let h = match resolve(px, req, false).lookup {
+                let h = match resolve(px, req, false).await.lookup {
                     Lookup::Hit(h2) => h2,
                     _ => h,
                 };

@@ -531,6 +531,35 @@ impl ProxyWorker {
 }
 
 /// Unix time in milliseconds.
+/// Look `key` up (`latest`: [`Store::lookup_latest`]) without the event loop waiting
+/// for the disk: answered in place unless the object's file must be opened and its
+/// header is not in the page cache; then the lookup (open, header read) runs on a
+/// blocking thread while the worker serves other connections. (Seen before: on a
+/// library larger than memory, 2-5 ms `pread`s of object headers inside the worker,
+/// `perf trace`, docs/benchmarks.md "Cache hits that open a file".)
+pub(crate) async fn lookup(px: &Arc<ProxyShared>, key: &[u8], latest: bool) -> Lookup {
+    let now = if latest {
+        px.store.lookup_latest_nowait(key)
+    } else {
+        px.store.lookup_nowait(key)
+    };
+    if let Some(found) = now {
+        return found;
+    }
+    let p = Arc::clone(px);
+    let k = key.to_vec();
+    let found = tokio::task::spawn_blocking(move || {
+        if latest {
+            p.store.lookup_latest(&k)
+        } else {
+            p.store.lookup(&k)
+        }
+    })
+    .await;
+    // A panic there (a bug) is a miss here, as a failed read would be.
+    found.unwrap_or(Lookup::Miss(linerate_cache::MissReason::DiskError))
+}
+
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -159,7 +159,7 @@ impl SliceCtx {
         let mut forwarded = false;
         for _ in 0..MAX_ROUNDS {
             // An in-flight write (a refresh of an expired slice) wins over the stale copy.
-            let found = self.px.store.lookup_latest(&key);
+            let found = super::shared::lookup(&self.px, &key, true).await;
             let judged = round::judge(found, &self.cc, forwarded, |m| {
                 self.px.freshness(self.route, &self.fetch.target, m)
             });
