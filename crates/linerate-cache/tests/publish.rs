@@ -60,6 +60,10 @@ fn a_disk_behind_its_flushes_refuses_new_objects_and_loses_none() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), &[("d0", 512 * MIB)]);
     cfg.max_publish_backlog = 256 * 1024;
+    // Flushes happen only with this durability (the tests' default is `NoSync`): without
+    // it the delay below never applied, and the backlog grew only when the publisher
+    // happened to be slower than this loop (it failed under a loaded full suite).
+    cfg.durability = Durability::SyncBeforePublish;
     // A disk whose flush takes 20 ms (on tmpfs a real one takes nothing).
     let io = Arc::new(FaultyIo::new());
     io.set_sync_delay(Some(Duration::from_millis(20)));
@@ -131,7 +135,11 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 fn a_complete_write_waiting_for_its_publish_wins_over_the_stored_copy() {
     let dir = tempfile::tempdir().unwrap();
     let io = Arc::new(FaultyIo::new());
-    let store = Store::open_with_io(config(dir.path(), &[("d0", 64 * MIB)]), io.clone()).unwrap();
+    let mut cfg = config(dir.path(), &[("d0", 64 * MIB)]);
+    // The publish waits for the (slow) flush only with this durability (the tests'
+    // default is `NoSync`, with which this test raced the publisher thread).
+    cfg.durability = Durability::SyncBeforePublish;
+    let store = Store::open_with_io(cfg, io.clone()).unwrap();
     put(&store, b"k", b"old");
     io.set_sync_delay(Some(Duration::from_millis(300)));
     let mut w = store.begin_write(b"k", meta(), Some(3)).unwrap();
