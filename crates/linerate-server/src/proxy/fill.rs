@@ -695,7 +695,7 @@ fn hand_off(job: &mut Job, response: OriginResponse, answer: Answer) -> Phase {
 /// `false` if it could not be written.
 async fn write_stub(px: &Arc<ProxyShared>, primary: &[u8], names: &[Vec<u8>]) -> bool {
     let encoded = Vary::Names(names.to_vec()).encode();
-    if let Lookup::Hit(h) = px.store.lookup(primary) {
+    if let Lookup::Hit(h) = super::shared::lookup(px, primary, false).await {
         if h.meta.header(VARY_STUB) == Some(encoded.as_slice()) {
             return true;
         }

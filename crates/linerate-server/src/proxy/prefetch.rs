@@ -445,7 +445,7 @@ async fn read_playlist(
     if let Some(mut rx) = px.fills.watch(&key) {
         super::fills::finished(&mut rx).await;
     }
-    let Lookup::Hit(h) = px.store.lookup(&key) else {
+    let Lookup::Hit(h) = super::shared::lookup(px, &key, false).await else {
         return;
     };
     let Some(len) = h.body_len() else {
@@ -1147,7 +1147,7 @@ async fn stored_bytes(
     }
     // Each part: the stored copy, where in its body, how many bytes.
     let mut parts = Vec::new();
-    match px.store.lookup(key) {
+    match super::shared::lookup(px, key, false).await {
         Lookup::Hit(h) => {
             let len = h.body_len()?;
             if h.meta.status != 200 || h.meta.header(VARY_STUB).is_some() || last >= len {
@@ -1157,7 +1157,8 @@ async fn stored_bytes(
         }
         _ if slice_bytes > 0 => {
             for n in slices() {
-                let Lookup::Hit(h) = px.store.lookup(&key::slice(key, n)) else {
+                let Lookup::Hit(h) = super::shared::lookup(px, &key::slice(key, n), false).await
+                else {
                     return None;
                 };
                 let at = n * slice_bytes;
