@@ -14,10 +14,12 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::rc::Rc;
 use std::sync::Arc;
 
 use linerate_sys::pagecache::PageCacheProbe;
+use linerate_sys::pipe::Pipe;
 use rustls::ServerConfig;
 use tokio::sync::Notify;
 
@@ -135,6 +137,20 @@ pub(crate) struct Worker {
     pub(crate) tls_config: RefCell<Option<Arc<ServerConfig>>>,
     /// Free (plaintext, ciphertext) chunk pairs for user-space TLS sends.
     tls_chunks: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// The pipe this worker's inline sends of file bytes go through (`transfer`).
+    send_pipe: RefCell<SendPipe>,
+}
+
+/// Size asked for a worker's send pipe (the pool threads' size, `coldpool`).
+const SEND_PIPE_BYTES: usize = 1 << 20;
+
+/// A worker's pipe for inline file sends, made at its first use.
+enum SendPipe {
+    Untried,
+    /// The pipe, and `/dev/null` for what the socket does not take.
+    Ready(Pipe, File),
+    /// It could not be made: `sendfile` instead.
+    Unavailable,
 }
 
 impl Worker {
@@ -161,6 +177,7 @@ impl Worker {
             open_file_cache,
             tls_config: RefCell::new(tls_config),
             tls_chunks: RefCell::new(Vec::new()),
+            send_pipe: RefCell::new(SendPipe::Untried),
             live: RefCell::new(Rc::new(Live::new(options))),
             reloads: Cell::new(0),
             reload_notify: Notify::new(),
@@ -180,6 +197,36 @@ impl Worker {
             buffers: RefCell::new(Vec::new()),
             parking,
         })
+    }
+
+    /// Run `send` with this worker's send pipe and `/dev/null` (see
+    /// [`Pipe::send_file`]); `None` when it has none (it could not be made: the
+    /// caller uses `sendfile`). A pipe that broke is dropped and made again next time.
+    pub(crate) fn with_send_pipe<R>(
+        &self,
+        send: impl FnOnce(&Pipe, BorrowedFd<'_>) -> R,
+    ) -> Option<R> {
+        let mut state = self.send_pipe.borrow_mut();
+        if matches!(*state, SendPipe::Untried) {
+            *state = match (
+                Pipe::new(SEND_PIPE_BYTES),
+                File::options().write(true).open("/dev/null"),
+            ) {
+                (Ok(pipe), Ok(null)) => SendPipe::Ready(pipe, null),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!(worker = self.index, error = %e, "no pipe for inline sends; using sendfile");
+                    SendPipe::Unavailable
+                }
+            };
+        }
+        let SendPipe::Ready(pipe, null) = &*state else {
+            return None;
+        };
+        let out = send(pipe, null.as_fd());
+        if pipe.broken() {
+            *state = SendPipe::Untried;
+        }
+        Some(out)
     }
 
     /// Connections open now (tasks and parked).

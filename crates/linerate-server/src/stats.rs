@@ -85,7 +85,8 @@ pub use linerate_http::cache::CachePhase;
 /// How a response's bytes reached the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeliveryPath {
-    /// Plain TCP: `send` + `sendfile(2)`.
+    /// Plain TCP: `send` + `sendfile(2)` (over 64 KiB: `splice(2)` through the
+    /// worker's pipe, `transfer`).
     Sendfile,
     /// Kernel TLS: `sendfile(2)` on a kTLS socket (encrypted in the kernel).
     KernelTls,

@@ -1,6 +1,7 @@
-//! Moving a response onto the socket: the head with `MSG_MORE`, then file bytes with
-//! `sendfile(2)` straight from the page cache (never through a user-space buffer),
-//! multipart part heads between them.
+//! Moving a response onto the socket: the head with `MSG_MORE`, then file bytes straight
+//! from the page cache (never through a user-space buffer), multipart part heads between
+//! them. On plain TCP a send of more than 64 KiB splices the bytes through the worker's
+//! pipe of 1 MiB ([`PIPED_ABOVE`]); a smaller one, and kernel TLS, use `sendfile(2)`.
 //!
 //! `sendfile` has no "don't wait" flag, so the event loop only sends windows the page
 //! cache holds (`cachestat` says so, or the same file was found resident a moment ago);
@@ -37,6 +38,14 @@ pub(crate) const SENDFILE_CHUNK: usize = 2 * 1024 * 1024;
 /// window is read by the pool in one job, so this is also the cold-read size.
 const RESIDENCY_WINDOW: u64 = 2 * 1024 * 1024;
 
+/// Inline sends of more bytes than this go through the worker's pipe
+/// ([`Pipe::send_file`](linerate_sys::pipe::Pipe::send_file)): `sendfile` moves 16
+/// pages per trip through its internal pipe, the worker's pipe 256, and the socket gets
+/// larger segments (2 MiB hits: 20 % less CPU per GB, docs/benchmarks.md "Inline sends
+/// through a pipe"). Up to this, one `sendfile` (one system call, one trip) is cheaper
+/// than the pipe's two.
+const PIPED_ABOVE: usize = 64 * 1024;
+
 /// The longest body sent without a residency check when its file was found resident a
 /// moment ago (`openfiles::HOT_RECHECK`).
 const HOT_MAX_BYTES: u64 = 1024 * 1024;
@@ -57,6 +66,7 @@ pub(crate) async fn send(
         sent: 0,
         batch: None,
         clock: None,
+        piped: path == DeliveryPath::Sendfile,
     };
     let result = out.response(response).await;
     *sent = out.sent;
@@ -92,6 +102,7 @@ pub(crate) async fn send_parts(
         sent: 0,
         batch: Some(std::time::Duration::ZERO),
         clock: None,
+        piped: false,
     };
     let started = Instant::now();
     out.clock = Some(started);
@@ -165,6 +176,10 @@ struct Sender<'a> {
     /// A batch's start: its frames' residency proofs are judged as of then (one clock
     /// read per batch, not per frame).
     clock: Option<Instant>,
+    /// Large inline sends go through the worker's pipe ([`PIPED_ABOVE`]): plain TCP
+    /// responses. Kernel TLS keeps `sendfile` (each call's end closes a record there,
+    /// and its framing is measured that way), and HTTP/2 frames are at most 16 KiB.
+    piped: bool,
 }
 
 impl Sender<'_> {
@@ -269,8 +284,16 @@ impl Sender<'_> {
             let fd = file.as_fd();
             let timed = self.batch.is_none() && self.worker.request_stats().is_some();
             let before = timed.then(Instant::now);
+            let piped = self.piped && count > PIPED_ABOVE;
             let result = self.stream.try_io(Interest::WRITABLE, || {
-                net::sendfile(sock, fd, &mut offset, count)
+                let through_pipe = piped
+                    .then(|| {
+                        self.worker.with_send_pipe(|pipe, null| {
+                            pipe.send_file(sock, fd, &mut offset, count, null)
+                        })
+                    })
+                    .flatten();
+                through_pipe.unwrap_or_else(|| net::sendfile(sock, fd, &mut offset, count))
             });
             if let (Some(stats), Some(before)) = (self.worker.request_stats(), before) {
                 let ns = u64::try_from(before.elapsed().as_nanos()).unwrap_or(u64::MAX);

@@ -15,7 +15,14 @@
 //! were not observed directly; what was measured is the effect (same document: the
 //! `fadvise64` time gone, 0.47-0.57 disk requests per response against nginx-aio's
 //! 0.72-2.08, and the throughput and CPU per GB of each way tried).
+//!
+//! The same holds for pages already in memory: `sendfile` moves them 16 pages per
+//! trip through its internal pipe, a 1 MiB pipe 256 per trip, and the socket gets
+//! larger segments (measured on loopback: 40 KB against 37 KB per segment, and 20 %
+//! less CPU per GB on 2 MiB hits; "Inline sends through a pipe" in the same document).
+//! [`Pipe::send_file`] is that send with `sendfile`'s contract, for an event loop.
 
+use std::cell::Cell;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -25,6 +32,9 @@ pub struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
     capacity: usize,
+    /// Set when [`Pipe::send_file`] could not empty the pipe after a send: it must not
+    /// be used again (the next send would put those bytes first).
+    broken: Cell<bool>,
 }
 
 impl Pipe {
@@ -50,7 +60,70 @@ impl Pipe {
             read,
             write,
             capacity,
+            broken: Cell::new(false),
         })
+    }
+
+    /// Whether a [`Pipe::send_file`] left bytes in the pipe it could not discard; such a
+    /// pipe is dropped by its owner.
+    pub fn broken(&self) -> bool {
+        self.broken.get()
+    }
+
+    /// `sendfile(2)` through this pipe: up to `count` bytes (at most the capacity) of
+    /// `file` from `*offset` to the non-blocking socket `sock`. The file's pages are
+    /// spliced into the pipe (the caller has made sure they are in memory: this waits
+    /// for the disk as `sendfile` would), then into the socket without waiting for it;
+    /// what the socket does not take is discarded into `null` (`/dev/null`), so the pipe
+    /// is empty again on return. Returns the bytes the socket took and advances `*offset`
+    /// by as many; `WouldBlock` when it took none, 0 at the end of the file, the
+    /// socket's or the file's error otherwise. Should the discard itself fail, the pipe
+    /// is [`broken`](Pipe::broken) and the call fails.
+    pub fn send_file(
+        &self,
+        sock: BorrowedFd<'_>,
+        file: BorrowedFd<'_>,
+        offset: &mut u64,
+        count: usize,
+        null: BorrowedFd<'_>,
+    ) -> io::Result<usize> {
+        if self.broken.get() {
+            return Err(io::Error::other("pipe left holding bytes"));
+        }
+        let mut read_to = *offset;
+        let n = self.fill(file, &mut read_to, count)?;
+        let mut sent = 0;
+        let mut failed = None;
+        while sent < n {
+            match self.drain(sock, n - sent) {
+                Ok(0) => {
+                    failed = Some(io::Error::other("splice to the socket moved nothing"));
+                    break;
+                }
+                Ok(m) => sent += m,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut left = n - sent;
+        while left > 0 {
+            match self.drain(null, left) {
+                Ok(m) if m > 0 => left -= m,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                _ => {
+                    self.broken.set(true);
+                    return Err(io::Error::other("could not empty the pipe"));
+                }
+            }
+        }
+        *offset += sent as u64;
+        match failed {
+            Some(e) if sent == 0 => Err(e),
+            _ => Ok(sent),
+        }
     }
 
     /// Bytes the pipe holds at most.
@@ -154,5 +227,79 @@ mod tests {
         assert_eq!(offset, len as u64);
         drop(sock);
         assert!(reader.join().unwrap() == bytes);
+    }
+
+    /// Guards `send_file`'s contract on a socket that fills: each call moves only what
+    /// the socket takes, advances the offset by exactly that, leaves the pipe empty (the
+    /// rest discarded, never sent later out of order), and says `WouldBlock` when the
+    /// socket takes nothing; the reader gets the file byte-exact.
+    #[test]
+    fn send_file_moves_what_the_socket_takes_and_leaves_the_pipe_empty() {
+        let pipe = Pipe::new(1 << 20).unwrap();
+        let len = 8 * pipe.capacity() + 777;
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let path = std::env::temp_dir().join(format!("linerate-pipe-send-{}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f.write_all(&bytes).unwrap();
+        let null = std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            // Read only once the sender has filled the socket.
+            wait.recv().unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).unwrap();
+            got
+        });
+        let sock = std::net::TcpStream::connect(addr).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        let mut offset = 0u64;
+        let mut would_block = 0;
+        let mut partial = 0;
+        let mut go = Some(go);
+        while offset < len as u64 {
+            let before = offset;
+            let want = pipe.capacity().min(len - offset as usize);
+            match pipe.send_file(sock.as_fd(), f.as_fd(), &mut offset, want, null.as_fd()) {
+                Ok(n) => {
+                    assert!(n > 0 && n <= want, "{n} of {want}");
+                    assert_eq!(offset, before + n as u64);
+                    if n < want {
+                        partial += 1;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert_eq!(offset, before);
+                    would_block += 1;
+                    if let Some(go) = go.take() {
+                        go.send(()).unwrap();
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => panic!("{e}"),
+            }
+            assert!(!pipe.broken());
+        }
+        if let Some(go) = go.take() {
+            go.send(()).unwrap();
+        }
+        assert!(
+            would_block > 0 && partial > 0,
+            "the socket never filled: {would_block} {partial}"
+        );
+        drop(sock);
+        assert!(reader.join().unwrap() == bytes, "bytes differ");
     }
 }
