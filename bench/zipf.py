@@ -10,7 +10,10 @@ What it owns: the procedure behind bench/zipf.sh. Three tests, each server on on
              library is 4.4x what the server may cache). Servers: nginx, nginx-aio
              (`aio threads`), linerate. Reports throughput, p99 of all requests and of
              the hot ones (the 1 % most popular objects, --hot-percent), disk reads per
-             request and CPU per GB.
+             request and CPU per GB. kernel-sendfile and kernel-pipe (bench/kernel-server.c,
+             built here with gcc) are the kernel's work alone, a thread per connection
+             doing only the system calls of each response: the limit beside which the
+             servers' figures are read.
   cache      the same requests through a cache in front of an nginx origin serving the
              library: nginx proxy_cache (slice 1m, proxy_cache_lock, open_file_cache,
              `aio threads`, `aio_write on`) and linerate cache mode. Each cache is filled
@@ -59,7 +62,10 @@ import proxy as P  # noqa: E402
 CG_NAME = "linerate-bench-zipf"
 CG_ROOT = Path("/sys/fs/cgroup")
 ALL_TESTS = ["appliance", "cache", "slowdisk"]
-APPLIANCE_SERVERS = ("nginx", "nginx-aio", "linerate")
+APPLIANCE_SERVERS = ("nginx", "nginx-aio", "linerate", "kernel-sendfile", "kernel-pipe")
+# The kernel's work alone (bench/kernel-server.c): a thread per connection doing only the
+# system calls of a response; the limit a real server's figures are read against.
+KERNEL_SERVERS = ("kernel-sendfile", "kernel-pipe")
 CACHE_SERVERS = ("nginx-aio", "linerate")
 CONTENT_VERSION = "1"
 SIZES = (2 << 20, 1 << 20, 128 << 10)  # video segment (1080p / 720p) and a small one
@@ -344,10 +350,28 @@ def zipf_run(cfg, cg: Cgroup, server: B.Server, test: str, rnd: int, drop_also: 
     return row
 
 
+def build_kernel_server(cfg) -> str:
+    """bench/kernel-server.c, compiled into the work directory."""
+    src = Path(__file__).resolve().parent / "kernel-server.c"
+    out = cfg.workdir / "kernel-server"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-pthread", "-o", str(out), str(src)], check=True)
+    return str(out)
+
+
+def start_kernel_server(cfg, name: str, port: int) -> B.Server:
+    way = name.removeprefix("kernel-")
+    with open(cfg.workdir / "kernel-server-stderr.log", "ab") as log_file:
+        p = B.spawn(["taskset", "-c", str(cfg.server_cpu), cfg.kernel_server, B.HOST, str(port), str(cfg.root), way],
+                    stdout=log_file, stderr=log_file)
+    B.wait_listening(port, p)
+    return B.Server(name, p, port)
+
+
 def appliance_run(cfg, cg: Cgroup, name: str, rnd: int) -> dict:
     cg.empty()
     cg.limit(cfg.mem_limit)
-    server = B.start_server(cfg, name, B.free_port())
+    port = B.free_port()
+    server = start_kernel_server(cfg, name, port) if name in KERNEL_SERVERS else B.start_server(cfg, name, port)
     try:
         return zipf_run(cfg, cg, server, "appliance", rnd, [])
     finally:
@@ -448,11 +472,23 @@ def cache_test(cfg, cg: Cgroup, rows: list[dict]) -> None:
             cg.join(server_pids(proxies[s]))
         cg.limit(cfg.mem_limit)
         cache_dirs = [cfg.pwork / ("nginx" if s.startswith("nginx") else "linerate") / "cache" for s in cfg.cache_servers]
+        # The kernel's work alone for the same bytes (bench/kernel-server.c on the
+        # library), in the same group beside the idle caches: no cache can serve them
+        # with less, so its rate is the limit of this test too.
+        order = cfg.cache_servers + cfg.cache_kernel_servers
         for rnd in range(cfg.rounds):
-            for s in cfg.cache_servers if rnd % 2 == 0 else list(reversed(cfg.cache_servers)):
+            for s in order if rnd % 2 == 0 else list(reversed(order)):
                 def one(s=s, rnd=rnd):
                     before = sum(1 for l in P.read_origin_log(origin) if l.uri.startswith("/v/"))
                     files = [f for d in cache_dirs for f in files_under(d)]
+                    if s in KERNEL_SERVERS:
+                        server = start_kernel_server(cfg, s, B.free_port())
+                        try:
+                            row = zipf_run(cfg, cg, server, "cache", rnd, files)
+                        finally:
+                            B.stop(server.proc)
+                        row["origin_requests"] = 0
+                        return row
                     row = zipf_run(cfg, cg, proxies[s], "cache", rnd, files)
                     P.wait_origin_idle(origin, 5)
                     row["origin_requests"] = sum(1 for l in P.read_origin_log(origin) if l.uri.startswith("/v/")) - before
@@ -524,6 +560,14 @@ def zipf_table(rows: list[dict], test: str, servers) -> list[str]:
                            f"{a[0]['cpu_s_per_gb'] / b[0]['cpu_s_per_gb']:.2f}× CPU/GB")
         if per:
             lines.append(f"| per round vs {other} | " + "; ".join(per) + " |" + " |" * (len(cols) - 1))
+    for k in [k for k in KERNEL_SERVERS if k in meds]:
+        # Each server against the kernel's work alone: how much of the limit it reaches.
+        kr = meds[k].get("requests_per_s")
+        cells = [f"{s} {meds[s]['requests_per_s'] / kr:.2f}×" for s in meds
+                 if s not in KERNEL_SERVERS and kr and meds[s].get("requests_per_s")]
+        if cells:
+            lines.append(f"| req/s as a share of {k} (the kernel's work alone) | " + "; ".join(cells) + " |"
+                         + " |" * (len(cols) - 1))
     for s in servers:
         bad = [r for r in rs if r["server"] == s and (r.get("origin_requests") or r.get("fill_not_200")
                                                      or r.get("fill_second_pass_origin_requests") or r.get("errors"))]
@@ -606,12 +650,13 @@ def main() -> int:
         if t not in ALL_TESTS:
             ap.error(f"unknown test {t}")
     for s in servers:
-        if s not in B.SERVERS or s == "linerate-base":
+        if (s not in B.SERVERS and s not in KERNEL_SERVERS) or s == "linerate-base":
             ap.error(f"unknown server {s}")
     cfg.mem_limit = parse_size(cfg.mem_limit)
     cfg.read_bps = parse_size(cfg.read_bps)
     cfg.hot_count = max(1, round(cfg.objects * cfg.hot_percent / 100))
     cfg.cache_servers = [s for s in CACHE_SERVERS if s in servers]
+    cfg.cache_kernel_servers = [s for s in KERNEL_SERVERS if s in servers]
     # bench.py / proxy.py settings their functions read from cfg.
     cfg.linerate_base = None
     cfg.linerate_args = []
@@ -620,6 +665,7 @@ def main() -> int:
     cfg.generator = cfg.generator.split() if cfg.generator else B.default_generator(cfg.linerate)
     cfg.workdir = cfg.workdir.resolve()
     cfg.workdir.mkdir(parents=True, exist_ok=True)
+    cfg.kernel_server = build_kernel_server(cfg) if any(s in KERNEL_SERVERS for s in servers) else None
     cfg.lib_root = cfg.workdir / "lib"
     cfg.cold_root = cfg.workdir / "cold"
     cfg.root = cfg.lib_root
@@ -656,8 +702,9 @@ def main() -> int:
         if "cache" in tests and cfg.cache_servers:
             cache_test(cfg, cg, rows)
         if "slowdisk" in tests:
+            slow = [s for s in servers if s not in KERNEL_SERVERS]  # the limit is the appliance test's
             for rnd in range(cfg.rounds):
-                for s in servers if rnd % 2 == 0 else list(reversed(servers)):
+                for s in slow if rnd % 2 == 0 else list(reversed(slow)):
                     for with_cold in (False, True):
                         row = retrying(cfg, lambda s=s, rnd=rnd, w=with_cold: slowdisk_run(cfg, cg, s, rnd, w),
                                        f"slowdisk r{rnd} {s}")
@@ -679,7 +726,7 @@ def main() -> int:
         }
         out_path.write_text(json.dumps({"meta": meta, "runs": rows}, indent=1))
         log(f"results: {out_path}")
-    lines = zipf_table(rows, "appliance", servers) + [""] + zipf_table(rows, "cache", cfg.cache_servers) + [""] \
+    lines = zipf_table(rows, "appliance", servers) + [""] + zipf_table(rows, "cache", cfg.cache_servers + cfg.cache_kernel_servers) + [""] \
         + slowdisk_table(rows, servers)
     print("\n".join(lines).strip())
     return 0
