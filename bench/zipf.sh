@@ -13,6 +13,9 @@
 #   bench/zipf.sh                                  all three tests, 3 rounds (~15 min)
 #   bench/zipf.sh --tests appliance --rounds 1     one test
 #   bench/zipf.sh --wait-quiet 120 --retries 1     on a shared machine
+#   bench/zipf.sh --tests appliance,cache --servers nginx-aio,linerate,kernel-sendfile,kernel-pipe
+#                                                  with the kernel's work alone beside them
+#                                                  (bench/kernel-server.c, built with gcc)
 #   bench/zipf.sh --help                           every option (they are zipf.py's)
 #
 # Content (~3.9 GB: the 3.4 GiB library and 0.5 GB for the slow-disk test) is written
