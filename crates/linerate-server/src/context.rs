@@ -26,7 +26,7 @@ use tokio::sync::Notify;
 use crate::accesslog::AccessLog;
 use crate::clock::DateCache;
 use crate::coldpool::ColdPool;
-use crate::openfiles::OpenFileCache;
+use crate::openfiles::{Hot, OpenFileCache, StoredHot};
 use crate::operate::Metrics;
 use crate::options::ServerOptions;
 use crate::park::Parking;
@@ -139,6 +139,8 @@ pub(crate) struct Worker {
     tls_chunks: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
     /// The pipe this worker's inline sends of file bytes go through (`transfer`).
     send_pipe: RefCell<SendPipe>,
+    /// Residency proofs of the store's files this worker sent from (cache mode).
+    stored_hot: StoredHot,
 }
 
 /// Size asked for a worker's send pipe (the pool threads' size, `coldpool`).
@@ -178,6 +180,7 @@ impl Worker {
             tls_config: RefCell::new(tls_config),
             tls_chunks: RefCell::new(Vec::new()),
             send_pipe: RefCell::new(SendPipe::Untried),
+            stored_hot: StoredHot::default(),
             live: RefCell::new(Rc::new(Live::new(options))),
             reloads: Cell::new(0),
             reload_notify: Notify::new(),
@@ -227,6 +230,12 @@ impl Worker {
             *state = SendPipe::Untried;
         }
         Some(out)
+    }
+
+    /// The residency proof of a store file (cache mode) for this worker: the same one
+    /// for every response sent from the same open file (see [`StoredHot`]).
+    pub(crate) fn stored_hot(&self, file: &Arc<File>) -> Rc<Hot> {
+        self.stored_hot.get(file)
     }
 
     /// Connections open now (tasks and parked).

@@ -209,7 +209,10 @@ impl Sender<'_> {
                 while let Some(piece) = body.next().await? {
                     match piece {
                         Piece::Bytes(b) => out.bytes(b, Flush::Now).await?,
-                        Piece::File(file, range) => out.file(file, range, None).await?,
+                        Piece::File(file, range) => {
+                            let hot = out.worker.stored_hot(file);
+                            out.file(file, range, Some(&hot)).await?
+                        }
                         Piece::Written(file, range) => {
                             let hot = crate::openfiles::Hot::default();
                             hot.proved(Instant::now(), range.start, range.start + range.len);
