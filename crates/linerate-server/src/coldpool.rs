@@ -338,7 +338,7 @@ fn send_piped(job: &SendJob, pipe: &Pipe, null: &File) -> (Sent, bool) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => e,
             };
-            if !discard(pipe, null, left) {
+            if !pipe.discard(null.as_fd(), left) {
                 return (
                     Sent {
                         bytes,
@@ -389,25 +389,12 @@ fn warm_piped(pipe: &Pipe, null: &File, file: &File, mut offset: u64, len: u64) 
         match pipe.fill(file.as_fd(), &mut offset, want) {
             Ok(0) => return true,
             Ok(n) => {
-                if !discard(pipe, null, n) {
+                if !pipe.discard(null.as_fd(), n) {
                     return false;
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return true,
-        }
-    }
-    true
-}
-
-/// Empty `len` bytes the pipe holds into `null`; false if it could not.
-fn discard(pipe: &Pipe, null: &File, mut len: usize) -> bool {
-    while len > 0 {
-        match pipe.drain(null.as_fd(), len) {
-            Ok(0) => return false,
-            Ok(n) => len -= n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return false,
         }
     }
     true

@@ -70,6 +70,20 @@ impl Pipe {
         self.broken.get()
     }
 
+    /// Empty `len` bytes the pipe holds into `null` (`/dev/null`: the pages are
+    /// dropped, never copied); false if it could not.
+    pub fn discard(&self, null: BorrowedFd<'_>, mut len: usize) -> bool {
+        while len > 0 {
+            match self.drain(null, len) {
+                Ok(0) => return false,
+                Ok(n) => len -= n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
     /// `sendfile(2)` through this pipe: up to `count` bytes (at most the capacity) of
     /// `file` from `*offset` to the non-blocking socket `sock`. The file's pages are
     /// spliced into the pipe (the caller has made sure they are in memory: this waits
@@ -108,16 +122,9 @@ impl Pipe {
                 }
             }
         }
-        let mut left = n - sent;
-        while left > 0 {
-            match self.drain(null, left) {
-                Ok(m) if m > 0 => left -= m,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                _ => {
-                    self.broken.set(true);
-                    return Err(io::Error::other("could not empty the pipe"));
-                }
-            }
+        if !self.discard(null, n - sent) {
+            self.broken.set(true);
+            return Err(io::Error::other("could not empty the pipe"));
         }
         *offset += sent as u64;
         match failed {
