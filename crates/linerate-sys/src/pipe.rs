@@ -236,6 +236,15 @@ mod tests {
         assert!(reader.join().unwrap() == bytes);
     }
 
+    /// Bytes the pipe holds now (`FIONREAD` on its read end).
+    fn held(pipe: &Pipe) -> usize {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD on a live pipe descriptor writes one int to `n`.
+        let rc = unsafe { libc::ioctl(pipe.read.as_raw_fd(), libc::FIONREAD, &mut n) };
+        assert_eq!(rc, 0, "FIONREAD: {}", io::Error::last_os_error());
+        n as usize
+    }
+
     /// Guards `send_file`'s contract on a socket that fills: each call moves only what
     /// the socket takes, advances the offset by exactly that, leaves the pipe empty (the
     /// rest discarded, never sent later out of order), and says `WouldBlock` when the
@@ -298,6 +307,7 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
             assert!(!pipe.broken());
+            assert_eq!(held(&pipe), 0, "send_file left bytes in the pipe");
         }
         if let Some(go) = go.take() {
             go.send(()).unwrap();
