@@ -117,8 +117,11 @@ impl Hot {
 /// response only gets a proof that dies with it; full, the map drops its dead entries.
 #[derive(Default)]
 pub(crate) struct StoredHot {
-    proofs: std::cell::RefCell<HashMap<usize, (std::sync::Weak<File>, Rc<Hot>)>>,
+    proofs: std::cell::RefCell<HashMap<usize, Proof>>,
 }
+
+/// One file's entry in [`StoredHot`]: the file (not kept open) and its proof.
+type Proof = (std::sync::Weak<File>, Rc<Hot>);
 
 /// Most entries in a worker's [`StoredHot`] before the dead ones are dropped.
 const STORED_HOT_MAX: usize = 8192;
