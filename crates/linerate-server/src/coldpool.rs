@@ -50,7 +50,7 @@ const SCRATCH_BYTES: usize = 256 * 1024;
 
 /// Size asked for each pool thread's pipe: one splice from a cold file asks the read
 /// path for this much at once (see `linerate_sys::pipe`).
-const PIPE_BYTES: usize = 1024 * 1024;
+pub(crate) const PIPE_BYTES: usize = 1024 * 1024;
 
 /// Most bytes asked of one `sendfile` call in a send job.
 const SEND_CHUNK: usize = 2 * 1024 * 1024;

@@ -143,9 +143,6 @@ pub(crate) struct Worker {
     stored_hot: StoredHot,
 }
 
-/// Size asked for a worker's send pipe (the pool threads' size, `coldpool`).
-const SEND_PIPE_BYTES: usize = 1 << 20;
-
 /// A worker's pipe for inline file sends, made at its first use.
 enum SendPipe {
     Untried,
@@ -212,7 +209,7 @@ impl Worker {
         let mut state = self.send_pipe.borrow_mut();
         if matches!(*state, SendPipe::Untried) {
             *state = match (
-                Pipe::new(SEND_PIPE_BYTES),
+                Pipe::new(crate::coldpool::PIPE_BYTES),
                 File::options().write(true).open("/dev/null"),
             ) {
                 (Ok(pipe), Ok(null)) => SendPipe::Ready(pipe, null),
