@@ -48,8 +48,8 @@ const QUEUE_SLOTS_PER_THREAD: usize = 64;
 /// Scratch buffer per pool thread: one warm job reads at most this much per `pread`.
 const SCRATCH_BYTES: usize = 256 * 1024;
 
-/// Size asked for each pool thread's pipe: one splice from a cold file asks the read
-/// path for this much at once (see `linerate_sys::pipe`).
+/// Size asked for each pool thread's pipe (and each worker's, `transfer`): one splice
+/// from a cold file asks the read path for this much at once (see `linerate_sys::pipe`).
 pub(crate) const PIPE_BYTES: usize = 1024 * 1024;
 
 /// Most bytes asked of one `sendfile` call in a send job.
