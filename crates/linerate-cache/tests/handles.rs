@@ -117,9 +117,8 @@ fn objects_leaving_the_store_close_their_files() {
     put(&store, b"a", b"first");
     check_hit(&store, b"a", b"first").unwrap();
     check_hit(&store, b"a", b"first").unwrap();
-    // Once, in a loaded full run, a second descriptor of this object was still open
-    // here (2 where 1 was asserted) and gone by the purge's check below; whose it was
-    // was not found. Wait up to 5 s for the count to settle, so what follows counts
+    // Once, in a loaded full run, a second descriptor under this store was still open
+    // here (2 where 1 was asserted); whose it was was not found. Wait up to 5 s for the count to settle, so what follows counts
     // only the kept file (the purge's own check stays immediate).
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while open_under(dir.path()).len() > 1 && std::time::Instant::now() < deadline {
