@@ -219,6 +219,63 @@ fn data_never_exceeds_the_window() {
     assert!(got == body);
 }
 
+/// A multipart range response through a 7-byte stream window, opened 7 bytes at a
+/// time: frame boundaries fall inside part heads (byte chunks), file ranges and the
+/// trailer, and the body is HTTP/1.1's byte for byte (boundaries aside). Guards the
+/// DATA turn, which frames byte chunks and file ranges from one buffer and debits the
+/// windows once per turn.
+#[test]
+fn a_multipart_body_through_a_tiny_window_is_exact() {
+    let body = content(100_000, 6);
+    let (_lib, srv) = appliance(&[("v.mp4", &body)], "");
+    let ranges = "bytes=0-9,5000-5099,99990-";
+    let h1 = srv.get("/v.mp4", &[&format!("range: {ranges}")]);
+    assert_eq!(h1.status, 206);
+    let boundary = |content_type: &str| {
+        content_type
+            .split("boundary=")
+            .nth(1)
+            .expect("a multipart boundary")
+            .to_owned()
+    };
+    let h1_boundary = boundary(h1.header("content-type").unwrap());
+    let mut raw = Raw::connect(srv.addr, &[(4, 7)], 1 << 20);
+    let req = raw.get(1, "/v.mp4", &[("range", ranges)]);
+    raw.send(&req);
+    let mut got = Vec::new();
+    let mut h2_boundary = None;
+    let mut credit = 7;
+    loop {
+        match raw.next().expect("closed") {
+            Got::Headers { fields, .. } => {
+                let ct = fields.iter().find(|(n, _)| n == "content-type").unwrap();
+                h2_boundary = Some(boundary(&ct.1));
+            }
+            Got::Data { data, end, .. } => {
+                assert!(data.len() <= credit, "{} bytes past the window", data.len());
+                credit -= data.len();
+                got.extend_from_slice(&data);
+                if end {
+                    break;
+                }
+                if credit == 0 {
+                    let mut more = Vec::new();
+                    frame::write_window_update(&mut more, 1, 7);
+                    raw.send(&more);
+                    credit = 7;
+                }
+            }
+            Got::Reset { code, .. } => panic!("reset: {code:?}"),
+            _ => {}
+        }
+    }
+    let h2_boundary = h2_boundary.expect("HEADERS before DATA");
+    let got = String::from_utf8_lossy(&got).replace(&h2_boundary, "B");
+    let want = String::from_utf8_lossy(&h1.body).replace(&h1_boundary, "B");
+    assert!(got.len() > 300, "{got}");
+    assert_eq!(got, want);
+}
+
 /// A playlist asked after a large segment on the same connection is not queued behind
 /// it: it is sent at a more urgent priority (RFC 9218), so it ends after at most a turn
 /// or two of the segment's DATA (256 KiB each), not after the segment's queue (2 MiB).
