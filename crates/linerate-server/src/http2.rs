@@ -32,7 +32,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use linerate_http::h2::conn::{Connection, Event, Limits, RequestHead2};
-use linerate_http::h2::frame::ErrorCode;
+use linerate_http::h2::frame::{self, ErrorCode, HEADER_LEN};
 use linerate_http::range::ByteRange;
 use linerate_http::request::FieldBuf;
 use linerate_http::{parse_request, ParseOutcome};
@@ -104,7 +104,7 @@ const HELD_BYTES: u64 = 64 * 1024;
 
 /// The largest DATA payload on a kernel-TLS connection: header and payload make one
 /// full TLS record (2^14 bytes of plaintext).
-const KTLS_FRAME: u32 = (1 << 14) - linerate_http::h2::frame::HEADER_LEN as u32;
+const KTLS_FRAME: u32 = (1 << 14) - HEADER_LEN as u32;
 
 /// Urgency given to playlists, manifests and LL-HLS parts (RFC 9218 §4.1: 0 is the
 /// most urgent, 3 the default).
@@ -786,10 +786,7 @@ impl H2<'_> {
             let mut out = s.out.borrow_mut();
             // The index in `t.files` of the front chunk's file, once taken.
             let mut front_file: Option<usize> = None;
-            loop {
-                let Some(front) = out.chunks.front_mut() else {
-                    break;
-                };
+            while let Some(front) = out.chunks.front_mut() {
                 let len = front.len();
                 if len == 0 {
                     out.chunks.pop_front();
@@ -801,7 +798,7 @@ impl H2<'_> {
                 }
                 let n = len.min(u64::from(window)).min(u64::from(max_frame)) as u32;
                 let header_at = t.bytes.len();
-                t.bytes.extend_from_slice(&[0; linerate_http::h2::frame::HEADER_LEN]);
+                t.bytes.extend_from_slice(&[0; HEADER_LEN]);
                 let bytes = match front {
                     Chunk::Bytes(b) => {
                         t.bytes.extend_from_slice(&b[..n as usize]);
@@ -828,8 +825,8 @@ impl H2<'_> {
                     out.held -= u64::from(n);
                 }
                 let end = out.done && out.chunks.is_empty() && out.failed.is_none();
-                t.bytes[header_at..header_at + linerate_http::h2::frame::HEADER_LEN]
-                    .copy_from_slice(&linerate_http::h2::frame::data_header(id, n, end));
+                t.bytes[header_at..header_at + HEADER_LEN]
+                    .copy_from_slice(&frame::data_header(id, n, end));
                 window -= n;
                 total += n;
                 out.sent += u64::from(n);

@@ -923,7 +923,11 @@ fn a_batch_of_data_frames_debits_both_windows_once() {
     assert_eq!(c.send_window(1), DEFAULT_WINDOW);
     assert!(c.data_frames(1, 40_000, false));
     assert_eq!(c.send_window(1), DEFAULT_WINDOW - 40_000);
-    assert_eq!(c.send_window(3), DEFAULT_WINDOW - 40_000, "the connection's too");
+    assert_eq!(
+        c.send_window(3),
+        DEFAULT_WINDOW - 40_000,
+        "the connection's too"
+    );
     assert!(c.data_frames(1, 5_000, true));
     assert_eq!(c.send_window(1), 0, "ended: not open");
     assert!(!c.data_frames(1, 1, false), "a closed stream takes nothing");
