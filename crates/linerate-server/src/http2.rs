@@ -235,6 +235,13 @@ impl Turn {
     }
 }
 
+/// Whether the socket has bytes (or an end) to read as of the event loop's last look,
+/// without waiting and without a system call.
+fn readable_now(tcp: &tokio::net::TcpStream) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    tcp.poll_read_ready(&mut cx).is_ready()
+}
+
 /// An empty vector of parts holding `v`'s allocation, for borrows of another lifetime
 /// (collected in place: no allocation).
 fn recycle<'a>(mut v: Vec<Part<'_>>) -> Vec<Part<'a>> {
@@ -332,6 +339,8 @@ impl H2<'_> {
         let mut first = true;
         // Since when every stream with bytes to send has waited on flow control.
         let mut blocked_since: Option<Instant> = None;
+        // The client's end of stream was read between DATA turns.
+        let mut ended = false;
         loop {
             // Bytes the state machine left (it stops consuming while its output is
             // full, until that is written below).
@@ -349,6 +358,21 @@ impl H2<'_> {
                     // Let the streams' tasks queue more (and the worker's other
                     // connections run) between turns.
                     tokio::task::yield_now().await;
+                    // Requests that came meanwhile (a playlist while a segment is sent)
+                    // are read now, not once nothing is left to send, so that their
+                    // priority counts. No system call unless the socket is readable.
+                    // The client's end of stream is acted on where it was before: once
+                    // nothing is left to send (below).
+                    if !ended && self.buf.len() < MAX_BUFFERED && readable_now(self.io.tcp()) {
+                        match self.read() {
+                            Ok(true) => {}
+                            Ok(false) => ended = true,
+                            Err(why) => {
+                                let _ = self.flush().await;
+                                return why;
+                            }
+                        }
+                    }
                     continue;
                 }
                 Ok(false) => {}

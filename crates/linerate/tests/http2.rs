@@ -324,6 +324,61 @@ fn a_playlist_is_not_queued_behind_a_segment() {
     );
 }
 
+/// A playlist asked while a large segment is being sent on the same connection is read
+/// and answered before the segment ends: the connection reads new requests between its
+/// DATA turns, not only once nothing is left to send (it used to send the whole 32 MiB
+/// segment before reading the request, so RFC 9218 urgency never came into play).
+#[test]
+fn a_playlist_asked_mid_segment_is_not_queued_behind_it() {
+    let seg = content(32 * 1024 * 1024, 7);
+    let playlist = b"#EXTM3U\n#EXT-X-VERSION:3\n";
+    let (_lib, srv) = appliance(&[("seg.ts", &seg), ("live.m3u8", playlist)], "");
+    let mut raw = Raw::connect(srv.addr, &[(4, 64 << 20)], 1 << 30);
+    let req = raw.get(1, "/seg.ts", &[]);
+    raw.send(&req);
+    let mut seg_got = Vec::new();
+    let mut asked = false;
+    let mut seg_before_playlist = None;
+    let mut seg_done = false;
+    while !(seg_done && seg_before_playlist.is_some()) {
+        match raw.next().expect("closed") {
+            Got::Data {
+                stream: 1,
+                data,
+                end,
+            } => {
+                seg_got.extend_from_slice(&data);
+                seg_done = end;
+                if !asked {
+                    // The segment is under way: ask for the playlist now.
+                    let req = raw.get(3, "/live.m3u8", &[]);
+                    raw.send(&req);
+                    asked = true;
+                }
+            }
+            Got::Data {
+                stream: 3,
+                end: true,
+                ..
+            }
+            | Got::Headers {
+                stream: 3,
+                end: true,
+                ..
+            } => {
+                seg_before_playlist = Some(seg_got.len());
+            }
+            _ => {}
+        }
+    }
+    assert!(seg_got == seg);
+    let before = seg_before_playlist.unwrap();
+    assert!(
+        before <= 16 * 1024 * 1024,
+        "{before} of 33554432 segment bytes went before the playlist"
+    );
+}
+
 /// Cache mode: 20 streams of one connection asking one uncached object at once cost
 /// one origin request, and every stream gets the whole body.
 #[test]
