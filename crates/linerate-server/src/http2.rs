@@ -32,7 +32,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use linerate_http::h2::conn::{Connection, Event, Limits, RequestHead2};
-use linerate_http::h2::frame::ErrorCode;
+use linerate_http::h2::frame::{self, ErrorCode, HEADER_LEN};
 use linerate_http::range::ByteRange;
 use linerate_http::request::FieldBuf;
 use linerate_http::{parse_request, ParseOutcome};
@@ -104,7 +104,7 @@ const HELD_BYTES: u64 = 64 * 1024;
 
 /// The largest DATA payload on a kernel-TLS connection: header and payload make one
 /// full TLS record (2^14 bytes of plaintext).
-const KTLS_FRAME: u32 = (1 << 14) - linerate_http::h2::frame::HEADER_LEN as u32;
+const KTLS_FRAME: u32 = (1 << 14) - HEADER_LEN as u32;
 
 /// Urgency given to playlists, manifests and LL-HLS parts (RFC 9218 §4.1: 0 is the
 /// most urgent, 3 the default).
@@ -177,6 +177,78 @@ struct Out {
     sent: u64,
 }
 
+/// One turn's frames, planned before they are sent (`H2::send_turn`). Kept from turn
+/// to turn, so its buffers are allocated once per connection, not per frame or turn.
+#[derive(Default)]
+struct Turn {
+    /// Everything the turn sends from memory, in order: control frames, DATA frame
+    /// headers, byte payloads.
+    bytes: Vec<u8>,
+    /// File payloads: where in `bytes` each goes (before the byte at that offset), the
+    /// index of its file in `files`, and its range.
+    payloads: Vec<(usize, usize, ByteRange)>,
+    /// The files the payloads come from: one entry per queued chunk, not per frame.
+    files: Vec<(FileRef, Option<Rc<Hot>>)>,
+    /// The parts handed to the transport: empty between turns, kept for its allocation.
+    parts: Vec<Part<'static>>,
+}
+
+impl Turn {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.payloads.clear();
+        self.files.clear();
+    }
+
+    /// `n` bytes of `files[file]` from `start` follow what `bytes` holds now.
+    fn frame_payload(&mut self, file: usize, start: u64, n: u32) {
+        let range = ByteRange {
+            start,
+            len: u64::from(n),
+        };
+        self.payloads.push((self.bytes.len(), file, range));
+    }
+
+    /// Send the turn as one batch: runs of `bytes` between the file payloads.
+    async fn send(&mut self, worker: &Worker, io: &mut Transport) -> Result<(), TransferError> {
+        let mut parts = recycle(std::mem::take(&mut self.parts));
+        let mut at = 0;
+        for &(upto, i, range) in &self.payloads {
+            if upto > at {
+                parts.push(Part::Bytes(&self.bytes[at..upto]));
+                at = upto;
+            }
+            let (file, hot) = &self.files[i];
+            parts.push(Part::File(file, range, hot.as_deref()));
+        }
+        if at < self.bytes.len() {
+            parts.push(Part::Bytes(&self.bytes[at..]));
+        }
+        let r = if parts.is_empty() {
+            Ok(())
+        } else {
+            let mut sent = 0;
+            io.send_parts(worker, &parts, &mut sent).await
+        };
+        self.parts = recycle(parts);
+        r
+    }
+}
+
+/// Whether the socket has bytes (or an end) to read as of the event loop's last look,
+/// without waiting and without a system call.
+fn readable_now(tcp: &tokio::net::TcpStream) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    tcp.poll_read_ready(&mut cx).is_ready()
+}
+
+/// An empty vector of parts holding `v`'s allocation, for borrows of another lifetime
+/// (collected in place: no allocation).
+fn recycle<'a>(mut v: Vec<Part<'_>>) -> Vec<Part<'a>> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("cleared")).collect()
+}
+
 /// One open request stream.
 struct Stream {
     out: Rc<RefCell<Out>>,
@@ -221,6 +293,7 @@ pub(crate) async fn serve(
         going_away: false,
         gate,
         reloads: worker.reloads(),
+        turn: Turn::default(),
     };
     let why = c.run().await;
     for (_, s) in c.streams.drain() {
@@ -252,6 +325,8 @@ struct H2<'w> {
     gate: Gate,
     /// The worker's reload count when the gate was last read.
     reloads: u64,
+    /// The DATA turn being planned and sent (its buffers reused).
+    turn: Turn,
 }
 
 impl H2<'_> {
@@ -264,6 +339,8 @@ impl H2<'_> {
         let mut first = true;
         // Since when every stream with bytes to send has waited on flow control.
         let mut blocked_since: Option<Instant> = None;
+        // The client's end of stream was read between DATA turns.
+        let mut ended = false;
         loop {
             // Bytes the state machine left (it stops consuming while its output is
             // full, until that is written below).
@@ -281,6 +358,21 @@ impl H2<'_> {
                     // Let the streams' tasks queue more (and the worker's other
                     // connections run) between turns.
                     tokio::task::yield_now().await;
+                    // Requests that came meanwhile (a playlist while a segment is sent)
+                    // are read now, not once nothing is left to send, so that their
+                    // priority counts. No system call unless the socket is readable.
+                    // The client's end of stream is acted on where it was before: once
+                    // nothing is left to send (below).
+                    if !ended && self.buf.len() < MAX_BUFFERED && readable_now(self.io.tcp()) {
+                        match self.read() {
+                            Ok(true) => {}
+                            Ok(false) => ended = true,
+                            Err(why) => {
+                                let _ = self.flush().await;
+                                return why;
+                            }
+                        }
+                    }
                     continue;
                 }
                 Ok(false) => {}
@@ -689,6 +781,13 @@ impl H2<'_> {
 
     /// Send up to [`TURN_BYTES`] of stream `id`'s body as DATA frames (ending it when
     /// its body is done), with any pending control frames in front.
+    ///
+    /// The turn is planned first, then sent as one batch of parts: every byte the turn
+    /// sends from memory (control frames, the 9-byte frame headers, byte payloads) goes
+    /// into one reused buffer, each file payload is a range of a file the turn holds
+    /// once per queued chunk (not per frame), and both send windows are debited once
+    /// for the whole turn. So a frame costs its two system calls and no allocation,
+    /// reference count or stream lookup of its own.
     async fn send_turn(&mut self, id: u32) -> Result<(), TransferError> {
         // On kernel TLS a frame's header and payload fill exactly one 16 KiB record:
         // each sendfile ends its record, so a 16,384-byte payload after the 9-byte
@@ -697,63 +796,78 @@ impl H2<'_> {
             Transport::Ktls(_) => self.conn.peer_max_frame_size().min(KTLS_FRAME),
             _ => self.conn.peer_max_frame_size(),
         };
-        let mut batch: Vec<Chunk> = Vec::new();
-        let mut headers: Vec<u8> = std::mem::take(self.conn.output());
-        let mut budget = TURN_BYTES;
+        let mut t = std::mem::take(&mut self.turn);
+        t.clear();
+        // Pending control frames (HEADERS, WINDOW_UPDATE, ...) go in front.
+        let output = self.conn.output();
+        t.bytes.extend_from_slice(output);
+        output.clear();
+        let mut window = self.conn.send_window(id).min(TURN_BYTES);
         let s = self.streams.get_mut(&id).expect("picked stream");
+        let mut total = 0u32;
         let mut ended = false;
         {
             let mut out = s.out.borrow_mut();
-            loop {
-                let window = self.conn.send_window(id).min(budget);
-                let Some(front) = out.chunks.front_mut() else {
-                    break;
-                };
+            // The index in `t.files` of the front chunk's file, once taken.
+            let mut front_file: Option<usize> = None;
+            while let Some(front) = out.chunks.front_mut() {
                 let len = front.len();
                 if len == 0 {
                     out.chunks.pop_front();
+                    front_file = None;
                     continue;
                 }
                 if window == 0 {
                     break;
                 }
                 let n = len.min(u64::from(window)).min(u64::from(max_frame)) as u32;
-                let piece = split_front(front, n as u64);
-                if n as u64 == len {
+                let header_at = t.bytes.len();
+                t.bytes.extend_from_slice(&[0; HEADER_LEN]);
+                let bytes = match front {
+                    Chunk::Bytes(b) => {
+                        t.bytes.extend_from_slice(&b[..n as usize]);
+                        b.drain(..n as usize);
+                        true
+                    }
+                    Chunk::File(f, r, hot) => {
+                        let i = *front_file.get_or_insert_with(|| {
+                            t.files.push((f.clone(), hot.clone()));
+                            t.files.len() - 1
+                        });
+                        t.frame_payload(i, r.start, n);
+                        r.start += u64::from(n);
+                        r.len -= u64::from(n);
+                        false
+                    }
+                };
+                if u64::from(n) == len {
                     out.chunks.pop_front();
+                    front_file = None;
                 }
-                out.queued -= n as u64;
-                if matches!(piece, Chunk::Bytes(_)) {
-                    out.held -= n as u64;
+                out.queued -= u64::from(n);
+                if bytes {
+                    out.held -= u64::from(n);
                 }
                 let end = out.done && out.chunks.is_empty() && out.failed.is_none();
-                let Some(header) = self.conn.data_frame(id, n, end) else {
-                    break;
-                };
-                // The frame header rides with the bytes before it.
-                push_frame_header(&mut batch, &mut headers, &header);
-                match piece {
-                    Chunk::Bytes(b) => {
-                        if let Some(Chunk::Bytes(last)) = batch.last_mut() {
-                            last.extend_from_slice(&b);
-                        }
-                    }
-                    file => batch.push(file),
-                }
-                budget -= n;
+                t.bytes[header_at..header_at + HEADER_LEN]
+                    .copy_from_slice(&frame::data_header(id, n, end));
+                window -= n;
+                total += n;
                 out.sent += u64::from(n);
                 if end {
                     ended = true;
                     break;
                 }
-                if budget == 0 {
-                    break;
-                }
+            }
+            // Debit both windows for the turn's frames (`window` was the stream's: it
+            // is open).
+            if total > 0 {
+                self.conn.data_frames(id, total, ended);
             }
             if !ended && out.done && out.chunks.is_empty() && out.failed.is_none() {
                 // Everything sent: an empty DATA frame carries the END_STREAM flag.
                 if let Some(header) = self.conn.data_frame(id, 0, true) {
-                    push_frame_header(&mut batch, &mut headers, &header);
+                    t.bytes.extend_from_slice(&header);
                 }
                 ended = true;
             }
@@ -762,18 +876,9 @@ impl H2<'_> {
                 s.room.notify_one();
             }
         }
-        if !headers.is_empty() {
-            batch.insert(0, Chunk::Bytes(headers));
-        }
-        let parts: Vec<Part<'_>> = batch
-            .iter()
-            .map(|c| match c {
-                Chunk::Bytes(b) => Part::Bytes(b),
-                Chunk::File(f, r, hot) => Part::File(f, *r, hot.as_deref()),
-            })
-            .collect();
-        let mut sent = 0;
-        let r = self.io.send_parts(self.worker, &parts, &mut sent).await;
+        let r = t.send(self.worker, &mut self.io).await;
+        t.files.clear();
+        self.turn = t;
         if ended {
             if let Some(s) = self.streams.remove(&id) {
                 self.finish(id, s, r.is_ok());
@@ -827,25 +932,6 @@ impl H2<'_> {
             if let Some(st) = stats {
                 st.leave(ConnState::Active);
             }
-        }
-    }
-}
-
-/// The first `n` bytes of `chunk` as a chunk of their own; `chunk` keeps the rest.
-fn split_front(chunk: &mut Chunk, n: u64) -> Chunk {
-    match chunk {
-        Chunk::Bytes(b) => {
-            let rest = b.split_off(n as usize);
-            Chunk::Bytes(std::mem::replace(b, rest))
-        }
-        Chunk::File(f, r, hot) => {
-            let head = ByteRange {
-                start: r.start,
-                len: n,
-            };
-            r.start += n;
-            r.len -= n;
-            Chunk::File(f.clone(), head, hot.clone())
         }
     }
 }
@@ -1045,20 +1131,6 @@ async fn push(out: &Rc<RefCell<Out>>, room: &Notify, wake: &Notify, chunk: Chunk
 /// prefetch reads them by).
 fn is_playlist(value: &[u8]) -> bool {
     linerate_http::hls::is_playlist_type(value) || linerate_http::dash::is_mpd_type(value)
-}
-
-/// A DATA frame's 9-byte header goes at the end of the batch's last byte chunk (the
-/// frame before it ended in bytes), else in a new one that starts with the pending
-/// control frames (`headers`, taken).
-fn push_frame_header(batch: &mut Vec<Chunk>, headers: &mut Vec<u8>, header: &[u8]) {
-    match batch.last_mut() {
-        Some(Chunk::Bytes(b)) => b.extend_from_slice(header),
-        _ => {
-            let mut b = std::mem::take(headers);
-            b.extend_from_slice(header);
-            batch.push(Chunk::Bytes(b));
-        }
-    }
 }
 
 /// Split an HTTP/1.1 response head (as the handlers write it) into HTTP/2 fields

@@ -219,6 +219,63 @@ fn data_never_exceeds_the_window() {
     assert!(got == body);
 }
 
+/// A multipart range response through a 7-byte stream window, opened 7 bytes at a
+/// time: frame boundaries fall inside part heads (byte chunks), file ranges and the
+/// trailer, and the body is HTTP/1.1's byte for byte (boundaries aside). Guards the
+/// DATA turn, which frames byte chunks and file ranges from one buffer and debits the
+/// windows once per turn.
+#[test]
+fn a_multipart_body_through_a_tiny_window_is_exact() {
+    let body = content(100_000, 6);
+    let (_lib, srv) = appliance(&[("v.mp4", &body)], "");
+    let ranges = "bytes=0-9,5000-5099,99990-";
+    let h1 = srv.get("/v.mp4", &[&format!("range: {ranges}")]);
+    assert_eq!(h1.status, 206);
+    let boundary = |content_type: &str| {
+        content_type
+            .split("boundary=")
+            .nth(1)
+            .expect("a multipart boundary")
+            .to_owned()
+    };
+    let h1_boundary = boundary(h1.header("content-type").unwrap());
+    let mut raw = Raw::connect(srv.addr, &[(4, 7)], 1 << 20);
+    let req = raw.get(1, "/v.mp4", &[("range", ranges)]);
+    raw.send(&req);
+    let mut got = Vec::new();
+    let mut h2_boundary = None;
+    let mut credit = 7;
+    loop {
+        match raw.next().expect("closed") {
+            Got::Headers { fields, .. } => {
+                let ct = fields.iter().find(|(n, _)| n == "content-type").unwrap();
+                h2_boundary = Some(boundary(&ct.1));
+            }
+            Got::Data { data, end, .. } => {
+                assert!(data.len() <= credit, "{} bytes past the window", data.len());
+                credit -= data.len();
+                got.extend_from_slice(&data);
+                if end {
+                    break;
+                }
+                if credit == 0 {
+                    let mut more = Vec::new();
+                    frame::write_window_update(&mut more, 1, 7);
+                    raw.send(&more);
+                    credit = 7;
+                }
+            }
+            Got::Reset { code, .. } => panic!("reset: {code:?}"),
+            _ => {}
+        }
+    }
+    let h2_boundary = h2_boundary.expect("HEADERS before DATA");
+    let got = String::from_utf8_lossy(&got).replace(&h2_boundary, "B");
+    let want = String::from_utf8_lossy(&h1.body).replace(&h1_boundary, "B");
+    assert!(got.len() > 300, "{got}");
+    assert_eq!(got, want);
+}
+
 /// A playlist asked after a large segment on the same connection is not queued behind
 /// it: it is sent at a more urgent priority (RFC 9218), so it ends after at most a turn
 /// or two of the segment's DATA (256 KiB each), not after the segment's queue (2 MiB).
@@ -264,6 +321,61 @@ fn a_playlist_is_not_queued_behind_a_segment() {
     assert!(
         before <= 512 * 1024,
         "{before} segment bytes went before the playlist"
+    );
+}
+
+/// A playlist asked while a large segment is being sent on the same connection is read
+/// and answered before the segment ends: the connection reads new requests between its
+/// DATA turns, not only once nothing is left to send (it used to send the whole 32 MiB
+/// segment before reading the request, so RFC 9218 urgency never came into play).
+#[test]
+fn a_playlist_asked_mid_segment_is_not_queued_behind_it() {
+    let seg = content(32 * 1024 * 1024, 7);
+    let playlist = b"#EXTM3U\n#EXT-X-VERSION:3\n";
+    let (_lib, srv) = appliance(&[("seg.ts", &seg), ("live.m3u8", playlist)], "");
+    let mut raw = Raw::connect(srv.addr, &[(4, 64 << 20)], 1 << 30);
+    let req = raw.get(1, "/seg.ts", &[]);
+    raw.send(&req);
+    let mut seg_got = Vec::new();
+    let mut asked = false;
+    let mut seg_before_playlist = None;
+    let mut seg_done = false;
+    while !(seg_done && seg_before_playlist.is_some()) {
+        match raw.next().expect("closed") {
+            Got::Data {
+                stream: 1,
+                data,
+                end,
+            } => {
+                seg_got.extend_from_slice(&data);
+                seg_done = end;
+                if !asked {
+                    // The segment is under way: ask for the playlist now.
+                    let req = raw.get(3, "/live.m3u8", &[]);
+                    raw.send(&req);
+                    asked = true;
+                }
+            }
+            Got::Data {
+                stream: 3,
+                end: true,
+                ..
+            }
+            | Got::Headers {
+                stream: 3,
+                end: true,
+                ..
+            } => {
+                seg_before_playlist = Some(seg_got.len());
+            }
+            _ => {}
+        }
+    }
+    assert!(seg_got == seg);
+    let before = seg_before_playlist.unwrap();
+    assert!(
+        before <= 16 * 1024 * 1024,
+        "{before} of 33554432 segment bytes went before the playlist"
     );
 }
 

@@ -613,21 +613,35 @@ impl Connection {
         len: u32,
         end_stream: bool,
     ) -> Option<[u8; HEADER_LEN]> {
-        debug_assert!(len <= self.send_window(stream), "DATA past the send window");
         debug_assert!(
             len <= self.peer_max_frame_size,
             "DATA past the peer's max frame size"
         );
-        if self.dead.is_some() {
-            return None;
+        self.data_frames(stream, len, end_stream)
+            .then(|| frame::data_header(stream, len, end_stream))
+    }
+
+    /// Debit `len` body bytes on `stream` that the caller sends as DATA frames it
+    /// frames itself ([`frame::data_header`], each payload at most
+    /// [`Connection::peer_max_frame_size`]): one call for a batch of frames, where
+    /// [`Connection::data_frame`] is one per frame. With `end_stream`, the batch's last
+    /// frame carries END_STREAM and the response is complete. False, debiting nothing,
+    /// when the stream is not open. `len` must be at most [`Connection::send_window`]
+    /// (debug-asserted, as for `data_frame`).
+    pub fn data_frames(&mut self, stream: u32, len: u32, end_stream: bool) -> bool {
+        if self.dead.is_some() || !self.streams.contains_key(&stream) {
+            return false;
         }
-        let s = self.streams.get_mut(&stream)?;
+        debug_assert!(len <= self.send_window(stream), "DATA past the send window");
+        let Some(s) = self.streams.get_mut(&stream) else {
+            return false;
+        };
         s.send_window -= i64::from(len);
         self.conn_send_window -= i64::from(len);
         if end_stream {
             self.local_end(stream);
         }
-        Some(frame::data_header(stream, len, end_stream))
+        true
     }
 
     /// Reset `stream` with `code` (RST_STREAM), e.g. CANCEL when the server gives up on

@@ -912,6 +912,30 @@ fn h2spec_6_9_1_initial_window_of_1() {
     assert_eq!(c.send_window(1), 0);
 }
 
+/// `data_frames` debits a whole batch of frames at once exactly as `data_frame` does
+/// frame by frame: both windows, the stream ended with the batch's END_STREAM, and
+/// nothing debited on a stream that is not open.
+#[test]
+fn a_batch_of_data_frames_debits_both_windows_once() {
+    let (mut c, mut client) = ready();
+    client.get(1).get(3);
+    send(&mut c, &mut client).unwrap();
+    assert_eq!(c.send_window(1), DEFAULT_WINDOW);
+    assert!(c.data_frames(1, 40_000, false));
+    assert_eq!(c.send_window(1), DEFAULT_WINDOW - 40_000);
+    assert_eq!(
+        c.send_window(3),
+        DEFAULT_WINDOW - 40_000,
+        "the connection's too"
+    );
+    assert!(c.data_frames(1, 5_000, true));
+    assert_eq!(c.send_window(1), 0, "ended: not open");
+    assert!(!c.data_frames(1, 1, false), "a closed stream takes nothing");
+    assert_eq!(c.send_window(3), DEFAULT_WINDOW - 45_000);
+    assert!(!c.data_frames(5, 1, false), "nor one never opened");
+    assert_eq!(c.send_window(3), DEFAULT_WINDOW - 45_000);
+}
+
 #[test]
 fn h2spec_6_9_1_connection_window_past_max() {
     let (mut c, mut client) = ready();
