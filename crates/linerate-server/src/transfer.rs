@@ -41,7 +41,7 @@ const RESIDENCY_WINDOW: u64 = 2 * 1024 * 1024;
 /// Inline sends of more bytes than this go through the worker's pipe
 /// ([`Pipe::send_file`](linerate_sys::pipe::Pipe::send_file)): `sendfile` moves 16
 /// pages per trip through its internal pipe, the worker's pipe 256, and the socket gets
-/// larger segments (2 MiB hits: 20 % less CPU per GB, docs/benchmarks.md "The kernel's
+/// larger segments (2 MiB hits: 23 % less CPU per GB, docs/benchmarks.md "The kernel's
 /// limit, and inline sends through a pipe"). Up to this, one `sendfile` (one system call, one trip) is cheaper
 /// than the pipe's two.
 const PIPED_ABOVE: usize = 64 * 1024;

@@ -187,15 +187,9 @@ mod tests {
     use std::io::{Read, Write};
     use std::os::fd::AsFd;
 
-    /// Guards the pipe path end to end: a file spliced into the pipe in steps of its
-    /// capacity and drained to a socket arrives byte-exact, with end of file as 0.
-    #[test]
-    fn a_file_goes_through_the_pipe_byte_exact() {
-        let pipe = Pipe::new(1 << 20).unwrap();
-        assert!(pipe.capacity() >= 64 * 1024, "capacity {}", pipe.capacity());
-        let len = 3 * pipe.capacity() + 12_345;
-        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 + i / 4096) as u8).collect();
-        let path = std::env::temp_dir().join(format!("linerate-pipe-{}", std::process::id()));
+    /// A temporary file holding `bytes`, already unlinked (it lives as long as the handle).
+    fn unlinked_file(name: &str, bytes: &[u8]) -> std::fs::File {
+        let path = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -204,7 +198,19 @@ mod tests {
             .open(&path)
             .unwrap();
         std::fs::remove_file(&path).unwrap();
-        f.write_all(&bytes).unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+
+    /// Guards the pipe path end to end: a file spliced into the pipe in steps of its
+    /// capacity and drained to a socket arrives byte-exact, with end of file as 0.
+    #[test]
+    fn a_file_goes_through_the_pipe_byte_exact() {
+        let pipe = Pipe::new(1 << 20).unwrap();
+        assert!(pipe.capacity() >= 64 * 1024, "capacity {}", pipe.capacity());
+        let len = 3 * pipe.capacity() + 12_345;
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 + i / 4096) as u8).collect();
+        let f = unlinked_file("linerate-pipe", &bytes);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let reader = std::thread::spawn(move || {
@@ -254,16 +260,7 @@ mod tests {
         let pipe = Pipe::new(1 << 20).unwrap();
         let len = 8 * pipe.capacity() + 777;
         let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
-        let path = std::env::temp_dir().join(format!("linerate-pipe-send-{}", std::process::id()));
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        std::fs::remove_file(&path).unwrap();
-        f.write_all(&bytes).unwrap();
+        let f = unlinked_file("linerate-pipe-send", &bytes);
         let null = std::fs::File::options()
             .write(true)
             .open("/dev/null")
