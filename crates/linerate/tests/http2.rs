@@ -276,18 +276,11 @@ fn a_multipart_body_through_a_tiny_window_is_exact() {
     assert_eq!(got, want);
 }
 
-/// A playlist asked after a large segment on the same connection is not queued behind
-/// it: it is sent at a more urgent priority (RFC 9218), so it ends after at most a turn
-/// or two of the segment's DATA (256 KiB each), not after the segment's queue (2 MiB).
-#[test]
-fn a_playlist_is_not_queued_behind_a_segment() {
-    let seg = content(8 * 1024 * 1024, 5);
-    let playlist = b"#EXTM3U\n#EXT-X-VERSION:3\n";
-    let (_lib, srv) = appliance(&[("seg.ts", &seg), ("live.m3u8", playlist)], "");
-    let mut raw = Raw::connect(srv.addr, &[(4, 16 << 20)], 64 << 20);
-    let mut reqs = raw.get(1, "/seg.ts", &[]);
-    reqs.extend(raw.get(3, "/live.m3u8", &[]));
-    raw.send(&reqs);
+/// Read stream 1 (a segment) and stream 3 (a playlist) to their ends. Returns the
+/// segment's bytes and how many of them had arrived when the playlist ended.
+/// `segment_started` runs once, on the segment's first DATA frame.
+fn segment_and_playlist(raw: &mut Raw, segment_started: impl FnOnce(&mut Raw)) -> (Vec<u8>, usize) {
+    let mut started = Some(segment_started);
     let mut seg_got = Vec::new();
     let mut seg_before_playlist = None;
     let mut seg_done = false;
@@ -300,6 +293,9 @@ fn a_playlist_is_not_queued_behind_a_segment() {
             } => {
                 seg_got.extend_from_slice(&data);
                 seg_done = end;
+                if let Some(f) = started.take() {
+                    f(raw);
+                }
             }
             Got::Data {
                 stream: 3,
@@ -316,8 +312,23 @@ fn a_playlist_is_not_queued_behind_a_segment() {
             _ => {}
         }
     }
+    (seg_got, seg_before_playlist.expect("playlist ended"))
+}
+
+/// A playlist asked after a large segment on the same connection is not queued behind
+/// it: it is sent at a more urgent priority (RFC 9218), so it ends after at most a turn
+/// or two of the segment's DATA (256 KiB each), not after the segment's queue (2 MiB).
+#[test]
+fn a_playlist_is_not_queued_behind_a_segment() {
+    let seg = content(8 * 1024 * 1024, 5);
+    let playlist = b"#EXTM3U\n#EXT-X-VERSION:3\n";
+    let (_lib, srv) = appliance(&[("seg.ts", &seg), ("live.m3u8", playlist)], "");
+    let mut raw = Raw::connect(srv.addr, &[(4, 16 << 20)], 64 << 20);
+    let mut reqs = raw.get(1, "/seg.ts", &[]);
+    reqs.extend(raw.get(3, "/live.m3u8", &[]));
+    raw.send(&reqs);
+    let (seg_got, before) = segment_and_playlist(&mut raw, |_| {});
     assert!(seg_got == seg);
-    let before = seg_before_playlist.unwrap();
     assert!(
         before <= 512 * 1024,
         "{before} segment bytes went before the playlist"
@@ -336,43 +347,12 @@ fn a_playlist_asked_mid_segment_is_not_queued_behind_it() {
     let mut raw = Raw::connect(srv.addr, &[(4, 64 << 20)], 1 << 30);
     let req = raw.get(1, "/seg.ts", &[]);
     raw.send(&req);
-    let mut seg_got = Vec::new();
-    let mut asked = false;
-    let mut seg_before_playlist = None;
-    let mut seg_done = false;
-    while !(seg_done && seg_before_playlist.is_some()) {
-        match raw.next().expect("closed") {
-            Got::Data {
-                stream: 1,
-                data,
-                end,
-            } => {
-                seg_got.extend_from_slice(&data);
-                seg_done = end;
-                if !asked {
-                    // The segment is under way: ask for the playlist now.
-                    let req = raw.get(3, "/live.m3u8", &[]);
-                    raw.send(&req);
-                    asked = true;
-                }
-            }
-            Got::Data {
-                stream: 3,
-                end: true,
-                ..
-            }
-            | Got::Headers {
-                stream: 3,
-                end: true,
-                ..
-            } => {
-                seg_before_playlist = Some(seg_got.len());
-            }
-            _ => {}
-        }
-    }
+    // Once the segment is under way, ask for the playlist.
+    let (seg_got, before) = segment_and_playlist(&mut raw, |raw| {
+        let req = raw.get(3, "/live.m3u8", &[]);
+        raw.send(&req);
+    });
     assert!(seg_got == seg);
-    let before = seg_before_playlist.unwrap();
     assert!(
         before <= 16 * 1024 * 1024,
         "{before} of 33554432 segment bytes went before the playlist"
