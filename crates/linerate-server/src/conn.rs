@@ -235,7 +235,7 @@ impl Conn<'_> {
         // Read until a whole head parses (or fails to). The head is parsed once and
         // borrowed from the buffer while the body is read and the mode answers; body
         // bytes read from the socket meanwhile go to their own buffers.
-        let (response, head_len, consumed, excess, pending) = loop {
+        let (response, head_len, consumed, excess, pending, started) = loop {
             let mut fields = FieldBuf::new();
             match parse_request(&self.buf, &mut fields) {
                 Ok(ParseOutcome::Complete { head, head_len }) => {
@@ -244,6 +244,13 @@ impl Conn<'_> {
                     } else {
                         None
                     };
+                    // A response's duration runs from its head parsed to its last byte
+                    // handed to the kernel: a miss's wait for the origin included, as in
+                    // nginx's `$request_time` and HTTP/2's streams. The clock is read
+                    // only when something uses the duration: with metrics off and this
+                    // request not logged, the request path makes no clock call at all.
+                    let started = (self.worker.request_stats().is_some() || pending.is_some())
+                        .then(Instant::now);
                     let buffered = &self.buf[head_len..];
                     let mut body = Vec::new();
                     let mut excess = Vec::new();
@@ -305,7 +312,14 @@ impl Conn<'_> {
                         interim: crate::exchange::Interim::new(&mut self.io, self.worker, http11),
                     };
                     let response = self.mode.respond(self.worker, request).await;
-                    break (response, head_len, head_len + taken, excess, pending);
+                    break (
+                        response,
+                        head_len,
+                        head_len + taken,
+                        excess,
+                        pending,
+                        started,
+                    );
                 }
                 Ok(ParseOutcome::Partial) => match self.read_more(deadline).await {
                     Read::Data => {}
@@ -353,10 +367,10 @@ impl Conn<'_> {
         self.buf.extend_from_slice(&excess);
         let persistence = response.persistence;
         let (status, cache) = (response.status, response.cache);
-        // The clock is read only when something uses the duration: with metrics off
-        // and this request not logged, the request path makes no clock call at all.
         let stats = self.worker.request_stats();
-        let started = (stats.is_some() || pending.is_some()).then(Instant::now);
+        // A refused request's line is admitted after its answer was made: its clock
+        // starts here.
+        let started = started.or_else(|| pending.is_some().then(Instant::now));
         let mut sent = 0;
         let result = self.io.send(self.worker, response, &mut sent).await;
         let duration_us = started.map_or(0, |t| {

@@ -318,3 +318,67 @@ fn health_is_503_when_no_cache_disk_is_in_service() {
     assert_eq!(live.total(), 0, "nothing was asked of the origin");
     assert!(srv.stop().success());
 }
+
+/// A miss's duration covers the wait for the origin, in the access log (`dur_us`) and in
+/// `linerate_response_duration_seconds`, as nginx's `$request_time` and our HTTP/2
+/// streams count it: an origin that answers after 300 ms makes a miss of at least
+/// 300 ms, and the hit after it is quick. Before, the clock started when the answer was
+/// ready, so a miss logged its send alone (tens of microseconds) and an operator's
+/// latency figures left out every wait for the origin.
+#[test]
+fn a_miss_duration_includes_the_wait_for_the_origin() {
+    let o = Origin::start(|_| origin::Reply::Delayed {
+        delay: Duration::from_millis(300),
+        reply: Box::new(origin::ok(
+            &[7u8; 4096],
+            &[("Cache-Control", "max-age=600")],
+        )),
+    });
+    let logs = tempfile::tempdir().unwrap();
+    let path = logs.path().join("access.log");
+    let cache = CacheConfig::new(&o)
+        .route("slice_bytes = 0")
+        .extra(&format!(
+            "[access_log]\npath = {:?}\nflush_ms = 20\n",
+            path.to_str().unwrap()
+        ))
+        .start();
+    for _ in 0..2 {
+        let r = cache.get("/v/seg.ts", &[]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.len(), 4096);
+    }
+    assert_eq!(o.count("/v/seg.ts"), 1);
+    let read = || std::fs::read_to_string(&path).unwrap_or_default();
+    support::eventually("two log lines", || read().lines().count() == 2);
+    let dur_us = |phase: &str| -> u64 {
+        let text = read();
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("cache={phase} ")))
+            .unwrap_or_else(|| panic!("no {phase} line in {text}"));
+        line.split(" dur_us=")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (miss, hit) = (dur_us("miss"), dur_us("hit"));
+    assert!(miss >= 300_000, "miss logged {miss} µs");
+    assert!(hit < 300_000, "hit logged {hit} µs");
+    // The histogram saw one response of 0.3 s or more (the miss) and one under it.
+    let text = scrape_until(&cache, "two responses timed", |t| {
+        value(t, "linerate_response_duration_seconds_count") == Some(2.0)
+    });
+    let under = |le: &str| {
+        value(
+            &text,
+            &format!("linerate_response_duration_seconds_bucket{{le=\"{le}\"}}"),
+        )
+    };
+    assert_eq!(under("0.25"), Some(1.0), "{text}");
+    cache.stop();
+}

@@ -346,7 +346,7 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
     histogram(
         &mut out,
         "linerate_response_duration_seconds",
-        "Time to hand a response to the kernel, from its first byte to its last.",
+        "Time from a request's head parsed to its response's last byte handed to the kernel (a miss's wait for the origin included).",
         1e6,
         &mut stats.iter().map(|s| &s.duration),
     );
