@@ -11,6 +11,14 @@ use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether [`StoreIo::open_read`] still asks for `O_NOATIME` (reads and `sendfile` skip
+/// the access-time check): until the kernel first refuses it, on a cache directory whose
+/// files another user owns (the server started as root once, then as a service user),
+/// then never again in this process. Nothing in the store reads access times: the
+/// eviction policy keeps its own counts.
+static NOATIME: AtomicBool = AtomicBool::new(true);
 
 pub use linerate_sys::fs::FsSpace;
 
@@ -92,18 +100,29 @@ impl IoOp {
 /// operations on an open file) so a fault injector can match on the disk directory.
 /// The default bodies are the real operations; [`RealIo`] uses them unchanged.
 pub trait StoreIo: Send + Sync + 'static {
-    /// Open `path` read-only (`O_RDONLY|O_CLOEXEC`).
+    /// Open `path` read-only (`O_RDONLY|O_CLOEXEC`, and `O_NOATIME` while the kernel
+    /// allows it: see [`NOATIME`]).
     fn open_read(&self, path: &Path) -> io::Result<File> {
-        File::open(path)
+        use linerate_sys::open::{open_read, refused_noatime};
+        let noatime = NOATIME.load(Ordering::Relaxed);
+        match open_read(path, noatime) {
+            Err(e) if noatime && refused_noatime(&e) => {
+                NOATIME.store(false, Ordering::Relaxed);
+                open_read(path, false)
+            }
+            r => r,
+        }
     }
 
-    /// Create `path`, failing if it exists (`O_RDWR|O_CREAT|O_EXCL`, mode 0644).
+    /// Create `path`, failing if it exists (`O_RDWR|O_CREAT|O_EXCL|O_NOATIME`, mode
+    /// 0644; the creator owns the file, so the kernel never refuses `O_NOATIME` here).
     fn create_new(&self, path: &Path) -> io::Result<File> {
         OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o644)
+            .custom_flags(linerate_sys::open::noatime_flag(true))
             .open(path)
     }
 

@@ -47,6 +47,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use linerate_http::{conditional, mime};
@@ -440,8 +441,22 @@ fn watch_budget(workers: usize) -> usize {
     WATCH_BUDGET.min(limit / 2 / workers.max(1))
 }
 
+/// Whether opens still ask for `O_NOATIME` (no access-time check per read): until the
+/// kernel first refuses it, on a file this process's user does not own (content placed
+/// by another account), then never again, so such a library pays one refused open.
+static NOATIME: AtomicBool = AtomicBool::new(true);
+
 fn open_new(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OpenFile, OpenError> {
-    let file = linerate_sys::open::open_beneath(root, rel).map_err(OpenError::Open)?;
+    use linerate_sys::open::{open_beneath, refused_noatime};
+    let noatime = NOATIME.load(Ordering::Relaxed);
+    let file = match open_beneath(root, rel, noatime) {
+        Err(e) if noatime && refused_noatime(&e) => {
+            NOATIME.store(false, Ordering::Relaxed);
+            open_beneath(root, rel, false)
+        }
+        r => r,
+    }
+    .map_err(OpenError::Open)?;
     OpenFile::new(file, rel)
 }
 
