@@ -6,6 +6,11 @@
 //! `linerate-http` work); it only keeps what the origin said, byte for byte. Decoding is
 //! bounds-checked everywhere: the input comes from disk and may be corrupt.
 
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use linerate_http::cache::Terms;
+
 /// Why a header was rejected. Every variant makes the object a miss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderError {
@@ -73,6 +78,45 @@ pub struct ObjectMeta {
     /// Header fields to replay on a hit, name and value as received, in order. Hop-by-hop
     /// fields should have been removed by the caller (RFC 9110 §7.6.1).
     pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// What hits derive from the fields above, worked out on the first hit and kept
+    /// here (not stored on disk). Construct with `Default::default()`.
+    pub derived: Derived,
+}
+
+/// What a hit derives from an [`ObjectMeta`]'s fields, computed on first use and kept
+/// with the metadata, which every hit on a kept object shares (`Arc`): the freshness
+/// terms (`Cache-Control`, `Date`, `Expires`... parsed) and the stored fields as the
+/// server writes them into a response head. Parsing and rendering them on every hit
+/// cost about 5 % of a core serving 64 KiB hits (perf, docs/benchmarks.md).
+///
+/// Not part of the metadata's value: metas compare equal whatever their memos hold,
+/// and a clone starts empty (a clone may be edited before it is shared). Fields must
+/// not be edited after a memo is filled; the store hands metadata out behind `Arc`,
+/// where nothing edits it.
+#[derive(Default)]
+pub struct Derived {
+    terms: OnceLock<(Box<[Vec<u8>]>, Terms)>,
+    replay: OnceLock<Box<[u8]>>,
+}
+
+impl Clone for Derived {
+    fn clone(&self) -> Derived {
+        Derived::default()
+    }
+}
+
+impl PartialEq for Derived {
+    fn eq(&self, _: &Derived) -> bool {
+        true
+    }
+}
+
+impl Eq for Derived {}
+
+impl std::fmt::Debug for Derived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Derived")
+    }
 }
 
 const FLAG_ETAG: u16 = 1;
@@ -137,7 +181,32 @@ impl ObjectMeta {
             etag: (flags & FLAG_ETAG != 0).then(|| etag.to_vec()),
             last_modified_s: (flags & FLAG_LAST_MODIFIED != 0).then_some(last_modified),
             headers,
+            derived: Derived::default(),
         })
+    }
+
+    /// The freshness terms of the stored fields under the target list `targets`
+    /// ([`Terms::of`]), parsed on the first call and kept; a call with another target
+    /// list (a reload changed `targeted_fields`) parses its own.
+    pub fn terms(&self, targets: &[Vec<u8>]) -> Cow<'_, Terms> {
+        let (t, terms) = self
+            .derived
+            .terms
+            .get_or_init(|| (targets.into(), Terms::of(targets, &self.headers)));
+        if **t == *targets {
+            Cow::Borrowed(terms)
+        } else {
+            Cow::Owned(Terms::of(targets, &self.headers))
+        }
+    }
+
+    /// The stored fields as `render` writes them for a response head, rendered on the
+    /// first call and kept. `render` must depend on the metadata alone (no
+    /// configuration, no request), as every later call gets the first call's bytes.
+    pub fn rendered(&self, render: impl FnOnce(&ObjectMeta) -> Vec<u8>) -> &[u8] {
+        self.derived
+            .replay
+            .get_or_init(|| render(self).into_boxed_slice())
     }
 
     /// First value of header field `name` (ASCII case-insensitive), if stored.
@@ -213,6 +282,7 @@ mod tests {
             etag: Some(b"\"abc\"".to_vec()),
             last_modified_s: Some(1_700_000_000),
             headers: vec![(b"Content-Type".to_vec(), b"video/mp4".to_vec())],
+            derived: Derived::default(),
         };
         let mut buf = Vec::new();
         meta.encode_into(&mut buf).unwrap();
@@ -223,5 +293,44 @@ mod tests {
             ObjectMeta::decode(&buf[..buf.len() - 1]),
             Err(HeaderError::BadMeta)
         );
+    }
+
+    /// The kept terms answer the target list they were parsed under, and only that one
+    /// (a reload that changes `targeted_fields` must not get the old governing field);
+    /// the rendered fields are made once; a clone starts without either and compares
+    /// equal all the same.
+    #[test]
+    fn derived_values_follow_their_inputs() {
+        let meta = ObjectMeta {
+            status: 200,
+            headers: vec![
+                (b"Cache-Control".to_vec(), b"max-age=60".to_vec()),
+                (b"CDN-Cache-Control".to_vec(), b"max-age=600".to_vec()),
+            ],
+            ..ObjectMeta::default()
+        };
+        let none: &[Vec<u8>] = &[];
+        let cdn = [b"cdn-cache-control".to_vec()];
+        assert_eq!(*meta.terms(none), Terms::of(none, &meta.headers));
+        assert!(matches!(meta.terms(none), Cow::Borrowed(_)), "kept");
+        let other = meta.terms(&cdn);
+        assert!(matches!(other, Cow::Owned(_)), "another list parses its own");
+        assert_eq!(*other, Terms::of(&cdn, &meta.headers));
+        assert_ne!(*other, *meta.terms(none), "the targeted field governs");
+
+        let mut made = 0;
+        for _ in 0..3 {
+            let out = meta.rendered(|m| {
+                made += 1;
+                m.headers[0].1.clone()
+            });
+            assert_eq!(out, b"max-age=60");
+        }
+        assert_eq!(made, 1);
+
+        let mut copy = meta.clone();
+        assert_eq!(copy, meta);
+        copy.headers[0].1 = b"max-age=1".to_vec();
+        assert_eq!(copy.rendered(|m| m.headers[0].1.clone()), b"max-age=1");
     }
 }

@@ -26,6 +26,7 @@ fn fresh_meta() -> ObjectMeta {
             (b"Cache-Control".to_vec(), b"max-age=600".to_vec()),
             (b"Date".to_vec(), b"Tue, 14 Nov 2023 22:15:00 GMT".to_vec()),
         ],
+        derived: Default::default(),
     }
 }
 

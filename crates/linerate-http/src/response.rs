@@ -186,6 +186,19 @@ impl<'b> HeadWriter<'b> {
         buf.extend_from_slice(b"\r\n");
         Self { buf }
     }
+    /// Append field lines to `buf` as they are, without a status line: for rendering
+    /// fields once and writing the bytes into many heads ([`HeadWriter::rendered`]).
+    pub fn fields_into(buf: &'b mut Vec<u8>) -> Self {
+        Self { buf }
+    }
+
+    /// Append field lines that a [`HeadWriter::fields_into`] writer wrote earlier, as
+    /// they are (they went through [`HeadWriter::field`]'s checks then).
+    pub fn rendered(&mut self, fields: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(fields);
+        self
+    }
+
     /// Append `name: value\r\n`. Name and value must not contain CR/LF (the server only
     /// passes its own constants and validated configuration).
     ///

@@ -71,6 +71,31 @@ pub fn freshness_lifetime(
     heuristic: Heuristic,
     operator_ttl: Option<u64>,
 ) -> u64 {
+    lifetime_parsed(
+        control,
+        expires.map(crate::date::parse),
+        date,
+        last_modified,
+        response_time,
+        status,
+        heuristic,
+        operator_ttl,
+    )
+}
+
+/// [`freshness_lifetime`] with `Expires` already parsed: `None` when absent,
+/// `Some(None)` when present but not a date (RFC 9111 §5.3: "already expired").
+#[allow(clippy::too_many_arguments)] // As freshness_lifetime.
+pub(crate) fn lifetime_parsed(
+    control: &Control,
+    expires: Option<Option<u64>>,
+    date: Option<u64>,
+    last_modified: Option<u64>,
+    response_time: u64,
+    status: u16,
+    heuristic: Heuristic,
+    operator_ttl: Option<u64>,
+) -> u64 {
     let cc = &control.directives;
     if let Some(s) = cc.s_maxage {
         return s;
@@ -79,8 +104,8 @@ pub fn freshness_lifetime(
         return m;
     }
     let base = date.unwrap_or(response_time);
-    if let Some(raw) = expires.filter(|_| control.uses_expires()) {
-        return crate::date::parse(raw).map_or(0, |exp| exp.saturating_sub(base));
+    if let Some(exp) = expires.filter(|_| control.uses_expires()) {
+        return exp.map_or(0, |exp| exp.saturating_sub(base));
     }
     if let Some(ttl) = operator_ttl {
         return ttl;

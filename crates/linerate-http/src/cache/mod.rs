@@ -30,7 +30,7 @@ pub use freshness::{age_field, current_age, freshness_lifetime, AgeField, Heuris
 pub use partial::{classify, parse_content_range, same_version, Answer, Asked, ContentRange};
 pub use policy::{
     admit, decide, decide_miss, freshen, to_store, Admitted, Decision, Freshened, Freshness, Miss,
-    NotStorable, OnError, Settings, NEGATIVE_TTL_SECS,
+    NotStorable, OnError, Settings, Terms, NEGATIVE_TTL_SECS,
 };
 pub use status::{default_cacheable_status, understood_status, CachePhase, CacheStatus, Fwd};
 pub use vary::{vary_key, Vary, MAX_VARY_NAMES};

@@ -9,7 +9,7 @@
 //! (Unix milliseconds); nothing here reads a clock, a socket or a file.
 
 use super::control::{Control, RequestCacheControl};
-use super::freshness::{age_field, current_age, freshness_lifetime, Heuristic};
+use super::freshness::{age_field, current_age, lifetime_parsed, Heuristic};
 use super::status::{default_cacheable_status, understood_status};
 use super::vary::Vary;
 use crate::request::Method;
@@ -216,6 +216,42 @@ pub struct Admitted {
     pub vary: Vary,
 }
 
+/// What a response's fields say toward its freshness (RFC 9111 §4.2), parsed: the
+/// governing directives under a target list, `Date`, `Last-Modified`, `Expires` and
+/// `Age`. A function of the fields and the target list only, so a stored response's
+/// terms can be parsed once and kept with it ([`Freshness::of_terms`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Terms {
+    control: Control,
+    date: Option<u64>,
+    last_modified: Option<u64>,
+    /// `None`: no `Expires`; `Some(None)`: one that is not a date (already expired).
+    expires: Option<Option<u64>>,
+    /// RFC 9111 §5.1: an invalid `Age` (text, negative, decimal) is ignored, as if
+    /// absent: the response is as old as `Date` and the exchange say.
+    age: Option<u64>,
+}
+
+impl Terms {
+    /// The terms of field lines `fields` under the target list `targets` (lower-case
+    /// field names, in order; see [`Control::of`]).
+    pub fn of(targets: &[Vec<u8>], fields: &[(Vec<u8>, Vec<u8>)]) -> Terms {
+        let resp = Response {
+            status: 0,
+            fields,
+            request_time_ms: 0,
+            response_time_ms: 0,
+        };
+        Terms {
+            control: Control::of(targets, fields),
+            date: resp.field(b"date").and_then(crate::date::parse),
+            last_modified: resp.field(b"last-modified").and_then(crate::date::parse),
+            expires: resp.field(b"expires").map(crate::date::parse),
+            age: age_field(resp.values(b"age")).seconds(),
+        }
+    }
+}
+
 /// The freshness of a response now (RFC 9111 §4.2), with the directives that govern it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Freshness {
@@ -234,9 +270,23 @@ pub struct Freshness {
 impl Freshness {
     /// The freshness of `resp` at `now_ms` under `settings`.
     pub fn of(resp: &Response<'_>, settings: &Settings<'_>, now_ms: u64) -> Freshness {
-        let control = Control::of(settings.targets, resp.fields);
-        let date = resp.field(b"date").and_then(crate::date::parse);
-        let last_modified = resp.field(b"last-modified").and_then(crate::date::parse);
+        Freshness::of_terms(
+            resp,
+            &Terms::of(settings.targets, resp.fields),
+            settings,
+            now_ms,
+        )
+    }
+
+    /// [`Freshness::of`] from `terms`, the [`Terms`] of `resp`'s fields under
+    /// `settings.targets` (parsed earlier, once per stored response: a hit then does
+    /// arithmetic only).
+    pub fn of_terms(
+        resp: &Response<'_>,
+        terms: &Terms,
+        settings: &Settings<'_>,
+        now_ms: u64,
+    ) -> Freshness {
         let default_ttl = settings.default_ttl.map(|t| {
             if resp.status >= 400 {
                 t.min(NEGATIVE_TTL_SECS)
@@ -244,21 +294,20 @@ impl Freshness {
                 t
             }
         });
-        let lifetime = freshness_lifetime(
+        let control = terms.control.clone();
+        let lifetime = lifetime_parsed(
             &control,
-            resp.field(b"expires"),
-            date,
-            last_modified,
+            terms.expires,
+            terms.date,
+            terms.last_modified,
             resp.response_time_ms / 1000,
             resp.status,
             settings.heuristic,
             default_ttl,
         );
-        // RFC 9111 §5.1: an invalid `Age` (text, negative, decimal) is ignored, as if
-        // absent: the response is as old as `Date` and the exchange say.
         let age = current_age(
-            date,
-            age_field(resp.values(b"age")).seconds(),
+            terms.date,
+            terms.age,
             resp.request_time_ms,
             resp.response_time_ms,
             now_ms,

@@ -225,6 +225,7 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
         }
         let meta = ObjectMeta {
             headers: freshened.stored,
+            derived: Default::default(),
             request_time_ms: resp.request_time_ms,
             response_time_ms: resp.response_time_ms,
             etag: resp
@@ -443,6 +444,7 @@ async fn store(
             .header(b"last-modified")
             .and_then(linerate_http::date::parse),
         headers,
+        derived: Default::default(),
     };
     let expected = match answer {
         Answer::Part { len, .. } => Some(len),
@@ -707,6 +709,7 @@ async fn write_stub(px: &Arc<ProxyShared>, primary: &[u8], names: &[Vec<u8>]) ->
         etag: None,
         last_modified_s: None,
         headers: vec![(VARY_STUB.to_vec(), encoded)],
+        derived: Default::default(),
     };
     let p = Arc::clone(px);
     let primary = primary.to_vec();

@@ -95,7 +95,7 @@ fn common(
 /// that served its fill when this response went forward with that fill (a hit says
 /// what this node did, not what the owner did when the copy was made).
 fn from_stored<'m>(meta: &'m ObjectMeta, st: &CacheStatus) -> (Option<&'m [u8]>, Option<&'m [u8]>) {
-    let peer = field(meta, PEER_STATUS).filter(|_| !st.is_hit());
+    let peer = (!st.is_hit()).then(|| field(meta, PEER_STATUS)).flatten();
     (field(meta, b"via"), peer)
 }
 
@@ -454,8 +454,22 @@ pub(crate) fn error(
     }
 }
 
-/// Replay a stored response's fields (those a hit may repeat).
+/// Replay a stored response's fields (those a hit may repeat): rendered once per stored
+/// response and kept with its metadata (`ObjectMeta::rendered`), except without
+/// `Content-Type` (a multipart response has its own), which is rare.
 pub(crate) fn stored_fields(w: &mut HeadWriter<'_>, meta: &ObjectMeta, skip_content_type: bool) {
+    if skip_content_type {
+        render_stored(w, meta, true);
+        return;
+    }
+    w.rendered(meta.rendered(|m| {
+        let mut fields = Vec::with_capacity(256);
+        render_stored(&mut HeadWriter::fields_into(&mut fields), m, false);
+        fields
+    }));
+}
+
+fn render_stored(w: &mut HeadWriter<'_>, meta: &ObjectMeta, skip_content_type: bool) {
     let tokens = connection_tokens(fields(meta, b"connection"));
     for (n, v) in &meta.headers {
         if replayable(n, &tokens) && !(skip_content_type && n.eq_ignore_ascii_case(b"content-type"))

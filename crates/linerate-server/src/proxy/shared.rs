@@ -405,7 +405,8 @@ impl ProxyShared {
             request_time_ms: meta.request_time_ms,
             response_time_ms: meta.response_time_ms,
         };
-        Freshness::of(&response, &self.settings(route, target), now_ms())
+        let terms = meta.terms(&self.targets);
+        Freshness::of_terms(&response, &terms, &self.settings(route, target), now_ms())
     }
 
     /// What RFC 9111 leaves to this cache, for a response to `path` on `route`.
