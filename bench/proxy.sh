@@ -19,7 +19,8 @@
 # origin) and count origin requests during the measured window (must be 0).
 #
 # Usage:
-#   bench/proxy.sh                        3 rounds of each test, both servers (~7 min)
+#   bench/proxy.sh                        3 rounds of each test, both servers (~7 min,
+#                                         and ~1 more for miss-huge)
 #   bench/proxy.sh --quick                1 round, 2 s throughput runs (~1.5 min)
 #   bench/proxy.sh --servers nginx        nginx alone (linerate cache mode not needed)
 #   bench/proxy.sh --tests warm,warm-small   some tests only
