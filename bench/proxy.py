@@ -963,6 +963,10 @@ def main() -> int:
         for p in list(proxies.values()):
             B.stop(p.proc)
         B.stop(origin.proc)
+        if DROP_CACHE_AFTER_ROUND & set(tests):
+            # A run stopped inside such a round (error, Ctrl-C) leaves gigabytes behind.
+            for s in servers:
+                shutil.rmtree(cfg.pwork / s / "cache", ignore_errors=True)
         meta = {
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
             "kernel": os.uname().release, "cpus": os.cpu_count(), "cpu_model": B.cpu_model(),
