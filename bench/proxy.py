@@ -8,7 +8,7 @@ bench.py's generated content; in front of it, one at a time or side by side, run
   nginx     proxy_cache + proxy_cache_lock on + slice 1m (the usual nginx video edge)
   linerate  cache mode, one worker, 1 MiB slices (a generated config file)
 
-each pinned to the server CPU, with fresh (empty) caches at the start. Six tests:
+each pinned to the server CPU, with fresh (empty) caches at the start. Seven tests:
 
   warm     warm-hit throughput and server CPU per GB on the 2 MiB objects, both caches
            warmed first; the load generator (`linerate bench`, bench.py's measurement
@@ -20,6 +20,11 @@ each pinned to the server CPU, with fresh (empty) caches at the start. Six tests
            Reports req/s, CPU per GB, p99, each CPU's busy fraction (a saturated
            generator/origin core shows) and origin requests per request (want 1).
   miss-large  the same on the 2 MiB objects, 16 connections (2 origin requests each).
+  miss-huge  the same on 8 x 64 MiB objects, 8 connections: 64 origin requests (1 MiB
+           slices), 64 stored slices and a 64 MiB send per request. Its files are
+           written on first use (WORKDIR/root/miss64m/); each server's cache is
+           removed after each of its rounds (the server restarted empty), so the
+           gigabytes a round stores do not pile up.
   herd     200 clients at once on one uncached 2 MiB object that the origin sends at
            ~20 MiB/s (~100 ms): origin requests (its access log), time for the whole
            herd, and each client's time to first byte relative to the origin's start.
@@ -60,7 +65,7 @@ CLK_TCK = B.CLK_TCK
 HERD_CLIENTS = 200
 WARM_CONNECTIONS = B.CONNECTIONS["large"]  # 16
 WARM_SMALL_CONNECTIONS = B.CONNECTIONS["small"]  # 64
-ALL_TESTS = ["warm", "warm-small", "miss-small", "miss-large", "herd", "range"]
+ALL_TESTS = ["warm", "warm-small", "miss-small", "miss-large", "miss-huge", "herd", "range"]
 # Warm-hit tests: test name -> (path prefix, object count, connections, size label).
 WARM_TESTS = {
     "warm": ("/large/", B.LARGE_COUNT, WARM_CONNECTIONS, "2 MiB"),
@@ -72,7 +77,17 @@ WARM_TESTS = {
 MISS_TESTS = {
     "miss-small": ("/small/", B.SMALL_COUNT, 50, "64 KiB", 1),
     "miss-large": ("/large/", B.LARGE_COUNT, 16, "2 MiB", 2),
+    # 8 connections: enough to keep the cache core busy while the generator core (which
+    # also runs the origin) stays about half idle.
+    "miss-huge": ("/miss64m/", 8, 8, "64 MiB", 64),
 }
+# miss-huge's objects: bench.py's content has nothing between 2 MiB and 1 GiB, so
+# proxy.py writes these itself, only when the test is asked for.
+HUGE_MISS_DIR, HUGE_MISS_SIZE = "miss64m", 64 << 20
+# Tests whose stored bytes are removed after each round (each round can store more
+# gigabytes than the disk should keep): the server is stopped, its work directory
+# (cache included) removed, and it is started again empty for the next round.
+DROP_CACHE_AFTER_ROUND = {"miss-huge"}
 # nginx's open-file cache for its cache files, as large as linerate's `cache.open_files`
 # default (4,096 kept object files; nginx revalidates after 1 s, as linerate's check of a
 # kept file runs once a second), as bench.py does in appliance mode. nginx applies
@@ -556,13 +571,37 @@ def miss_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dic
     run = B.run_generator(cfg, server, args)
     wait_origin_idle(origin, 10)
     row = B.summarize(server, test, rnd, run)
-    row["origin_requests"] = sum(1 for l in read_origin_log(origin) if l.uri.startswith(prefix) and mark in l.uri)
+    per_url: dict[str, int] = {}
+    for l in read_origin_log(origin):
+        if l.uri.startswith(prefix) and mark in l.uri:
+            per_url[l.uri] = per_url.get(l.uri, 0) + 1
+    row["origin_requests"] = sum(per_url.values())
     row["origin_requests_per_request"] = (
         row["origin_requests"] / run.result["requests"] if run.result.get("requests") else None
     )
+    # Per request above includes the slices fetched for the requests still in flight when
+    # the window closed (up to one per connection), which weighs with few long requests;
+    # the most for one URL does not: above the slice count, a slice was fetched twice.
+    row["origin_requests_max_per_url"] = max(per_url.values(), default=None)
+    # What went wrong, when something did (JSON and the log line only).
+    row["error_kinds"] = {k: v for k, v in run.result.get("errors", {}).items() if v}
+    row["statuses"] = run.result.get("status", {})
     for c, u in sorted(run.cpu_util.items()):
         row[f"cpu{c}_util"] = u
     return row
+
+
+def drop_cache(cfg, proxies: dict[str, B.Server], name: str, origin: Origin) -> int:
+    """Stop one cache server, remove its work directory (its cache with it) and start it
+    again empty (its start removes the directory too; removing it here as well frees
+    the disk even when the start fails). Returns the bytes its cache held."""
+    B.stop(proxies.pop(name).proc)
+    cache = cfg.pwork / name / "cache"
+    held = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) if cache.is_dir() else 0
+    shutil.rmtree(cfg.pwork / name, ignore_errors=True)
+    proxies[name] = (start_nginx_proxy if name == "nginx" else start_linerate_proxy)(cfg, origin)
+    log(f"{name}: removed its cache ({held / 1e9:.1f} GB) and started it again, empty")
+    return held
 
 
 def herd_test(cfg, server: B.Server, origin: Origin, rnd: int) -> dict:
@@ -615,6 +654,31 @@ def range_test(cfg, server: B.Server, origin: Origin, rnd: int) -> dict:
         "origin_ranges": [l.range for l in lines][:10],
         "origin_settled": settled,
     }
+
+
+def make_huge_miss_content(root: Path) -> list[Path]:
+    """miss-huge's objects under ROOT/miss64m/: real data, each 2 MiB block stamped with
+    its own number (no two slices alike). A file already there at the right size is
+    kept; a missing one is written under a temporary name and renamed once on disk, so
+    a run stopped halfway leaves no short file to be taken for a whole one."""
+    count = MISS_TESTS["miss-huge"][1]
+    d = root / HUGE_MISS_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    paths = [d / f"{i}.bin" for i in range(count)]
+    todo = [p for p in paths if not (p.is_file() and p.stat().st_size == HUGE_MISS_SIZE)]
+    if todo:
+        log(f"content: writing {len(todo)} x {HUGE_MISS_SIZE >> 20} MiB under {d}")
+        block = bytearray(os.urandom(B.LARGE_SIZE))
+        for p in todo:
+            tmp = p.with_name(p.name + ".part")
+            with open(tmp, "wb") as f:
+                for j in range(HUGE_MISS_SIZE // len(block)):
+                    block[:8] = (1_000_000 + int(p.stem) * 1_000 + j).to_bytes(8, "little")
+                    f.write(block)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+    return paths
 
 
 def read_huge(cfg, offset: int, n: int) -> bytes:
@@ -676,6 +740,10 @@ def report(rows: list[dict], servers: list[str], failed: dict[str, str]) -> str:
             (test, "errors", f"{m}: errors", ".0f", False),
             (test, "origin_requests_per_request",
              f"{m}: origin requests per request (want {per}: one per 1 MiB slice)", ".2f", False),
+            (test, "origin_requests_max_per_url", f"{m}: most origin requests for one URL (want {per})",
+             ".0f", False),
+            # miss-huge only (its cache is measured, then removed, after each round)
+            (test, "stored_mib_per_request", f"{m}: MiB in the cache per request (want ~{size})", ".1f", False),
         ]
     spec += [
         ("herd", "origin_requests", "herd: origin requests", ".0f", True),
@@ -806,7 +874,8 @@ def main() -> int:
 
     B.make_content(cfg.root)
     B.warm(B.large_paths(cfg.root) + [cfg.root / "huge.bin"]
-           + (B.small_paths(cfg.root) if {"warm-small", "miss-small"} & set(tests) else []))
+           + (B.small_paths(cfg.root) if {"warm-small", "miss-small"} & set(tests) else [])
+           + (make_huge_miss_content(cfg.root) if "miss-huge" in tests else []))
     origin = start_origin(cfg)
     log(f"origin: nginx on {HOST}:{origin.port} (CPU {cfg.origin_cpu}), log {origin.log_path}"
         + ("" if origin.has_status else "; no stub_status: fixed 3 s settle"))
@@ -874,17 +943,30 @@ def main() -> int:
                         B.wait_quiet(cfg.max_other_load, cfg.wait_quiet)
                     row = miss_test(cfg, proxies[s], origin, rnd, test)
                     row.update(test=test)
+                    if origin.proc.poll() is not None:
+                        # Every later request would be a fast 502: say why, not a figure.
+                        raise RuntimeError(f"the origin exited (status {origin.proc.returncode}) "
+                                           f"during {test} r{rnd} {s}; see {origin.work}/error.log")
                     rows.append(row)
+                    if test in DROP_CACHE_AFTER_ROUND:
+                        row["cache_bytes"] = drop_cache(cfg, proxies, s, origin)
+                        if row.get("requests"):
+                            row["stored_mib_per_request"] = row["cache_bytes"] / (1 << 20) / row["requests"]
                     cpus = ", ".join(f"{k} {row[k]:.2f}" for k in sorted(row)
                                      if k.startswith("cpu") and k.endswith("_util"))
                     log(f"{test} r{rnd} {s:>8}: {row['requests_per_s']:.0f} req/s, {row['gb_per_s']:.3f} GB/s, "
                         f"{B.fmt(row['cpu_s_per_gb'], '.3f')} CPU-s/GB, p99 {B.fmt(row['p99_us'], '.0f')} µs, "
                         f"errors {row['errors']}, origin req/request "
-                        f"{B.fmt(row['origin_requests_per_request'], '.2f')}; {cpus}")
+                        f"{B.fmt(row['origin_requests_per_request'], '.2f')}; {cpus}"
+                        + (f"; errors {row['error_kinds']}, statuses {row['statuses']}" if row["errors"] else ""))
     finally:
         for p in list(proxies.values()):
             B.stop(p.proc)
         B.stop(origin.proc)
+        if DROP_CACHE_AFTER_ROUND & set(tests):
+            # A run stopped inside such a round (error, Ctrl-C) leaves gigabytes behind.
+            for s in servers:
+                shutil.rmtree(cfg.pwork / s / "cache", ignore_errors=True)
         meta = {
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
             "kernel": os.uname().release, "cpus": os.cpu_count(), "cpu_model": B.cpu_model(),

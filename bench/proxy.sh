@@ -10,13 +10,17 @@
 #   warm-small  the same on the 2,000 x 64 KiB objects, 64 conns (per-request cost)
 #   miss-small  every request a new URL (64 KiB objects, 50 conns): fetch, store, send
 #   miss-large  the same on the 2 MiB objects, 16 conns
+#   miss-huge   the same on 8 x 64 MiB objects, 8 conns: 64 origin requests (1 MiB
+#               slices) per request; files written on first use, each cache removed
+#               after each round (a round stores GBs)
 #   herd        200 clients at once on one uncached 2 MiB object
 #   range       a 1 KiB range deep in an uncached 1 GiB object
 # Warm-hit tests fill both caches first (two passes; the second must not reach the
 # origin) and count origin requests during the measured window (must be 0).
 #
 # Usage:
-#   bench/proxy.sh                        3 rounds of each test, both servers (~7 min)
+#   bench/proxy.sh                        3 rounds of each test, both servers (~7 min,
+#                                         and ~1 more for miss-huge)
 #   bench/proxy.sh --quick                1 round, 2 s throughput runs (~1.5 min)
 #   bench/proxy.sh --servers nginx        nginx alone (linerate cache mode not needed)
 #   bench/proxy.sh --tests warm,warm-small   some tests only
@@ -32,7 +36,9 @@
 # Results: a Markdown table on stdout, every run in $WORKDIR/proxy-results.json
 # (default /var/tmp/linerate-bench, content shared with bench/run.sh). Needs 2+ CPUs
 # (proxy on CPU 0; load generator, clients and origin on CPU 1), ~1.6 GB of disk for
-# content plus ~0.9 GB for the two caches, python3 >= 3.9.
+# content plus ~0.9 GB for the two caches (miss-huge: 0.5 GB more content, and up to
+# one round's stores, ~64 MiB x req/s x duration, at most linerate's 8 GiB or nginx's
+# 16 GiB cache limit, until the round ends), python3 >= 3.9.
 
 set -euo pipefail
 
