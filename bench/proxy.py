@@ -48,6 +48,7 @@ import os
 import selectors
 import shutil
 import signal
+import re
 import socket
 import statistics
 import subprocess
@@ -568,9 +569,24 @@ def miss_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dic
     # the measured requests (plus those in flight at the end, one per connection).
     args = B.files_args(cfg, prefix, count, conns) + ["--unique", "--seed", str(seed)]
     args[args.index("--warmup") + 1] = "0s"
+    # Both caches share one filesystem: write back what the runs before left dirty (the
+    # other server's cache files), or linerate's flushes (`syncfs`) would pay for them;
+    # then drop both caches' files from the page cache, so every round starts with the
+    # same free memory (else the later rounds' page allocations reclaim the earlier
+    # rounds' pages, which doubled a server's CPU per GB from one round to the next).
+    os.sync()
+    drop_cached_files([cfg.pwork / name / "cache" for name in ("nginx", "linerate")])
+    since = time.time() - 1.0  # mtime granularity and clock reads: a second's margin
     run = B.run_generator(cfg, server, args)
     wait_origin_idle(origin, 10)
     row = B.summarize(server, test, rnd, run)
+    # What the run stored: a cache that fell behind and relayed misses without storing
+    # them (linerate past `max_publish_backlog`) would show fast "misses" that are not.
+    # linerate publishes in the background: count once the number settles.
+    row["stored_files_per_request"] = (
+        settled_count(lambda: stored_files(cfg, server.name, since)) / run.result["requests"]
+        if run.result.get("requests") else None
+    )
     per_url: dict[str, int] = {}
     for l in read_origin_log(origin):
         if l.uri.startswith(prefix) and mark in l.uri:
@@ -589,6 +605,58 @@ def miss_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dic
     for c, u in sorted(run.cpu_util.items()):
         row[f"cpu{c}_util"] = u
     return row
+
+
+def stored_files(cfg, name: str, since: float) -> int:
+    """Object files in a cache server's cache written since `since` (a round's own:
+    eviction of older ones does not count): linerate's `objects/` (not its temporary
+    files), nginx's cache directory (its temporary files end in a dot and ten digits)."""
+    cache = cfg.pwork / name / "cache"
+    if name == "linerate":
+        cache = cache / "objects"
+    if not cache.is_dir():
+        return 0
+    n = 0
+    for f in cache.rglob("*"):
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        if st.st_mtime >= since and not re.search(r"\.\d{10}$", f.name) and f.is_file():
+            n += 1
+    return n
+
+
+def drop_cached_files(dirs: list[Path]) -> None:
+    """`POSIX_FADV_DONTNEED` on every file under `dirs`: their clean pages leave the page
+    cache (this machine's other users' pages stay, as `drop_caches` would not leave them)."""
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for f in d.rglob("*"):
+            try:
+                fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+
+def settled_count(count, limit: float = 30.0) -> int:
+    """`count()` once it has not changed for 2 s (a flush of a large batch can take over
+    a second), or after `limit` seconds."""
+    last, since = count(), time.monotonic()
+    deadline = since + limit
+    while time.monotonic() < deadline and time.monotonic() - since < 2.0:
+        time.sleep(0.25)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
 
 
 def drop_cache(cfg, proxies: dict[str, B.Server], name: str, origin: Origin) -> int:
@@ -742,6 +810,9 @@ def report(rows: list[dict], servers: list[str], failed: dict[str, str]) -> str:
              f"{m}: origin requests per request (want {per}: one per 1 MiB slice)", ".2f", False),
             (test, "origin_requests_max_per_url", f"{m}: most origin requests for one URL (want {per})",
              ".0f", False),
+            (test, "stored_files_per_request",
+             f"{m}: object files stored per request (want ~{per}: one per slice; fewer: relayed, not stored)",
+             ".2f", False),
             # miss-huge only (its cache is measured, then removed, after each round)
             (test, "stored_mib_per_request", f"{m}: MiB in the cache per request (want ~{size})", ".1f", False),
         ]
@@ -957,7 +1028,8 @@ def main() -> int:
                     log(f"{test} r{rnd} {s:>8}: {row['requests_per_s']:.0f} req/s, {row['gb_per_s']:.3f} GB/s, "
                         f"{B.fmt(row['cpu_s_per_gb'], '.3f')} CPU-s/GB, p99 {B.fmt(row['p99_us'], '.0f')} µs, "
                         f"errors {row['errors']}, origin req/request "
-                        f"{B.fmt(row['origin_requests_per_request'], '.2f')}; {cpus}"
+                        f"{B.fmt(row['origin_requests_per_request'], '.2f')}, stored/request "
+                        f"{B.fmt(row['stored_files_per_request'], '.2f')}; {cpus}"
                         + (f"; errors {row['error_kinds']}, statuses {row['statuses']}" if row["errors"] else ""))
     finally:
         for p in list(proxies.values()):
