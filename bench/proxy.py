@@ -87,8 +87,11 @@ MISS_TESTS = {
 HUGE_MISS_DIR, HUGE_MISS_SIZE = "miss64m", 64 << 20
 # Tests whose stored bytes are removed after each round (each round can store more
 # gigabytes than the disk should keep): the server is stopped, its work directory
-# (cache included) removed, and it is started again empty for the next round.
-DROP_CACHE_AFTER_ROUND = {"miss-huge"}
+# (cache included) removed, and it is started again empty for the next round. All the
+# miss tests: every round then starts alike for both servers (no eviction of the
+# round's own objects from a cache filled by the rounds before, which linerate's
+# policy does first to objects seen once, and no pages of earlier rounds to reclaim).
+DROP_CACHE_AFTER_ROUND = set(MISS_TESTS)
 # nginx's open-file cache for its cache files, as large as linerate's `cache.open_files`
 # default (4,096 kept object files; nginx revalidates after 1 s, as linerate's check of a
 # kept file runs once a second), as bench.py does in appliance mode. nginx applies
@@ -569,13 +572,9 @@ def miss_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dic
     # the measured requests (plus those in flight at the end, one per connection).
     args = B.files_args(cfg, prefix, count, conns) + ["--unique", "--seed", str(seed)]
     args[args.index("--warmup") + 1] = "0s"
-    # Both caches share one filesystem: write back what the runs before left dirty (the
-    # other server's cache files), or linerate's flushes (`syncfs`) would pay for them;
-    # then drop both caches' files from the page cache, so every round starts with the
-    # same free memory (else the later rounds' page allocations reclaim the earlier
-    # rounds' pages, which doubled a server's CPU per GB from one round to the next).
+    # Both caches share one filesystem: write back what the runs before left dirty, or
+    # linerate's flushes (`syncfs`) would pay for it.
     os.sync()
-    drop_cached_files([cfg.pwork / name / "cache" for name in ("nginx", "linerate")])
     since = time.time() - 1.0  # mtime granularity and clock reads: a second's margin
     run = B.run_generator(cfg, server, args)
     wait_origin_idle(origin, 10)
@@ -625,25 +624,6 @@ def stored_files(cfg, name: str, since: float) -> int:
         if st.st_mtime >= since and not re.search(r"\.\d{10}$", f.name) and f.is_file():
             n += 1
     return n
-
-
-def drop_cached_files(dirs: list[Path]) -> None:
-    """`POSIX_FADV_DONTNEED` on every file under `dirs`: their clean pages leave the page
-    cache (this machine's other users' pages stay, as `drop_caches` would not leave them)."""
-    for d in dirs:
-        if not d.is_dir():
-            continue
-        for f in d.rglob("*"):
-            try:
-                fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW)
-            except OSError:
-                continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
 
 
 def settled_count(count, limit: float = 30.0) -> int:
@@ -813,7 +793,7 @@ def report(rows: list[dict], servers: list[str], failed: dict[str, str]) -> str:
             (test, "stored_files_per_request",
              f"{m}: object files stored per request (want ~{per}: one per slice; fewer: relayed, not stored)",
              ".2f", False),
-            # miss-huge only (its cache is measured, then removed, after each round)
+            # (each miss round's cache is measured, then removed)
             (test, "stored_mib_per_request", f"{m}: MiB in the cache per request (want ~{size})", ".1f", False),
         ]
     spec += [

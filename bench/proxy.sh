@@ -11,8 +11,9 @@
 #   miss-small  every request a new URL (64 KiB objects, 50 conns): fetch, store, send
 #   miss-large  the same on the 2 MiB objects, 16 conns
 #   miss-huge   the same on 8 x 64 MiB objects, 8 conns: 64 origin requests (1 MiB
-#               slices) per request; files written on first use, each cache removed
-#               after each round (a round stores GBs)
+#               slices) per request; files written on first use
+#   (every miss round starts from empty caches after a `sync`, counts the object files
+#   each server stored per request, and removes both caches after it: a round stores GBs)
 #   herd        200 clients at once on one uncached 2 MiB object
 #   range       a 1 KiB range deep in an uncached 1 GiB object
 # Warm-hit tests fill both caches first (two passes; the second must not reach the
