@@ -126,7 +126,10 @@ impl FieldIndex {
         let mut put = |b: &[u8], lower: bool| -> Option<(u32, u16)> {
             let len = u16::try_from(b.len()).ok()?;
             let at = u32::try_from(bytes.len()).ok()?;
-            bytes.extend(b.iter().map(|c| if lower { c.to_ascii_lowercase() } else { *c }));
+            bytes.extend(
+                b.iter()
+                    .map(|c| if lower { c.to_ascii_lowercase() } else { *c }),
+            );
             Some((at, len))
         };
         let mut spans = Vec::with_capacity(headers.len());
@@ -376,7 +379,10 @@ mod tests {
         assert_eq!(*meta.terms(none), Terms::of(none, &meta.headers));
         assert!(matches!(meta.terms(none), Cow::Borrowed(_)), "kept");
         let other = meta.terms(&cdn);
-        assert!(matches!(other, Cow::Owned(_)), "another list parses its own");
+        assert!(
+            matches!(other, Cow::Owned(_)),
+            "another list parses its own"
+        );
         assert_eq!(*other, Terms::of(&cdn, &meta.headers));
         assert_ne!(*other, *meta.terms(none), "the targeted field governs");
 
