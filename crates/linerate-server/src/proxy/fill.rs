@@ -129,11 +129,38 @@ pub(crate) fn revalidate_in_background(
 }
 
 /// Run one fill to its end and publish how it ended (also returned).
+///
+/// The fetch and store run in a future of their own on the heap (about 9 KB: the
+/// origin exchange, the body loop), freed when the body is written; what then waits
+/// for the disk's publisher (the group commit, which can lag by thousands of objects)
+/// is this small task alone.
 pub(crate) async fn run(pw: Rc<ProxyWorker>, mut job: Job) -> Phase {
-    let end = fetch(&pw, &mut job).await;
+    let mut publishing = None;
+    let end = Box::pin(fetch(&pw, &mut job, &mut publishing)).await;
+    let end = match publishing {
+        Some(p) => p.outcome().await,
+        None => end,
+    };
     tracing::trace!(phase = end.as_str(), "fill over");
     job.guard.finish(end.clone());
     end
+}
+
+/// A fill whose body is stored and complete, waiting for its disk's publisher: the
+/// publish's outcome, and what the fill does with it.
+struct Publishing {
+    published: oneshot::Receiver<bool>,
+    then: Box<dyn FnOnce(Phase) -> Phase>,
+}
+
+impl Publishing {
+    async fn outcome(self) -> Phase {
+        let stored = match self.published.await {
+            Ok(true) => Phase::Stored,
+            _ => Phase::Failed(bad_gateway("store_failed", false)),
+        };
+        (self.then)(stored)
+    }
 }
 
 fn failed(e: &OriginError, stale_ok: bool) -> Phase {
@@ -145,8 +172,9 @@ fn failed(e: &OriginError, stale_ok: bool) -> Phase {
     })
 }
 
-/// The fill itself; returns its final phase.
-async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
+/// The fill itself; returns its final phase, or sets `publishing` when the body is
+/// stored and only the publish is left (the phase returned then is a placeholder).
+async fn fetch(pw: &ProxyWorker, job: &mut Job, publishing: &mut Option<Publishing>) -> Phase {
     let px = Arc::clone(&job.px);
     let fetch = Rc::clone(&job.fetch);
     let mut headers: Vec<(&[u8], &[u8])> = fetch
@@ -377,6 +405,7 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
         }
         Phase::Elsewhere
     };
+    let mut published = None;
     let end = store(
         pw,
         &request,
@@ -388,29 +417,46 @@ async fn fetch(pw: &ProxyWorker, job: &mut Job) -> Phase {
         (stored_status, answer),
         deadline,
         &moving,
+        &mut published,
     )
     .await;
-    let end = match end {
-        Phase::Stored => {
-            if job.slice.is_none() {
-                // Stored now: an earlier "not storable" verdict is out of date.
-                px.clear_pass(&fetch.primary);
+    let whole = job.slice.is_none();
+    let primary = fetch.primary.clone();
+    let then = move |end: Phase| -> Phase {
+        let end = match end {
+            Phase::Stored => {
+                if whole {
+                    // Stored now: an earlier "not storable" verdict is out of date.
+                    px.clear_pass(&primary);
+                }
+                moving
             }
-            moving
+            other => other,
+        };
+        if let Some(g) = extra {
+            g.finish(match &end {
+                Phase::Elsewhere => Phase::Stored,
+                other => other.clone(),
+            });
         }
-        other => other,
+        end
     };
-    if let Some(g) = extra {
-        g.finish(match &end {
-            Phase::Elsewhere => Phase::Stored,
-            other => other.clone(),
-        });
+    match published {
+        Some(published) => {
+            *publishing = Some(Publishing {
+                published,
+                then: Box::new(then),
+            });
+            Phase::Stored
+        }
+        None => then(end),
     }
-    end
 }
 
 /// Write the response under `store_key` while followers read it. Returns `Stored`,
-/// `Uncacheable` (delivered but not kept) or `Failed`.
+/// `Uncacheable` (delivered but not kept) or `Failed`; `Stored` with `published` set
+/// when the body is complete and handed to the disk's publisher, whose outcome the
+/// receiver gets.
 #[allow(clippy::too_many_arguments)] // One fill's state, passed down once.
 async fn store(
     pw: &ProxyWorker,
@@ -423,6 +469,7 @@ async fn store(
     (stored_status, answer): (u16, Answer),
     deadline: tokio::time::Instant,
     moving: &Phase,
+    published: &mut Option<oneshot::Receiver<bool>>,
 ) -> Phase {
     let mut headers = to_store(&resp.head.headers, resp.response_time_ms);
     headers.retain(|(n, _)| !super::shared::is_internal_field(n));
@@ -616,25 +663,21 @@ async fn store(
         }
     }
     // The body is complete: the origin connection goes back, and a peer it came from
-    // stops counting it in flight (its bounded load) before the publish is waited for;
-    // so does the read buffer (`FILL_CHUNK` of capacity), which a fill waiting for a
-    // flush held: with the publisher behind by a few thousand 64 KiB objects, that
-    // was a gigabyte of buffers, each new one faulted in page by page (17 page faults
-    // per 64 KiB miss, 11 % of the worker in perf).
+    // stops counting it in flight (its bounded load) before the publish is waited for.
     drop(resp);
     drop(source);
-    drop(buf);
     // The body is complete: its readers (the clients) are told so now and finish; the
     // disk's publisher flushes it with the others that completed meanwhile (group
-    // commit), then renames and indexes it. The fill, and so its claim, ends then.
+    // commit), then renames and indexes it. The fill, and so its claim, ends then
+    // (`run` waits for it, once this future and its buffers are freed: a fill that
+    // kept them while waiting held a 256 KiB read buffer each, a gigabyte behind a
+    // lagging publisher, and every new one was faulted in page by page).
     let (tx, rx) = oneshot::channel();
     writer.finish_later(Box::new(move |r| {
         let _ = tx.send(r.is_ok());
     }));
-    match rx.await {
-        Ok(true) => Phase::Stored,
-        _ => Phase::Failed(bad_gateway("store_failed", false)),
-    }
+    *published = Some(rx);
+    Phase::Stored
 }
 
 /// Most times one fill continues a broken peer body (each from another source).
