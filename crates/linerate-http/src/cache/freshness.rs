@@ -59,34 +59,10 @@ impl Heuristic {
 ///    `last_modified`;
 /// 6. 0: stale at once, reusable only after validation.
 ///
-/// `expires` is the raw header value; every time is Unix seconds.
+/// `expires` is the `Expires` field parsed: `None` when absent, `Some(None)` when present
+/// but not a date; every time is Unix seconds.
 #[allow(clippy::too_many_arguments)] // Each input is one RFC 9111 §4.2.1 term.
 pub fn freshness_lifetime(
-    control: &Control,
-    expires: Option<&[u8]>,
-    date: Option<u64>,
-    last_modified: Option<u64>,
-    response_time: u64,
-    status: u16,
-    heuristic: Heuristic,
-    operator_ttl: Option<u64>,
-) -> u64 {
-    lifetime_parsed(
-        control,
-        expires.map(crate::date::parse),
-        date,
-        last_modified,
-        response_time,
-        status,
-        heuristic,
-        operator_ttl,
-    )
-}
-
-/// [`freshness_lifetime`] with `Expires` already parsed: `None` when absent,
-/// `Some(None)` when present but not a date (RFC 9111 §5.3: "already expired").
-#[allow(clippy::too_many_arguments)] // As freshness_lifetime.
-pub(crate) fn lifetime_parsed(
     control: &Control,
     expires: Option<Option<u64>>,
     date: Option<u64>,
@@ -228,7 +204,7 @@ mod tests {
     ) -> u64 {
         freshness_lifetime(
             &cc(cc_value),
-            expires.map(str::as_bytes),
+            expires.map(|e| crate::date::parse(e.as_bytes())),
             date,
             lm,
             T + 5,
@@ -282,11 +258,29 @@ mod tests {
             source: Some(crate::cache::ControlSource::Targeted),
         };
         assert_eq!(
-            freshness_lifetime(&targeted, Some(exp), Some(T), None, T, 200, H, None),
+            freshness_lifetime(
+                &targeted,
+                Some(crate::date::parse(exp)),
+                Some(T),
+                None,
+                T,
+                200,
+                H,
+                None
+            ),
             0
         );
         assert_eq!(
-            freshness_lifetime(&cc(""), Some(exp), Some(T), None, T, 200, H, None),
+            freshness_lifetime(
+                &cc(""),
+                Some(crate::date::parse(exp)),
+                Some(T),
+                None,
+                T,
+                200,
+                H,
+                None
+            ),
             3600
         );
     }

@@ -9,7 +9,7 @@
 //! (Unix milliseconds); nothing here reads a clock, a socket or a file.
 
 use super::control::{Control, RequestCacheControl};
-use super::freshness::{age_field, current_age, lifetime_parsed, Heuristic};
+use super::freshness::{age_field, current_age, freshness_lifetime, Heuristic};
 use super::status::{default_cacheable_status, understood_status};
 use super::vary::Vary;
 use crate::request::Method;
@@ -295,7 +295,7 @@ impl Freshness {
             }
         });
         let control = terms.control.clone();
-        let lifetime = lifetime_parsed(
+        let lifetime = freshness_lifetime(
             &control,
             terms.expires,
             terms.date,
