@@ -338,10 +338,7 @@ fn a_miss_duration_includes_the_wait_for_the_origin() {
     let path = logs.path().join("access.log");
     let cache = CacheConfig::new(&o)
         .route("slice_bytes = 0")
-        .extra(&format!(
-            "[access_log]\npath = {:?}\nflush_ms = 20\n",
-            path.to_str().unwrap()
-        ))
+        .access_log(&path, "")
         .start();
     for _ in 0..2 {
         let r = cache.get("/v/seg.ts", &[]);

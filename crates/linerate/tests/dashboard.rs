@@ -869,10 +869,7 @@ fn hls_js_abr_switch_follows_the_new_rendition_in_chromium() {
     let log = logs.path().join("access.log");
     let cache = CacheConfig::new(&origin)
         .route("slice_bytes = 0\nprefetch_segments = 2")
-        .extra(&format!(
-            "[access_log]\npath = {:?}\nflush_ms = 50\n",
-            log.to_str().unwrap()
-        ))
+        .access_log(&log, "")
         .start();
     let url = format!(
         "http://{}/player?src=http://{}/a/master.m3u8",

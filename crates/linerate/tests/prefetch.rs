@@ -765,10 +765,7 @@ fn sliced_prefetch_with_access_log(origin: &Origin) -> (Cache, tempfile::TempDir
             support::kit::SLICE
         ))
         .cache("prefetch_in_flight = 8")
-        .extra(&format!(
-            "[access_log]\npath = {:?}\nflush_ms = 50\n",
-            log.to_str().unwrap()
-        ))
+        .access_log(&log, "")
         .start();
     (cache, logs, log)
 }
@@ -820,10 +817,7 @@ fn ffmpeg_plays_hls_from_prefetched_segments() {
     let log = logs.path().join("access.log");
     let cache = CacheConfig::new(&origin)
         .route("slice_bytes = 0\nprefetch_segments = 2")
-        .extra(&format!(
-            "[access_log]\npath = {:?}\nflush_ms = 50\n",
-            log.to_str().unwrap()
-        ))
+        .access_log(&log, "")
         .start();
     let url = format!(
         "http://{}/v/index.m3u8",

@@ -200,10 +200,7 @@ fn cache_mode_logs_refused_requests_with_a_reason_and_never_asks_the_origin() {
     let log = dir.path().join("access.log");
     let cache = CacheConfig::new(&origin)
         .server("workers = 1")
-        .extra(&format!(
-            "[access_log]\npath = {:?}\nformat = \"json\"\nflush_ms = 50\n",
-            log.to_str().unwrap()
-        ))
+        .access_log(&log, "format = \"json\"")
         .start();
     send_cases(cache.addr, cache.admin_addr());
     let lines = log_lines_with(&log, "\"reason\":", cases().len());

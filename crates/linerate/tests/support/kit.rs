@@ -228,6 +228,15 @@ impl CacheConfig {
         self
     }
 
+    /// An `[access_log]` writing to `path`, flushed every 50 ms (tests wait for lines
+    /// with `eventually`), with `keys` added to the section (e.g. `format = "json"`).
+    pub fn access_log(self, path: &Path, keys: &str) -> CacheConfig {
+        let path = path.to_str().expect("a UTF-8 temporary path");
+        self.extra(&format!(
+            "[access_log]\npath = {path:?}\nflush_ms = 50\n{keys}\n"
+        ))
+    }
+
     /// Append whole sections after the route.
     pub fn extra(mut self, toml: &str) -> CacheConfig {
         self.extra = format!("{}{toml}\n", self.extra);
