@@ -12,7 +12,9 @@
 //! feeds the state machine, sends HEADERS, and turns queued file ranges into DATA
 //! frames, a 9-byte header followed by `sendfile` of the payload (zero copy on plain
 //! and kernel-TLS connections; user-space TLS copies, as HTTP/1.1 does), up to the
-//! flow-control windows and the client's `SETTINGS_MAX_FRAME_SIZE`.
+//! flow-control windows and the client's `SETTINGS_MAX_FRAME_SIZE`. On kernel TLS a
+//! turn of 128 KiB or more goes through the worker's pipe instead: headers written,
+//! payloads spliced from the file, the whole sent with one splice (`transfer::send_parts`).
 //!
 //! A stream waiting on its handler (a fill, the origin, a collapsed LL-HLS request) or
 //! on the disk (its task makes the next window resident on the disk pool before queueing

@@ -9,9 +9,10 @@
 //! control records (close_notify, a peer KeyUpdate) end or continue the connection
 //! cleanly, and prints relative throughput and CPU of kernel versus user-space TLS.
 //! HTTP/2 too: ALPN `h2` on a kernel-TLS connection sends each DATA frame as its
-//! 9-byte header and a `sendfile` of the payload (the zero-copy path that exists only
-//! here), byte-exact for every kTLS cipher, and its throughput is printed beside
-//! HTTP/1.1's on the same kernel path.
+//! 9-byte header and the payload from the page cache (a turn through the worker's pipe,
+//! small responses a `sendfile` per frame: the zero-copy paths that exist only here),
+//! byte-exact for every kTLS cipher and to a client that reads slowly, and its
+//! throughput is printed beside HTTP/1.1's on the same kernel path.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod h2support;
@@ -270,6 +271,44 @@ fn http2_over_kernel_tls_sends_byte_exact_zero_copy_frames() {
         stat("TlsTxSw") >= tx_before + cases.len() as u64,
         "the kernel did not count our h2 sockets as kernel TLS"
     );
+    srv.stop();
+}
+
+/// On kernel TLS a DATA turn goes to the socket through the worker's pipe, one splice
+/// per turn; what a full socket does not take is discarded from the pipe and sent the
+/// ordinary way from the first byte it did not take. With a client reading slowly (the
+/// socket fills in the middle of turns), incremental streams taking turns and a
+/// multipart body arrive byte for byte.
+#[test]
+fn http2_turns_through_the_pipe_to_a_slow_reader_are_exact() {
+    if tls_stat().is_none() {
+        eprintln!("skipped: no kTLS on this kernel (/proc/net/tls_stat missing); run scripts/ktls-vm-test.sh");
+        return;
+    }
+    let a = content(3 * 1024 * 1024 + 11, 21);
+    let b = content(2 * 1024 * 1024 + 4093, 22);
+    let lib = library(&[("a.ts", &a), ("b.ts", &b)]);
+    let cert = TestCert::new(&["localhost"]);
+    let srv = Server::start(
+        lib.path(),
+        &tls_section("", &[cert.toml(&["localhost"], true)]),
+    );
+    let addr = https_addr(&srv.log);
+    use rustls::crypto::ring::cipher_suite as cs;
+    let suite = cs::TLS13_AES_128_GCM_SHA256;
+    let mut h1 = connect(
+        addr,
+        "localhost",
+        &client_with_suite(&cert.der, Versions::Tls13, suite),
+    )
+    .unwrap();
+    let range = format!("range: {}", h2support::SLOW_RANGES);
+    let multipart = get(&mut h1, "/b.ts", &[&range]);
+    assert_eq!(multipart.status, 206);
+    let s = connect(addr, "localhost", &h2_client(&cert, Versions::Tls13, suite)).unwrap();
+    let mut raw = h2support::Raw::over(h2support::SlowReader(s), &[(4, 64 << 20)], 1 << 30);
+    h2support::incremental_streams_are_exact(&mut raw, &a, &b, &multipart.body);
+    drop(h1);
     srv.stop();
 }
 

@@ -258,3 +258,67 @@ fn decode(dec: &mut hpack::Decoder, block: &[u8]) -> Vec<(String, String)> {
     .unwrap();
     fields
 }
+
+/// A stream read a little at a time (8 KiB per read, 0.3 ms apart), so the server's
+/// socket fills in the middle of its DATA turns.
+pub struct SlowReader<S>(pub S);
+
+impl<S: Read> Read for SlowReader<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::thread::sleep(Duration::from_micros(300));
+        let n = buf.len().min(8 * 1024);
+        self.0.read(&mut buf[..n])
+    }
+}
+
+impl<S: Write> Write for SlowReader<S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// The ranges [`incremental_streams_are_exact`] asks of `/b.ts` (six parts; short enough
+/// for this client's one-byte literal lengths).
+pub const SLOW_RANGES: &str =
+    "bytes=0-200000,300001-500007,600002-800014,900003-1100021,1200004-1400028,1500005-";
+
+/// Ask `/a.ts` (`a`) twice, `/b.ts` (`b`) once and [`SLOW_RANGES`] of `/b.ts` as
+/// incremental streams (RFC 9218: they take turns), read them all, and check every body
+/// byte for byte; the multipart one against `multipart` (HTTP/1.1's answer to the same
+/// ranges), boundaries aside.
+pub fn incremental_streams_are_exact<S: Read + Write>(
+    raw: &mut Raw<S>,
+    a: &[u8],
+    b: &[u8],
+    multipart: &[u8],
+) {
+    let incremental = [("priority", "u=3, i")];
+    let mut reqs = Vec::new();
+    reqs.extend(raw.get(1, "/a.ts", &incremental));
+    reqs.extend(raw.get(3, "/b.ts", &incremental));
+    reqs.extend(raw.get(5, "/a.ts", &incremental));
+    reqs.extend(raw.get(7, "/b.ts", &[incremental[0], ("range", SLOW_RANGES)]));
+    raw.send(&reqs);
+    let (got, _) = raw.responses(&[1, 3, 5, 7]);
+    assert!(got[&1] == (200, a.to_vec()), "stream 1 differs");
+    assert!(got[&3] == (200, b.to_vec()), "stream 3 differs");
+    assert!(got[&5] == (200, a.to_vec()), "stream 5 differs");
+    let (status, body) = &got[&7];
+    assert_eq!(*status, 206);
+    let boundary = |body: &[u8]| {
+        String::from_utf8_lossy(body)
+            .trim_start()
+            .lines()
+            .next()
+            .expect("a first boundary line")
+            .trim_start_matches('-')
+            .to_owned()
+    };
+    let want = String::from_utf8_lossy(multipart).replace(&boundary(multipart), "B");
+    let have = String::from_utf8_lossy(body).replace(&boundary(body), "B");
+    assert!(have.len() > 6 * 200_000, "{} bytes", have.len());
+    assert!(have == want, "the multipart body differs from HTTP/1.1's");
+}
