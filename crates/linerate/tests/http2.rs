@@ -290,7 +290,11 @@ fn bodies_through_a_socket_that_fills_mid_turn_are_exact() {
     assert_eq!(h1.status, 206);
     let s = TcpStream::connect(srv.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut raw = Raw::over(SlowReader(s), &[(4, 64 << 20)], 1 << 30);
+    let mut raw = Raw::over(
+        SlowReader(s, Duration::from_micros(300)),
+        &[(4, 64 << 20)],
+        1 << 30,
+    );
     h2support::incremental_streams_are_exact(&mut raw, &a, &b, &h1.body);
 }
 

@@ -259,13 +259,13 @@ fn decode(dec: &mut hpack::Decoder, block: &[u8]) -> Vec<(String, String)> {
     fields
 }
 
-/// A stream read a little at a time (8 KiB per read, 0.3 ms apart), so the server's
-/// socket fills in the middle of its DATA turns.
-pub struct SlowReader<S>(pub S);
+/// A stream read a little at a time (8 KiB per read, this pause before each), so the
+/// server's socket fills in the middle of its DATA turns.
+pub struct SlowReader<S>(pub S, pub Duration);
 
 impl<S: Read> Read for SlowReader<S> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        std::thread::sleep(Duration::from_micros(300));
+        std::thread::sleep(self.1);
         let n = buf.len().min(8 * 1024);
         self.0.read(&mut buf[..n])
     }
