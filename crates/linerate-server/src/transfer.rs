@@ -100,17 +100,18 @@ impl Part<'_> {
 /// ranges take the same residency rules as a response's (a cold window goes to the
 /// pool). `sent` as for [`send`].
 ///
-/// On kernel TLS a batch of several parts goes through the worker's pipe first
-/// ([`Batch`](linerate_sys::pipe::Batch)): its bytes written and its file ranges
+/// On kernel TLS a batch of [`PIPED_PARTS`] or more goes through the worker's pipe
+/// first ([`Batch`](linerate_sys::pipe::Batch)): its bytes written and its file ranges
 /// spliced into the pipe, then one splice to the socket, which sees the batch as one
 /// send: full records and segments, where a `sendfile` per frame ends a record and,
 /// with `TCP_NODELAY`, sends it as a segment of its own (2 MiB over h2 in the kTLS VM:
-/// server CPU per GB 41-47 s -> 38-39 s, HTTP/1.1's 34-35; docs/benchmarks.md
-/// "HTTP/2 frames through a pipe"). Only file ranges known resident go in (as for
-/// `sendfile`: `hot`, else a check), and only while the pipe has room; what the socket does not take at once, and a part
-/// that cannot go through the pipe, is sent the ordinary way. Plain TCP keeps a
-/// `send` + `sendfile` per frame: there the pipe measured slower (h2c 64 KiB: CPU per
-/// GB 0.36 -> 0.82 s), each 9-byte header costing the receiver a page of its own.
+/// 0.81x -> 0.92x of HTTP/1.1's throughput, CPU per GB 1.28x -> 1.09-1.13x of its;
+/// docs/benchmarks.md "HTTP/2 frames through a pipe on kernel TLS"). Only file ranges
+/// known resident go in (as for `sendfile`: `hot`, else a check), and only while the
+/// pipe has room; what a full socket does not take goes through the pipe again once it
+/// is writable, and a part that cannot go through it is sent the ordinary way. Plain
+/// TCP keeps a `send` + `sendfile` per frame: there a first version of the pipe
+/// measured slower (h2c 64 KiB: CPU per GB 0.36 -> 0.82 s).
 pub(crate) async fn send_parts(
     worker: &Worker,
     stream: &TcpStream,
@@ -200,7 +201,8 @@ enum Piped {
     /// The socket took everything put in the pipe: go on with the next parts.
     All,
     /// The next part cannot go through the pipe (its window is not in the page cache,
-    /// or its file ends early): send it the ordinary way, then try the pipe again.
+    /// its file ends early, or it is larger than the pipe): send it the ordinary way,
+    /// then try the pipe again.
     Stopped,
     /// The socket took less than the pipe held: it is full. The rest goes through the
     /// pipe again once it takes more.

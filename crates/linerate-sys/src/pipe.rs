@@ -115,10 +115,26 @@ impl Pipe {
         }
         let mut read_to = *offset;
         let n = self.fill(file, &mut read_to, count)?;
+        let sent = self.send_held(sock, null, n, 0)?;
+        *offset += sent as u64;
+        Ok(sent)
+    }
+
+    /// Send the `n` bytes the pipe holds to the non-blocking socket `sock` without
+    /// waiting, with these splice flags, and discard into `null` what it does not take.
+    /// The bytes it took; `WouldBlock` (or its error) when it took none; an error, and
+    /// the pipe [`broken`](Pipe::broken), if the discard fails.
+    fn send_held(
+        &self,
+        sock: BorrowedFd<'_>,
+        null: BorrowedFd<'_>,
+        n: usize,
+        flags: libc::c_uint,
+    ) -> io::Result<usize> {
         let mut sent = 0;
         let mut failed = None;
         while sent < n {
-            match self.drain(sock, n - sent) {
+            match self.drain_flags(sock, n - sent, flags) {
                 Ok(0) => {
                     failed = Some(io::Error::other("splice to the socket moved nothing"));
                     break;
@@ -135,7 +151,6 @@ impl Pipe {
             self.broken.set(true);
             return Err(io::Error::other("could not empty the pipe"));
         }
-        *offset += sent as u64;
         match failed {
             Some(e) if sent == 0 => Err(e),
             _ => Ok(sent),
@@ -215,7 +230,7 @@ impl Pipe {
 /// ends a record and, with `TCP_NODELAY`, sends it: HTTP/2 DATA frames sent one
 /// `send` + `sendfile` each leave as a segment of 16 KiB apiece; batched, the socket
 /// fills its records and segments as one `sendfile` of the whole would
-/// (docs/benchmarks.md, "HTTP/2 frames through a pipe").
+/// (docs/benchmarks.md, "HTTP/2 frames through a pipe on kernel TLS").
 ///
 /// Nothing waits: a batch stops taking pieces before the pipe could fill (a piece that
 /// does not fit is refused whole, and the caller sends it another way), and
@@ -326,33 +341,8 @@ impl Batch<'_> {
     /// none. Should the discard fail, the pipe is [`broken`](Pipe::broken) and this
     /// fails.
     pub fn send(self, sock: BorrowedFd<'_>, null: BorrowedFd<'_>, more: bool) -> io::Result<usize> {
-        let pipe = self.pipe;
-        let n = self.held;
         let flags = if more { libc::SPLICE_F_MORE } else { 0 };
-        let mut sent = 0;
-        let mut failed = None;
-        while sent < n {
-            match pipe.drain_flags(sock, n - sent, flags) {
-                Ok(0) => {
-                    failed = Some(io::Error::other("splice to the socket moved nothing"));
-                    break;
-                }
-                Ok(m) => sent += m,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        if !pipe.discard(null, n - sent) {
-            pipe.broken.set(true);
-            return Err(io::Error::other("could not empty the pipe"));
-        }
-        match failed {
-            Some(e) if sent == 0 => Err(e),
-            _ => Ok(sent),
-        }
+        self.pipe.send_held(sock, null, self.held, flags)
     }
 }
 
