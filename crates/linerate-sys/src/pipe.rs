@@ -408,6 +408,36 @@ mod tests {
         assert!(reader.join().unwrap() == bytes);
     }
 
+    /// `/dev/null`, open for writing (where a send discards what the socket did not take).
+    fn dev_null() -> std::fs::File {
+        std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+    }
+
+    /// A non-blocking loopback socket whose reader starts reading only when told (so
+    /// the sender can fill it first), the signal, and the reader: everything it read.
+    fn held_back_reader() -> (
+        std::net::TcpStream,
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<Vec<u8>>,
+    ) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            wait.recv().unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).unwrap();
+            got
+        });
+        let sock = std::net::TcpStream::connect(addr).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        (sock, go, reader)
+    }
+
     /// Bytes the pipe holds now (`FIONREAD` on its read end).
     fn held(pipe: &Pipe) -> usize {
         let mut n: libc::c_int = 0;
@@ -427,23 +457,8 @@ mod tests {
         let len = 8 * pipe.capacity() + 777;
         let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
         let f = unlinked_file("linerate-pipe-send", &bytes);
-        let null = std::fs::File::options()
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (go, wait) = std::sync::mpsc::channel::<()>();
-        let reader = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            // Read only once the sender has filled the socket.
-            wait.recv().unwrap();
-            let mut got = Vec::new();
-            s.read_to_end(&mut got).unwrap();
-            got
-        });
-        let sock = std::net::TcpStream::connect(addr).unwrap();
-        sock.set_nonblocking(true).unwrap();
+        let null = dev_null();
+        let (sock, go, reader) = held_back_reader();
         let mut offset = 0u64;
         let mut would_block = 0;
         let mut partial = 0;
@@ -513,22 +528,8 @@ mod tests {
                 None => expect.extend_from_slice(&file_bytes[*off as usize..*off as usize + len]),
             }
         }
-        let null = std::fs::File::options()
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (go, wait) = std::sync::mpsc::channel::<()>();
-        let reader = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            wait.recv().unwrap();
-            let mut got = Vec::new();
-            s.read_to_end(&mut got).unwrap();
-            got
-        });
-        let sock = std::net::TcpStream::connect(addr).unwrap();
-        sock.set_nonblocking(true).unwrap();
+        let null = dev_null();
+        let (sock, go, reader) = held_back_reader();
         // The piece being sent and how many of its bytes went.
         let (mut at, mut done) = (0, 0);
         let (mut short, mut would_block, mut refused) = (0, 0, 0);
