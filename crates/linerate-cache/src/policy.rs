@@ -38,6 +38,10 @@ pub enum QueueId {
     Removed,
     /// Pinned: in no queue, never evicted.
     Pinned,
+    /// Not tracked yet: indexed, and its publisher has not handed it to the policy.
+    /// It cannot be pinned in that moment (a pin would be lost when it is tracked),
+    /// and one removed in it is never tracked.
+    New,
 }
 
 impl QueueId {
@@ -48,6 +52,7 @@ impl QueueId {
             QueueId::Main => "main",
             QueueId::Removed => "removed",
             QueueId::Pinned => "pinned",
+            QueueId::New => "new",
         }
     }
 
@@ -57,6 +62,7 @@ impl QueueId {
             QueueId::Main => 1,
             QueueId::Removed => 2,
             QueueId::Pinned => 3,
+            QueueId::New => 4,
         }
     }
 
@@ -66,6 +72,7 @@ impl QueueId {
             1 => QueueId::Main,
             2 => QueueId::Removed,
             3 => QueueId::Pinned,
+            4 => QueueId::New,
             _ => QueueId::Small,
         }
     }
@@ -82,7 +89,7 @@ impl Default for PolicyState {
     fn default() -> Self {
         PolicyState {
             freq: AtomicU8::new(0),
-            queue: AtomicU8::new(QueueId::Small.to_u8()),
+            queue: AtomicU8::new(QueueId::New.to_u8()),
         }
     }
 }
@@ -172,12 +179,12 @@ impl<T: Tracked> S3Fifo<T> {
     }
 
     /// Take a tracked object out of eviction. Returns whether it is pinned now (false:
-    /// it is not tracked any more).
+    /// it is not tracked, yet or any more).
     pub fn pin(&mut self, item: &Arc<T>) -> bool {
         let p = item.policy();
         match p.queue() {
             QueueId::Pinned => return true,
-            QueueId::Removed => return false,
+            QueueId::Removed | QueueId::New => return false,
             QueueId::Small => self.small_bytes -= item.charge(),
             QueueId::Main => self.main_bytes -= item.charge(),
         }
@@ -201,19 +208,25 @@ impl<T: Tracked> S3Fifo<T> {
     }
 
     /// Add a new object: to main if its hash is in the ghost (it was evicted from small
-    /// recently and came back), else to small.
-    pub fn insert(&mut self, item: Arc<T>) {
+    /// recently and came back), else to small. Returns whether it was added (false:
+    /// it was removed before it was tracked).
+    pub fn insert(&mut self, item: Arc<T>) -> bool {
         let q = if self.ghost.take(item.key_hash()) {
             QueueId::Main
         } else {
             QueueId::Small
         };
-        self.insert_into(item, q);
+        self.insert_into(item, q)
     }
 
-    /// Add an object restored from a snapshot into the queue it was in.
-    pub fn insert_into(&mut self, item: Arc<T>, queue: QueueId) {
+    /// Add an object into `queue` (a snapshot's, or a pinned one's). Returns whether it
+    /// was added: one removed (purged, replaced) between its indexing and this call is
+    /// not, so the policy never holds an object the index has dropped.
+    pub fn insert_into(&mut self, item: Arc<T>, queue: QueueId) -> bool {
         let p = item.policy();
+        if p.queue() == QueueId::Removed {
+            return false;
+        }
         match queue {
             QueueId::Main => {
                 p.set_queue(QueueId::Main);
@@ -225,12 +238,13 @@ impl<T: Tracked> S3Fifo<T> {
                 self.pinned_bytes += item.charge();
                 self.pinned.insert(item.key_hash(), item);
             }
-            QueueId::Small | QueueId::Removed => {
+            QueueId::Small | QueueId::Removed | QueueId::New => {
                 p.set_queue(QueueId::Small);
                 self.small_bytes += item.charge();
                 self.small.push_back(item);
             }
         }
+        true
     }
 
     /// Forget an object (purged or replaced). Its queue slot is dropped lazily when it
@@ -244,6 +258,10 @@ impl<T: Tracked> S3Fifo<T> {
                 self.pinned.remove(&item.key_hash());
             }
             QueueId::Removed => return false,
+            QueueId::New => {
+                item.policy().set_queue(QueueId::Removed);
+                return false;
+            }
         }
         item.policy().set_queue(QueueId::Removed);
         true
@@ -456,6 +474,32 @@ mod tests {
         );
         assert!(p.remove(&pinned[1]));
         assert_eq!(p.pinned_bytes(), 30);
+    }
+
+    /// An object indexed but not yet handed to the policy (its publisher between the
+    /// two) cannot be pinned: the pin was counted and then lost when it was tracked, so
+    /// unpinning it later left its bytes counted pinned forever. One removed in that
+    /// moment (purged, replaced) is never tracked.
+    #[test]
+    fn objects_not_tracked_yet_are_neither_pinned_nor_tracked_after_removal() {
+        let mut p = S3Fifo::new(100);
+        let a = obj(1);
+        assert_eq!(a.policy().queue(), QueueId::New);
+        assert!(!p.pin(&a), "not tracked yet");
+        assert_eq!(p.pinned_bytes(), 0);
+        assert!(p.insert(Arc::clone(&a)));
+        assert!(p.pin(&a));
+        assert!(p.unpin(&a));
+        assert_eq!(p.pinned_bytes(), 0);
+        assert_eq!(p.bytes(), 10);
+
+        let b = obj(2);
+        assert!(!p.remove(&b), "it was never tracked");
+        assert!(!p.insert(Arc::clone(&b)), "removed before it was tracked");
+        assert!(!p.insert_into(Arc::clone(&b), QueueId::Pinned));
+        assert_eq!(b.policy().queue(), QueueId::Removed);
+        assert_eq!(p.bytes(), 10);
+        assert_eq!(p.live().len(), 1);
     }
 
     #[test]

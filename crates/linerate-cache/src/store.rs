@@ -460,20 +460,24 @@ impl Store {
             return false;
         };
         let disk = &inner.disks[usize::from(entry.disk)];
-        let changed = {
+        // An entry indexed but not tracked yet (its publisher is between the two) is
+        // not stored yet either: a pin now would be lost when it is tracked.
+        let (changed, stored) = {
             let mut policy = lock(&disk.policy);
-            if pinned {
+            let changed = if pinned {
                 entry.policy.queue() != QueueId::Pinned && policy.pin(&entry)
             } else {
                 policy.unpin(&entry)
-            }
+            };
+            let queue = entry.policy.queue();
+            (changed, queue != QueueId::Removed && queue != QueueId::New)
         };
         if changed {
             if let Err(err) = disk.journal(&*inner.io, &Record::Pin { hash, pinned }) {
                 inner.disk_error(disk.id, IoOp::Append, disk.dir(), &err);
             }
         }
-        entry.policy.queue() != QueueId::Removed
+        stored
     }
 
     /// Pin `key` as it is written, from now until [`Store::pin_on_write_done`]: a write

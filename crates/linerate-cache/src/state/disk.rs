@@ -194,12 +194,17 @@ impl Disk {
 
     /// Start tracking a published object (policy, used bytes, count).
     pub(crate) fn track(&self, entry: Arc<Entry>, queue: Option<crate::policy::QueueId>) {
-        self.used.fetch_add(entry.charge, Ordering::AcqRel);
-        self.objects.fetch_add(1, Ordering::Relaxed);
+        let charge = entry.charge;
         let mut p = lock(&self.policy);
-        match queue {
+        let tracked = match queue {
             Some(q) => p.insert_into(entry, q),
             None => p.insert(entry),
+        };
+        // Counted under the policy's lock, as `untrack` uncounts: an entry purged
+        // between its indexing and this call is neither tracked nor counted.
+        if tracked {
+            self.used.fetch_add(charge, Ordering::AcqRel);
+            self.objects.fetch_add(1, Ordering::Relaxed);
         }
     }
 
