@@ -7,6 +7,13 @@ bench.py's generated content; in front of it, one at a time or side by side, run
 
   nginx     proxy_cache + proxy_cache_lock on + slice 1m (the usual nginx video edge)
   linerate  cache mode, one worker, 1 MiB slices (a generated config file)
+  kernel, kernel-sync  the kernel's work of a miss alone (bench/kernel-cache.c, built
+           here with gcc): a thread per connection that fetches each 1 MiB slice,
+           writes it to a file, sends it from the same buffer and renames the file,
+           at once (`kernel`, as nginx never flushes) or after a group flush
+           (`kernel-sync`, linerate's `sync_before_publish`). Miss tests only: the
+           limit a cache's misses are read against (`--servers
+           nginx,linerate,kernel,kernel-sync`).
 
 each pinned to the server CPU, with fresh (empty) caches at the start. Seven tests:
 
@@ -67,6 +74,12 @@ HERD_CLIENTS = 200
 WARM_CONNECTIONS = B.CONNECTIONS["large"]  # 16
 WARM_SMALL_CONNECTIONS = B.CONNECTIONS["small"]  # 64
 ALL_TESTS = ["warm", "warm-small", "miss-small", "miss-large", "miss-huge", "herd", "range"]
+# The kernel's work of a miss alone (bench/kernel-cache.c), by its durability argument.
+KERNEL_SERVERS = {"kernel": "none", "kernel-sync": "sync"}
+ALL_SERVERS = ["nginx", "linerate", *KERNEL_SERVERS]
+# Each server's own URLs in a miss round (`?u=SEED.N`), so no server asks a URL another
+# asked (it would be a hit at the origin's count, or a shared count).
+SEED_OF_SERVER = {"linerate": 1, "nginx": 2, "kernel": 3, "kernel-sync": 4}
 # Warm-hit tests: test name -> (path prefix, object count, connections, size label).
 WARM_TESTS = {
     "warm": ("/large/", B.LARGE_COUNT, WARM_CONNECTIONS, "2 MiB"),
@@ -233,6 +246,36 @@ def nginx_has(nginx: str, module: str) -> bool:
     return module in out
 
 
+def cache_dir(cfg, name: str) -> Path:
+    """Where cache server `name` keeps its cache: in its work directory, or on the
+    RAM-backed filesystem of `--cache-fs ram`."""
+    return (cfg.cache_root / name) if cfg.cache_root else cfg.pwork / name / "cache"
+
+
+def mount_ram_fs(cfg) -> Path:
+    """`--cache-fs ram`: an ext4 filesystem on a loop device backed by a file in
+    /dev/shm, mounted with `discard` (a removed cache gives its memory back). A real
+    filesystem with a journal, writeback and flushes, on a device whose speed does not
+    drift with a shared host's storage: what a miss costs the server, not what the
+    VM's disk was doing that minute. Unmounted at exit."""
+    img = Path("/dev/shm/linerate-bench-cachefs.img")
+    mnt = cfg.workdir / "cachefs"
+    subprocess.run(["umount", str(mnt)], capture_output=True)
+    img.unlink(missing_ok=True)
+    subprocess.run(["truncate", "-s", cfg.cache_fs_size, str(img)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
+    mnt.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-o", "loop,discard", str(img), str(mnt)], check=True)
+
+    def unmount() -> None:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+        img.unlink(missing_ok=True)
+
+    atexit.register(unmount)
+    log(f"caches on ext4 over a {cfg.cache_fs_size} file in /dev/shm, mounted at {mnt}")
+    return mnt
+
+
 def start_origin(cfg) -> Origin:
     work = cfg.pwork / "origin"
     shutil.rmtree(work, ignore_errors=True)
@@ -257,12 +300,13 @@ def start_origin(cfg) -> Origin:
 def start_nginx_proxy(cfg, origin: Origin) -> B.Server:
     work = cfg.pwork / "nginx"
     shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(cache_dir(cfg, "nginx"), ignore_errors=True)
     (work / "tmp").mkdir(parents=True)
     port = B.free_port()
     nofile = B.hard_nofile()
     (work / "nginx.conf").write_text(
         PROXY_CONF.format(
-            work=work, host=HOST, port=port, origin_port=origin.port, cache=work / "cache",
+            work=work, host=HOST, port=port, origin_port=origin.port, cache=cache_dir(cfg, "nginx"),
             nofile=nofile, worker_connections=max(1024, nofile - 100), slice=SLICE,
             open_file_cache=B.nginx_open_file_cache(cfg.nginx_open_file_cache),
             # bench/zipf.py's cache test: cache files read (and written) by a thread pool
@@ -279,6 +323,37 @@ def start_nginx_proxy(cfg, origin: Origin) -> B.Server:
     return B.Server("nginx", p, port)
 
 
+def build_kernel_cache(cfg) -> str:
+    """bench/kernel-cache.c, compiled into the work directory."""
+    src = Path(__file__).resolve().parent / "kernel-cache.c"
+    out = cfg.workdir / "kernel-cache"
+    subprocess.run(["gcc", "-O2", "-Wall", "-pthread", "-o", str(out), str(src)], check=True)
+    return str(out)
+
+
+def start_kernel_cache(cfg, name: str, origin: Origin) -> B.Server:
+    work = cfg.pwork / name
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(cache_dir(cfg, name), ignore_errors=True)
+    work.mkdir(parents=True)
+    cache_dir(cfg, name).parent.mkdir(parents=True, exist_ok=True)
+    port = B.free_port()
+    cmd = ["taskset", "-c", str(cfg.server_cpu), cfg.kernel_cache, HOST, str(port), str(origin.port),
+           str(cache_dir(cfg, name)), str(1 << 20), KERNEL_SERVERS[name]]
+    with open(work / "stderr.log", "ab") as f:
+        p = B.spawn(cmd, stdout=f, stderr=f)
+    B.wait_listening(port, p)
+    return B.Server(name, p, port)
+
+
+def start_proxy(cfg, name: str, origin: Origin) -> B.Server:
+    if name == "nginx":
+        return start_nginx_proxy(cfg, origin)
+    if name == "linerate":
+        return start_linerate_proxy(cfg, origin)
+    return start_kernel_cache(cfg, name, origin)
+
+
 def linerate_cache_flags_missing(linerate: str) -> str | None:
     """Why linerate cannot run in cache mode from the command line, or None."""
     if not os.access(linerate, os.X_OK):
@@ -293,7 +368,9 @@ def linerate_cache_flags_missing(linerate: str) -> str | None:
 def start_linerate_proxy(cfg, origin: Origin) -> B.Server:
     work = cfg.pwork / "linerate"
     shutil.rmtree(work, ignore_errors=True)
-    (work / "cache").mkdir(parents=True)
+    shutil.rmtree(cache_dir(cfg, "linerate"), ignore_errors=True)
+    work.mkdir(parents=True)
+    cache_dir(cfg, "linerate").mkdir(parents=True)
     port = B.free_port()
     # A file rather than the quick-start flags: the same 1 MiB slices as nginx's
     # `slice 1m`, the same hour of freshness as its `proxy_cache_valid 200 206 1h` for
@@ -304,7 +381,7 @@ def start_linerate_proxy(cfg, origin: Origin) -> B.Server:
         f'[server]\nlisten = ["{HOST}:{port}"]\nworkers = 1\n\n'
         f'[admin]\nlisten = "{HOST}:0"\n\n'
         f'[cache]\ndurability = "{getattr(cfg, "durability", "sync_before_publish")}"\n\n'
-        f'[[cache.disk]]\nname = "d0"\npath = "{work / "cache"}"\nmax_bytes = {8 << 30}\n\n'
+        f'[[cache.disk]]\nname = "d0"\npath = "{cache_dir(cfg, "linerate")}"\nmax_bytes = {8 << 30}\n\n'
         f'[[origin]]\nname = "origin"\nservers = ["http://{HOST}:{origin.port}"]\n\n'
         f'[[route]]\npath_prefix = "/"\norigin = "origin"\nslice_bytes = {1 << 20}\n'
         f'default_ttl_s = 3600\n'
@@ -566,7 +643,7 @@ def miss_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dic
     one per 1 MiB slice of each miss, or the cache was not missing."""
     prefix, count, conns, _, _ = MISS_TESTS[test]
     # A seed of its own per test, round and server, so the count is this run's alone.
-    seed = 1000 * (1 + list(MISS_TESTS).index(test)) + 10 * rnd + (1 if server.name == "linerate" else 2)
+    seed = 1000 * (1 + list(MISS_TESTS).index(test)) + 10 * rnd + SEED_OF_SERVER[server.name]
     mark = f"?u={seed}."
     # No warm-up: a miss has nothing to warm, and the origin count then covers exactly
     # the measured requests (plus those in flight at the end, one per connection).
@@ -609,9 +686,10 @@ def miss_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dic
 def stored_files(cfg, name: str, since: float) -> int:
     """Object files in a cache server's cache written since `since` (a round's own:
     eviction of older ones does not count): linerate's `objects/` (not its temporary
-    files), nginx's cache directory (its temporary files end in a dot and ten digits)."""
-    cache = cfg.pwork / name / "cache"
-    if name == "linerate":
+    files), bench/kernel-cache.c's `objects/` likewise, nginx's cache directory (its
+    temporary files end in a dot and ten digits)."""
+    cache = cache_dir(cfg, name)
+    if name == "linerate" or name in KERNEL_SERVERS:
         cache = cache / "objects"
     if not cache.is_dir():
         return 0
@@ -644,10 +722,11 @@ def drop_cache(cfg, proxies: dict[str, B.Server], name: str, origin: Origin) -> 
     again empty (its start removes the directory too; removing it here as well frees
     the disk even when the start fails). Returns the bytes its cache held."""
     B.stop(proxies.pop(name).proc)
-    cache = cfg.pwork / name / "cache"
+    cache = cache_dir(cfg, name)
     held = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) if cache.is_dir() else 0
     shutil.rmtree(cfg.pwork / name, ignore_errors=True)
-    proxies[name] = (start_nginx_proxy if name == "nginx" else start_linerate_proxy)(cfg, origin)
+    shutil.rmtree(cache, ignore_errors=True)
+    proxies[name] = start_proxy(cfg, name, origin)
     log(f"{name}: removed its cache ({held / 1e9:.1f} GB) and started it again, empty")
     return held
 
@@ -813,26 +892,31 @@ def report(rows: list[dict], servers: list[str], failed: dict[str, str]) -> str:
         ("range", "origin_bytes_at_answer", "range: origin bytes by the answer", ",.0f", True),
         ("range", "origin_bytes", "range: origin bytes after the origin went idle", ",.0f", True),
     ]
-    lines = ["| test | nginx | linerate | linerate/nginx |", "|---|---:|---:|---:|"]
+    # nginx and linerate always (a server not run says so); the kernel's work alone when
+    # run, with how it compares to nginx and how much of it linerate reaches.
+    kernels = [k for k in KERNEL_SERVERS if k in servers]
+    cols = ["nginx", "linerate", *kernels]
+    ratios = [("linerate", "nginx")] + [(k, "nginx") for k in kernels] + [("linerate", k) for k in kernels]
+    lines = ["| test | " + " | ".join(cols) + " | " + " | ".join(f"{a}/{b}" for a, b in ratios) + " |",
+             "|---|" + "---:|" * (len(cols) + len(ratios))]
     for test, key, label, f, ratio in spec:
         vals = {}
-        for s in ("nginx", "linerate"):
+        for s in cols:
             rs = [r for r in rows if r.get("test") == test and r["server"] == s]
             vals[s] = med(rs, key) if rs else None
         if all(v is None for v in vals.values()):
             continue
         cells = []
-        for s in ("nginx", "linerate"):
+        for s in cols:
             if s not in servers:
                 cells.append("not run")
             elif vals[s] is None:
                 cells.append("FAILED" if s in failed else "—")
             else:
                 cells.append(format(vals[s], f))
-        r = ""
-        if ratio and vals["nginx"] and vals["linerate"] is not None:
-            r = f"{vals['linerate'] / vals['nginx']:.2f}×"
-        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {r} |")
+        for a, b in ratios:
+            cells.append(f"{vals[a] / vals[b]:.2f}×" if ratio and vals[b] and vals[a] is not None else "")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for s in ("nginx", "linerate"):
         rs = [r for r in rows if r.get("test") == "range" and r["server"] == s]
         if rs and not all(r.get("correct") for r in rs):
@@ -860,7 +944,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, help="measured seconds per warm-hit run (10; quick 2)")
     ap.add_argument("--warmup", type=float, help="generator warm-up seconds per warm-hit run (2; quick 0.5)")
     ap.add_argument("--tests", default=",".join(ALL_TESTS), help="comma list of " + ", ".join(ALL_TESTS))
-    ap.add_argument("--servers", default="nginx,linerate", help="comma list of nginx, linerate")
+    ap.add_argument("--servers", default="nginx,linerate", help="comma list of " + ", ".join(ALL_SERVERS))
     ap.add_argument("--herd-clients", type=int, default=HERD_CLIENTS)
     ap.add_argument("--herd-rate", default="20m",
                     help="origin send rate for the herd object (nginx limit_rate; 20m ≈ 100 ms per 2 MiB)")
@@ -883,6 +967,10 @@ def main() -> int:
                          "as proxy.py had it before the warm-small test)")
     ap.add_argument("--durability", default="sync_before_publish", choices=["sync_before_publish", "no_sync"],
                     help="linerate's [cache] durability (default: its default; nginx never flushes)")
+    ap.add_argument("--cache-fs", default="disk", choices=["disk", "ram"],
+                    help="where the caches live: WORKDIR's filesystem (disk), or ext4 on a loop device "
+                         "over /dev/shm (ram: the same filesystem work at a steady device speed; needs root)")
+    ap.add_argument("--cache-fs-size", default="8G", help="size of the --cache-fs ram filesystem")
     ap.add_argument("--linerate-args", default="", help="extra arguments for linerate serve (one string)")
     ap.add_argument("--generator", default=None)
     ap.add_argument("--out", type=Path, default=None, help="results JSON (default WORKDIR/proxy-results.json)")
@@ -896,8 +984,10 @@ def main() -> int:
         if t not in ALL_TESTS:
             ap.error(f"unknown test {t}")
     for s in servers:
-        if s not in ("nginx", "linerate"):
+        if s not in ALL_SERVERS:
             ap.error(f"unknown server {s}")
+    if any(s in KERNEL_SERVERS for s in servers) and set(tests) - set(MISS_TESTS):
+        ap.error("the kernel servers run the miss tests only (--tests miss-small,miss-large,miss-huge)")
     if cfg.origin_cpu is None:
         cfg.origin_cpu = cfg.client_cpu
     cfg.linerate_args = cfg.linerate_args.split()
@@ -907,6 +997,8 @@ def main() -> int:
     cfg.root = cfg.workdir / "root"
     cfg.pwork = cfg.workdir / "proxy"
     cfg.pwork.mkdir(exist_ok=True)
+    cfg.cache_root = mount_ram_fs(cfg) if cfg.cache_fs == "ram" else None
+    cfg.kernel_cache = build_kernel_cache(cfg) if any(s in KERNEL_SERVERS for s in servers) else None
     # bench.py's cold workload uses these names; run_generator reads them from cfg.
     cfg.idle_settle = 0.0
     out_path = cfg.out or cfg.workdir / "proxy-results.json"
@@ -939,7 +1031,7 @@ def main() -> int:
             if s in failed:
                 continue
             try:
-                proxies[s] = (start_nginx_proxy if s == "nginx" else start_linerate_proxy)(cfg, origin)
+                proxies[s] = start_proxy(cfg, s, origin)
                 log(f"{s}: cache proxy on {HOST}:{proxies[s].port} (CPU {cfg.server_cpu})")
             except RuntimeError as e:
                 log(f"{s.upper()} PART FAILED: {e}")
@@ -1018,14 +1110,14 @@ def main() -> int:
         if DROP_CACHE_AFTER_ROUND & set(tests):
             # A run stopped inside such a round (error, Ctrl-C) leaves gigabytes behind.
             for s in servers:
-                shutil.rmtree(cfg.pwork / s / "cache", ignore_errors=True)
+                shutil.rmtree(cache_dir(cfg, s), ignore_errors=True)
         meta = {
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
             "kernel": os.uname().release, "cpus": os.cpu_count(), "cpu_model": B.cpu_model(),
             "nginx": B.nginx_version(cfg.nginx), "generator": cfg.generator, "rounds": cfg.rounds,
             "duration_s": cfg.duration, "warmup_s": cfg.warmup, "herd_rate": cfg.herd_rate,
             "herd_clients": cfg.herd_clients, "slice": SLICE, "linerate_args": cfg.linerate_args, "durability": cfg.durability,
-            "nginx_open_file_cache": cfg.nginx_open_file_cache,
+            "nginx_open_file_cache": cfg.nginx_open_file_cache, "cache_fs": cfg.cache_fs,
             "warm_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in WARM_TESTS.items()},
             "miss_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in MISS_TESTS.items()},
             "failed": failed,
