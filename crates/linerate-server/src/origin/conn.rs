@@ -136,6 +136,11 @@ impl Conn {
     /// capacity as it is: nothing is zeroed first (a fill reads into a 256 KiB buffer
     /// and a recv returns about 64 KiB: zeroing the whole window each time was 1.2 % of
     /// a 2 MiB miss's CPU, docs/benchmarks.md "Misses").
+    /// Whether the connection is TLS (its reads zero the space they are offered).
+    pub(super) fn is_tls(&self) -> bool {
+        matches!(self.stream, Stream::Tls(_))
+    }
+
     pub(super) async fn read_until(
         &mut self,
         buf: &mut Vec<u8>,
