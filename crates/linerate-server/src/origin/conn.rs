@@ -130,17 +130,17 @@ impl Conn {
         self.stream.flush().await
     }
 
-    /// Append up to `want` bytes to `buf` (`want` > 0), waiting until `deadline`.
-    /// `Ok(Some(0))` is end of file; `Ok(None)` that the deadline passed. Cancel-safe: `buf`
-    /// only ever grows by the bytes actually read. The bytes are read into `buf`'s spare
-    /// capacity as it is: nothing is zeroed first (a fill reads into a 256 KiB buffer
-    /// and a recv returns about 64 KiB: zeroing the whole window each time was 1.2 % of
-    /// a 2 MiB miss's CPU, docs/benchmarks.md "Misses").
-    /// Whether the connection is TLS (its reads zero the space they are offered).
+    /// Whether the connection is TLS (tokio-rustls zeroes the space a read is offered).
     pub(super) fn is_tls(&self) -> bool {
         matches!(self.stream, Stream::Tls(_))
     }
 
+    /// Append up to `want` bytes to `buf` (`want` > 0), waiting until `deadline`.
+    /// `Ok(Some(0))` is end of file; `Ok(None)` that the deadline passed. Cancel-safe: `buf`
+    /// only ever grows by the bytes actually read. The bytes are read into `buf`'s spare
+    /// capacity as it is: nothing is zeroed first on plain TCP (a fill reads into a
+    /// 256 KiB buffer: zeroing the whole window each time was 1.2 % of a 2 MiB miss's
+    /// CPU, docs/benchmarks.md "Misses"); a TLS stream zeroes it itself.
     pub(super) async fn read_until(
         &mut self,
         buf: &mut Vec<u8>,

@@ -26,9 +26,10 @@ const HEAD_READ_CHUNK: usize = 68 * 1024;
 /// Most bytes asked of a plain TCP origin in one body read. The read goes into the
 /// buffer's spare capacity, never zeroed, and larger reads are fewer calls and fewer
 /// trips through the fill loop (its write, the readers' wake-up): against 64 KiB,
-/// 2 MiB misses ran +19 % req/s at 25 % less CPU per GB (docs/benchmarks.md,
-/// "The kernel's limit for misses"), as `bench/kernel-cache.c` showed first (its
-/// 64 KiB buffer made 0.76x nginx, 256 KiB 1.07x).
+/// 2 MiB misses ran 10-19 % more req/s at 15-25 % less CPU per GB and sliced 64 MiB
+/// misses 14 % more (docs/benchmarks.md, "The kernel's limit for misses"), as
+/// `bench/kernel-cache.c` showed first (its 64 KiB buffer made 0.76x nginx, 256 KiB
+/// 1.07x).
 const BODY_READ_CHUNK: usize = 256 * 1024;
 
 /// The same for a TLS origin, and for raw chunked input: tokio-rustls zeroes the space
