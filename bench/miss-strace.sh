@@ -58,7 +58,7 @@ read -r line <&"${CLIENT[0]}"
 # instead, which slows every call enough to send the writes to the fill threads.
 MODE=${STRACE_OPTS:-perf}
 if [ "$MODE" = perf ]; then
-  EVENTS=raw_syscalls:sys_enter; [ -n "${ONLY_TOTAL:-}" ] && CALLS="" || CALLS="futex epoll_wait write pwrite64 recvfrom sendto sendfile64 openat close rename fdatasync syncfs cachestat fcntl getpid fallocate mkdir"
+  EVENTS=raw_syscalls:sys_enter; [ -n "${ONLY_TOTAL:-}" ] && CALLS="" || CALLS="futex epoll_wait write pwrite64 pwritev recvfrom sendto sendfile64 openat close rename fdatasync syncfs cachestat fcntl getpid fallocate mkdir"
   for c in $CALLS; do
     EVENTS="$EVENTS,syscalls:sys_enter_$c"
   done

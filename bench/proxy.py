@@ -61,6 +61,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,14 +266,15 @@ def mount_ram_fs(cfg) -> Path:
     subprocess.run(["truncate", "-s", cfg.cache_fs_size, str(img)], check=True)
     subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
     mnt.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-o", "loop,discard", str(img), str(mnt)], check=True)
+    opts = ",".join(["loop", "discard"] + ([cfg.cache_fs_options] if cfg.cache_fs_options else []))
+    subprocess.run(["mount", "-o", opts, str(img), str(mnt)], check=True)
 
     def unmount() -> None:
         subprocess.run(["umount", str(mnt)], capture_output=True)
         img.unlink(missing_ok=True)
 
     atexit.register(unmount)
-    log(f"caches on ext4 over a {cfg.cache_fs_size} file in /dev/shm, mounted at {mnt}")
+    log(f"caches on ext4 over a {cfg.cache_fs_size} file in /dev/shm, mounted at {mnt} ({opts})")
     return mnt
 
 
@@ -372,14 +374,15 @@ def start_linerate_proxy(cfg, origin: Origin) -> B.Server:
     work.mkdir(parents=True)
     cache_dir(cfg, "linerate").mkdir(parents=True)
     port = B.free_port()
+    admin_port = B.free_port()
     # A file rather than the quick-start flags: the same 1 MiB slices as nginx's
     # `slice 1m`, the same hour of freshness as its `proxy_cache_valid 200 206 1h` for
-    # the origin's responses (which carry none: `default_ttl_s`), and an ephemeral admin
-    # port (the default 9090 may be taken).
+    # the origin's responses (which carry none: `default_ttl_s`), and an admin port of
+    # its own (the default 9090 may be taken), for the miss tests' fill-write counts.
     config = work / "linerate.toml"
     config.write_text(
         f'[server]\nlisten = ["{HOST}:{port}"]\nworkers = 1\n\n'
-        f'[admin]\nlisten = "{HOST}:0"\n\n'
+        f'[admin]\nlisten = "{HOST}:{admin_port}"\n\n'
         f'[cache]\ndurability = "{getattr(cfg, "durability", "sync_before_publish")}"\n\n'
         f'[[cache.disk]]\nname = "d0"\npath = "{cache_dir(cfg, "linerate")}"\nmax_bytes = {8 << 30}\n\n'
         f'[[origin]]\nname = "origin"\nservers = ["http://{HOST}:{origin.port}"]\n\n'
@@ -397,7 +400,28 @@ def start_linerate_proxy(cfg, origin: Origin) -> B.Server:
     except RuntimeError as e:
         tail = (work / "stderr.log").read_text(errors="replace")[-2000:]
         raise RuntimeError(f"linerate cache mode did not start: {e}\n{tail}") from None
-    return B.Server("linerate", p, port)
+    server = B.Server("linerate", p, port)
+    server.admin_port = admin_port  # type: ignore[attr-defined]
+    return server
+
+
+def fill_writes(server: B.Server) -> dict[str, float] | None:
+    """linerate's fill writes so far, by where they ran (`on`: the worker, or the fill
+    threads after slow writes), from its metrics; None for other servers."""
+    port = getattr(server, "admin_port", None)
+    if port is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("linerate_cache_fill_writes_total{"):
+            label = line.split('on="', 1)[1].split('"', 1)[0]
+            out[label] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 # ------------------------------------------------------------------------ origin log
@@ -653,9 +677,17 @@ def miss_test(cfg, server: B.Server, origin: Origin, rnd: int, test: str) -> dic
     # linerate's flushes (`syncfs`) would pay for it.
     os.sync()
     since = time.time() - 1.0  # mtime granularity and clock reads: a second's margin
+    writes_before = fill_writes(server)
     run = B.run_generator(cfg, server, args)
     wait_origin_idle(origin, 10)
     row = B.summarize(server, test, rnd, run)
+    # linerate: the share of its fill writes sent to the fill threads (after slow writes
+    # on the worker), which costs a hand-off per write: two regimes of one build.
+    writes_after = fill_writes(server)
+    if writes_before is not None and writes_after is not None:
+        d = {k: writes_after.get(k, 0) - writes_before.get(k, 0) for k in writes_after}
+        total = sum(d.values())
+        row["fill_writes_pooled_share"] = d.get("fill_threads", 0) / total if total else None
     # What the run stored: a cache that fell behind and relayed misses without storing
     # them (linerate past `max_publish_backlog`) would show fast "misses" that are not.
     # linerate publishes in the background: count once the number settles.
@@ -971,6 +1003,8 @@ def main() -> int:
                     help="where the caches live: WORKDIR's filesystem (disk), or ext4 on a loop device "
                          "over /dev/shm (ram: the same filesystem work at a steady device speed; needs root)")
     ap.add_argument("--cache-fs-size", default="8G", help="size of the --cache-fs ram filesystem")
+    ap.add_argument("--cache-fs-options", default="",
+                    help="more mount options for the --cache-fs ram filesystem (e.g. lazytime)")
     ap.add_argument("--linerate-args", default="", help="extra arguments for linerate serve (one string)")
     ap.add_argument("--generator", default=None)
     ap.add_argument("--out", type=Path, default=None, help="results JSON (default WORKDIR/proxy-results.json)")
@@ -1102,6 +1136,8 @@ def main() -> int:
                         f"errors {row['errors']}, origin req/request "
                         f"{B.fmt(row['origin_requests_per_request'], '.2f')}, stored/request "
                         f"{B.fmt(row['stored_files_per_request'], '.2f')}; {cpus}"
+                        + (f"; fill writes pooled {row['fill_writes_pooled_share']:.2f}"
+                           if row.get("fill_writes_pooled_share") is not None else "")
                         + (f"; errors {row['error_kinds']}, statuses {row['statuses']}" if row["errors"] else ""))
     finally:
         for p in list(proxies.values()):
@@ -1118,6 +1154,7 @@ def main() -> int:
             "duration_s": cfg.duration, "warmup_s": cfg.warmup, "herd_rate": cfg.herd_rate,
             "herd_clients": cfg.herd_clients, "slice": SLICE, "linerate_args": cfg.linerate_args, "durability": cfg.durability,
             "nginx_open_file_cache": cfg.nginx_open_file_cache, "cache_fs": cfg.cache_fs,
+            "cache_fs_options": cfg.cache_fs_options,
             "warm_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in WARM_TESTS.items()},
             "miss_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in MISS_TESTS.items()},
             "failed": failed,
