@@ -5,9 +5,10 @@
 //! per object, minutes for a million on a spinning disk. Why not an embedded database
 //! (redb): the index has to be in memory anyway for eviction and lookups; a flat log
 //! that replays at memory speed needs no second copy of the truth. The journal is
-//! written with one `write(2)` per record and never synced per record: a kill -9 keeps
-//! everything written (the page cache survives the process); power loss may drop the
-//! tail, which leaves orphan files the reconcile scan adopts. A torn or corrupt record
+//! written with one `write(2)` per record, or per batch of records while a disk's
+//! publisher holds them ([`JournalWriter::hold`]), and never synced per record: a kill -9
+//! keeps everything written (the page cache survives the process); power loss may drop
+//! the tail, which leaves orphan files the reconcile scan adopts. A torn or corrupt record
 //! ends the replay of that file. This file encodes, parses and writes; deciding when to
 //! compact and what the records mean for the index is the disk's job.
 
@@ -264,6 +265,9 @@ pub struct JournalWriter {
     pub gen: u64,
     /// Bytes appended so far (header included).
     pub bytes: u64,
+    /// Records appended while held ([`JournalWriter::hold`]), in order, not yet written.
+    held: Vec<u8>,
+    holding: bool,
 }
 
 impl JournalWriter {
@@ -278,12 +282,19 @@ impl JournalWriter {
             path,
             gen,
             bytes: FILE_HEADER_LEN as u64,
+            held: Vec::new(),
+            holding: false,
         })
     }
 
     /// Append one record with a single `write(2)`, so a crash leaves either the whole
     /// record or a torn tail the parser rejects. Not synced (see the file comment).
+    /// While held, the record joins the held ones instead, after them.
     pub fn append(&mut self, io: &dyn StoreIo, rec: &Record) -> io::Result<()> {
+        if self.holding {
+            rec.encode_into(&mut self.held);
+            return Ok(());
+        }
         let mut buf = Vec::with_capacity(64);
         rec.encode_into(&mut buf);
         io.append(&self.file, &self.path, &buf)?;
@@ -291,8 +302,37 @@ impl JournalWriter {
         Ok(())
     }
 
-    /// `fdatasync` the journal (done before it is superseded by a snapshot).
-    pub fn sync(&self, io: &dyn StoreIo) -> io::Result<()> {
+    /// Hold the records appended from now on until [`JournalWriter::release`]: one
+    /// `write(2)` for a publisher's batch instead of one per object (the journal is
+    /// never synced per record, so holding them for the batch's milliseconds changes
+    /// what a crash can lose by that much). Every append goes through the same buffer
+    /// meanwhile, so the file keeps the order the changes were made in.
+    pub fn hold(&mut self) {
+        self.holding = true;
+    }
+
+    /// Write the held records with one `write(2)` (a crash in it leaves a torn tail
+    /// the parser drops, with whole records before it) and append directly again.
+    pub fn release(&mut self, io: &dyn StoreIo) -> io::Result<()> {
+        self.holding = false;
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let r = io.append(&self.file, &self.path, &self.held);
+        if r.is_ok() {
+            self.bytes += self.held.len() as u64;
+        }
+        self.held.clear();
+        r
+    }
+
+    /// Write any held records, then `fdatasync` the journal (done before it is
+    /// superseded by a snapshot, or handed to another process).
+    pub fn sync(&mut self, io: &dyn StoreIo) -> io::Result<()> {
+        let holding = self.holding;
+        let released = self.release(io);
+        self.holding = holding;
+        released?;
         io.sync_data(&self.file, &self.path)
     }
 }
@@ -341,6 +381,46 @@ mod tests {
             queue: QueueId::Small,
             key: vec![i; 10],
         }
+    }
+
+    /// Guards the publisher's batched journal writes: held records reach the file
+    /// only at `release` (or a `sync`), all of them, in the order they were appended,
+    /// and appends go straight to the file again afterwards.
+    #[test]
+    #[allow(clippy::unwrap_used, reason = "test on a temp dir it created")]
+    fn held_records_are_written_together_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = crate::io::RealIo;
+        let mut j = JournalWriter::create(&io, dir.path(), 1).unwrap();
+        let path = journal_path(dir.path(), 1);
+        let on_file = || {
+            parse(&std::fs::read(&path).unwrap(), false)
+                .unwrap()
+                .records
+        };
+        let remove = Record::Remove {
+            hash: KeyHash::of(&[1]),
+        };
+        j.hold();
+        for r in [&insert(1), &remove, &insert(2)] {
+            j.append(&io, r).unwrap();
+        }
+        assert_eq!(on_file(), vec![], "held, not written");
+        assert_eq!(j.bytes, FILE_HEADER_LEN as u64);
+        j.release(&io).unwrap();
+        assert_eq!(on_file(), vec![insert(1), remove.clone(), insert(2)]);
+        assert_eq!(j.bytes, std::fs::metadata(&path).unwrap().len());
+        j.append(&io, &insert(3)).unwrap();
+        assert_eq!(on_file().len(), 4, "released: appends write at once");
+        // A sync (before rotation or lending) writes what is held and keeps holding.
+        j.hold();
+        j.append(&io, &insert(4)).unwrap();
+        j.sync(&io).unwrap();
+        assert_eq!(on_file().last(), Some(&insert(4)));
+        j.append(&io, &insert(5)).unwrap();
+        assert_eq!(on_file().len(), 5, "still held after the sync");
+        j.release(&io).unwrap();
+        assert_eq!(on_file().last(), Some(&insert(5)));
     }
 
     #[test]

@@ -90,7 +90,7 @@ impl Store {
             std::thread::sleep(Duration::from_millis(5));
         }
         for d in &inner.disks {
-            if let Some(j) = lock(&d.journal).take() {
+            if let Some(mut j) = lock(&d.journal).take() {
                 if let Err(e) = j.sync(&*inner.io) {
                     tracing::warn!(disk = %d.name(), error = %e, "journal sync before lending");
                 }

@@ -338,7 +338,7 @@ pub(crate) fn compact(inner: &Inner, i: usize) {
     // disk out of service, which takes that lock.
     let rotated = {
         let mut j = lock(&disk.journal);
-        let Some(cur) = j.as_ref() else { return };
+        let Some(cur) = j.as_mut() else { return };
         let old = cur.gen;
         let synced = cur.sync(io).map_err(|e| (IoOp::Sync, e));
         let created = JournalWriter::create(io, disk.dir(), old + 1).map(|new| *j = Some(new));

@@ -1,7 +1,7 @@
 //! Publishing in the background, with group commit: one thread per disk takes every
 //! object whose body is complete ([`crate::ObjectWriter::finish_later`]), writes each
-//! final header, makes them all durable with one flush, then renames, indexes and
-//! journals each.
+//! final header, makes them all durable with one flush, then renames and indexes each,
+//! and journals them all with one write.
 //!
 //! Why: with `sync_before_publish` (the default) an object becomes a hit only after its
 //! data is on disk. Done object by object that is an `fdatasync`, and so a journal
@@ -77,7 +77,23 @@ fn publish_batch(inner: &Inner, batch: Vec<(ObjectWriter, PublishDone)>) {
             return;
         }
     }
-    for (w, done) in ready {
-        done(w.commit(None));
+    // The batch's journal records go out with one `write(2)` after its renames; each
+    // object's caller hears of it after that.
+    let Some(d) = ready.first().map(|(w, _)| w.disk) else {
+        return;
+    };
+    let disk = &inner.disks[usize::from(d)];
+    disk.journal_hold();
+    let outcomes: Vec<_> = ready
+        .into_iter()
+        .map(|(w, done)| (w.commit(None), done))
+        .collect();
+    if let Err(e) = disk.journal_release(&*inner.io) {
+        // The objects are on disk and indexed; only their journal records are missing,
+        // which the reconcile scan repairs at the next start.
+        inner.disk_error(d, crate::io::IoOp::Append, disk.dir(), &e);
+    }
+    for (outcome, done) in outcomes {
+        done(outcome);
     }
 }

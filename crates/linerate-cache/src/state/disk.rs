@@ -229,6 +229,24 @@ impl Disk {
         }
     }
 
+    /// Hold this disk's journal records until [`Disk::journal_release`]
+    /// ([`JournalWriter::hold`]): the publisher's batch.
+    pub(crate) fn journal_hold(&self) {
+        if let Some(j) = lock(&self.journal).as_mut() {
+            j.hold();
+        }
+    }
+
+    /// Write the held journal records with one `write(2)`. The error is returned after
+    /// the lock is released (reporting it may take the disk out of service, which
+    /// takes the lock).
+    pub(crate) fn journal_release(&self, io: &dyn StoreIo) -> io::Result<()> {
+        match lock(&self.journal).as_mut() {
+            Some(j) => j.release(io),
+            None => Ok(()),
+        }
+    }
+
     /// Wake the maintenance task.
     pub(crate) fn wake(&self) {
         let (m, cv) = &self.wake;
