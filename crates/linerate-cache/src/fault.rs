@@ -126,6 +126,16 @@ impl StoreIo for FaultyIo {
         self.check(IoOp::Write, path)?;
         RealIo.write_at(file, path, buf, off)
     }
+    fn write_vectored_at(
+        &self,
+        file: &File,
+        path: &Path,
+        bufs: &[&[u8]],
+        off: u64,
+    ) -> io::Result<()> {
+        self.check(IoOp::Write, path)?;
+        RealIo.write_vectored_at(file, path, bufs, off)
+    }
     fn read_at(&self, file: &File, path: &Path, buf: &mut [u8], off: u64) -> io::Result<usize> {
         self.check(IoOp::Read, path)?;
         RealIo.read_at(file, path, buf, off)

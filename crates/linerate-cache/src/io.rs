@@ -140,6 +140,18 @@ pub trait StoreIo: Send + Sync + 'static {
         file.write_all_at(buf, off)
     }
 
+    /// Write all of `bufs`, one after another, at `off` (`pwritev`, continued after a
+    /// short write).
+    fn write_vectored_at(
+        &self,
+        file: &File,
+        _path: &Path,
+        bufs: &[&[u8]],
+        off: u64,
+    ) -> io::Result<()> {
+        linerate_sys::fs::write_all_vectored_at(file.as_fd(), bufs, off)
+    }
+
     /// Read up to `buf.len()` bytes at `off`; returns the count (`pread`).
     fn read_at(&self, file: &File, _path: &Path, buf: &mut [u8], off: u64) -> io::Result<usize> {
         file.read_at(buf, off)

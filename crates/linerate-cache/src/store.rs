@@ -329,6 +329,7 @@ impl Store {
             expected: expected_len,
             reserved: reserve,
             hasher: Xxh3::new(),
+            header_final: false,
             done: false,
         };
         let busy = {

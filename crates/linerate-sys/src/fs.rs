@@ -1,6 +1,7 @@
 //! Filesystem syscalls the object store and appliance mode need and std does not offer:
-//! free space of a filesystem (`statvfs(3)`), space preallocation (`fallocate(2)`) and
-//! the identity of a path relative to a directory descriptor (`fstatat(2)`).
+//! free space of a filesystem (`statvfs(3)`), space preallocation (`fallocate(2)`),
+//! the identity of a path relative to a directory descriptor (`fstatat(2)`), and
+//! writes of parts apart in memory in one call (`pwritev(2)`).
 //!
 //! One thin wrapper per call, borrowed descriptors or paths in, `io::Result` out; no
 //! retries and no policy. Page-cache advice lives in [`crate::pagecache`]; directory
@@ -86,6 +87,61 @@ pub fn preallocate(file: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
     let ret = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, off, len) };
     if ret != 0 {
         return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Write all of `bufs`, one after another, at `off` (`pwritev(2)`, continued after a
+/// short write): parts that are apart in memory and together in the file go in one
+/// call. Cost: one syscall (more only after a short write).
+pub fn write_all_vectored_at(file: BorrowedFd<'_>, bufs: &[&[u8]], off: u64) -> io::Result<()> {
+    let mut off = off;
+    // (part, bytes of it already written)
+    let mut at = (0usize, 0usize);
+    while at.0 < bufs.len() {
+        let iov: Vec<libc::iovec> = bufs[at.0..]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let b = if i == 0 { &b[at.1..] } else { b };
+                libc::iovec {
+                    iov_base: b.as_ptr() as *mut libc::c_void,
+                    iov_len: b.len(),
+                }
+            })
+            .take(1024) // IOV_MAX
+            .collect();
+        let o = libc::off_t::try_from(off)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+        // SAFETY: every iovec points into a slice borrowed for the call, with its
+        // length; the kernel only reads them. `file` is open for the call.
+        let n =
+            unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, o) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let mut n = n as usize;
+        off += n as u64;
+        while n > 0 {
+            let rest = bufs[at.0].len() - at.1;
+            if n >= rest {
+                n -= rest;
+                at = (at.0 + 1, 0);
+            } else {
+                at.1 += n;
+                n = 0;
+            }
+        }
+        while at.0 < bufs.len() && bufs[at.0].len() == at.1 {
+            at = (at.0 + 1, 0);
+        }
     }
     Ok(())
 }
@@ -221,6 +277,29 @@ mod tests {
         let err = version_at(d.as_fd(), b"missing").unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used, reason = "test on a temp file we just created")]
+    fn vectored_write_puts_the_parts_one_after_another() {
+        use std::os::unix::fs::FileExt;
+        let path = std::env::temp_dir().join(format!("linerate-vec-test-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let parts: [&[u8]; 5] = [b"head", b"", &[0u8; 3], &big, b"tail"];
+        write_all_vectored_at(f.as_fd(), &parts, 10).unwrap();
+        let mut got = vec![0u8; 4 + 3 + big.len() + 4];
+        f.read_exact_at(&mut got, 10).unwrap();
+        assert_eq!(got, parts.concat());
+        assert_eq!(f.metadata().unwrap().len(), 10 + got.len() as u64);
+        write_all_vectored_at(f.as_fd(), &[], 0).unwrap();
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
