@@ -132,10 +132,10 @@ impl ObjectWriter {
         let header = if whole {
             self.header.body_len = end;
             self.header.body_checksum = self.hasher.digest();
-            self.header
-                .encode()
-                .ok()
-                .filter(|h| self.header.body_offset - (h.len() as u64) < BODY_ALIGN)
+            self.header.encode().ok().filter(|h| {
+                let gap = self.header.body_offset.checked_sub(h.len() as u64);
+                gap.is_some_and(|g| g < BODY_ALIGN)
+            })
         } else {
             None
         };
