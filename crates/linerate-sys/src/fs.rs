@@ -4,7 +4,8 @@
 //! writes of parts apart in memory in one call (`pwritev(2)`).
 //!
 //! One thin wrapper per call, borrowed descriptors or paths in, `io::Result` out; no
-//! retries and no policy. Page-cache advice lives in [`crate::pagecache`]; directory
+//! retries (but [`write_all_vectored_at`], which finishes what it was given, as std's
+//! `write_all_at` does) and no policy. Page-cache advice lives in [`crate::pagecache`]; directory
 //! fsync needs no wrapper (`File::open(dir)?.sync_all()` is enough on Linux).
 
 use std::ffi::CString;
@@ -91,32 +92,37 @@ pub fn preallocate(file: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Parts handed to one `pwritev` call (more go in later calls).
+const IOV_BATCH: usize = 8;
+
 /// Write all of `bufs`, one after another, at `off` (`pwritev(2)`, continued after a
-/// short write): parts that are apart in memory and together in the file go in one
-/// call. Cost: one syscall (more only after a short write).
+/// short write or EINTR, as std's `write_all_at`): parts that are apart in memory and
+/// together in the file go in one call. Cost: one syscall for up to eight parts (more
+/// only after a short write); no allocation.
 pub fn write_all_vectored_at(file: BorrowedFd<'_>, bufs: &[&[u8]], off: u64) -> io::Result<()> {
     let mut off = off;
     // (part, bytes of it already written)
     let mut at = (0usize, 0usize);
     while at.0 < bufs.len() {
-        let iov: Vec<libc::iovec> = bufs[at.0..]
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let b = if i == 0 { &b[at.1..] } else { b };
-                libc::iovec {
-                    iov_base: b.as_ptr() as *mut libc::c_void,
-                    iov_len: b.len(),
-                }
-            })
-            .take(1024) // IOV_MAX
-            .collect();
+        let empty = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut iov = [empty; IOV_BATCH];
+        let mut n_iov = 0;
+        for (i, b) in bufs[at.0..].iter().take(IOV_BATCH).enumerate() {
+            let b = if i == 0 { &b[at.1..] } else { b };
+            iov[i] = libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            };
+            n_iov = i + 1;
+        }
         let o = libc::off_t::try_from(off)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
-        // SAFETY: every iovec points into a slice borrowed for the call, with its
-        // length; the kernel only reads them. `file` is open for the call.
-        let n =
-            unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, o) };
+        // SAFETY: the first `n_iov` iovecs point into slices borrowed for the call, with
+        // their lengths; the kernel only reads them. `file` is open for the call.
+        let n = unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), n_iov as libc::c_int, o) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -124,19 +130,20 @@ pub fn write_all_vectored_at(file: BorrowedFd<'_>, bufs: &[&[u8]], off: u64) -> 
             }
             return Err(e);
         }
-        if n == 0 {
+        let mut n = n as usize;
+        if n == 0 && iov[..n_iov].iter().any(|v| v.iov_len > 0) {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        let mut n = n as usize;
         off += n as u64;
+        // Past what the call took, then past every part now complete (empty ones too).
         while n > 0 {
             let rest = bufs[at.0].len() - at.1;
-            if n >= rest {
-                n -= rest;
-                at = (at.0 + 1, 0);
-            } else {
+            if n < rest {
                 at.1 += n;
                 n = 0;
+            } else {
+                n -= rest;
+                at = (at.0 + 1, 0);
             }
         }
         while at.0 < bufs.len() && bufs[at.0].len() == at.1 {
@@ -299,6 +306,13 @@ mod tests {
         assert_eq!(got, parts.concat());
         assert_eq!(f.metadata().unwrap().len(), 10 + got.len() as u64);
         write_all_vectored_at(f.as_fd(), &[], 0).unwrap();
+        // More parts than one call takes: the rest go in the next calls, in order.
+        let many: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; usize::from(i % 3) * 5]).collect();
+        let many: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
+        write_all_vectored_at(f.as_fd(), &many, 0).unwrap();
+        let mut got = vec![0u8; many.concat().len()];
+        f.read_exact_at(&mut got, 0).unwrap();
+        assert_eq!(got, many.concat());
         std::fs::remove_file(&path).unwrap();
     }
 
