@@ -619,7 +619,11 @@ fn reload_valid_and_invalid_files_while_a_client_downloads() {
     eventually("rejected", || srv.logged("reload rejected"));
     assert!(
         srv.logged("workres") || srv.logged("duplicate"),
-        "reason logged"
+        "reason logged: {:?}",
+        srv.logged_lines()
+            .into_iter()
+            .filter(|l| l.contains("reload"))
+            .collect::<Vec<_>>()
     );
     assert_eq!(cc(&srv).as_deref(), Some("max-age=5"));
     std::fs::write(srv.config_path(), "[server\n").unwrap();
