@@ -379,3 +379,59 @@ fn a_miss_duration_includes_the_wait_for_the_origin() {
     assert_eq!(under("0.25"), Some(1.0), "{text}");
     cache.stop();
 }
+
+/// Where a fill's disk writes run, by the body's declared length: a small one's create
+/// and appends on the worker (unless its writes just went slow: counted apart), one of
+/// more than 256 KiB on the fill threads from its first write; both stored whole and
+/// served as hits afterwards.
+#[test]
+fn a_large_body_is_written_on_the_fill_threads_and_a_small_one_on_the_worker() {
+    let small: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let large: Vec<u8> = (0..(1u32 << 20) + 1).map(|i| (i % 241) as u8).collect();
+    let (s, l) = (small.clone(), large.clone());
+    let o = Origin::start(move |req| {
+        let body = if req.path() == "/large.mp4" { &l } else { &s };
+        origin::ok(body, &[("Cache-Control", "max-age=600")])
+    });
+    let cache = CacheConfig::new(&o).route("slice_bytes = 0").start();
+    let on = |t: &str, w: &str| {
+        value(
+            t,
+            &format!("linerate_cache_fill_writes_total{{on=\"{w}\"}}"),
+        )
+        .unwrap()
+    };
+
+    let r = cache.get("/small.ts", &[]);
+    assert_eq!((r.status, r.body == small), (200, true));
+    let text = scrape_until(&cache, "the small fill's writes counted", |t| {
+        on(t, "worker") + on(t, "fill_threads") >= 2.0
+    });
+    // Its create and at least one append; on the worker unless the worker's writes were
+    // slow just then (the slow-writes counter says so).
+    let slow = value(&text, "linerate_cache_fill_slow_writes_total").unwrap();
+    if slow == 0.0 {
+        assert_eq!(on(&text, "fill_threads"), 0.0, "{text}");
+        assert!(on(&text, "worker") >= 2.0, "{text}");
+    }
+    let before = (on(&text, "worker"), on(&text, "fill_threads"));
+
+    let r = cache.get("/large.mp4", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body == large, "the large body, byte for byte");
+    // Its create and the appends of 1 MiB + 1 byte read at most 256 KiB at a time.
+    let text = scrape_until(&cache, "the large fill's writes counted", |t| {
+        on(t, "fill_threads") >= before.1 + 6.0
+    });
+    assert_eq!(on(&text, "worker"), before.0, "none on the worker: {text}");
+
+    for (path, body) in [("/small.ts", &small), ("/large.mp4", &large)] {
+        let r = cache.get(path, &[]);
+        assert_eq!(r.status, 200);
+        assert!(r.body == *body, "{path} served whole from the cache");
+        let status = r.header("cache-status").unwrap_or_default();
+        assert!(status.starts_with("linerate; hit"), "{path}: {status}");
+        assert_eq!(o.count(path), 1);
+    }
+    cache.stop();
+}

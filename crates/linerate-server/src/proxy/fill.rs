@@ -501,8 +501,11 @@ async fn store(
     // Its tags (`[cache] tag_header`), for purges by tag: noted before the write, so a
     // purge of a tag while it is written cancels it.
     px.tags.note(store_key, &meta.headers);
-    let begun = if pw.disk_writes.inline() {
-        // Create the temporary file here (see `DiskWrites`).
+    // A large body's create and appends run on the fill threads; a small one's here
+    // while the worker's writes are quick (`DiskWrites`).
+    let large = super::shared::large_body(expected);
+    let begun = if !large && pw.disk_writes.inline() {
+        // Create the temporary file here.
         let t = std::time::Instant::now();
         let r = px.store.begin_write(store_key, meta, expected);
         pw.disk_writes.took(t.elapsed(), &px.write_counts);
@@ -511,9 +514,9 @@ async fn store(
         px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
         let p = Arc::clone(px);
         let k = store_key.to_vec();
-        tokio::task::spawn_blocking(move || p.store.begin_write(&k, meta, expected))
+        px.writes
+            .run(move || p.store.begin_write(&k, meta, expected))
             .await
-            .ok()
     };
     let writer = match begun {
         Some(Ok(w)) => w,
@@ -571,9 +574,9 @@ async fn store(
                     p.count_bytes(n as u64);
                 }
                 // A page-cache `pwrite`, here while they are quick; on the fill
-                // threads (the writer and buffer travel there and back) after a slow
-                // one (`DiskWrites`).
-                let appended = if pw.disk_writes.inline() {
+                // threads (the writer and buffer travel there and back) for a large
+                // body or after slow ones (`DiskWrites`).
+                let appended = if !large && pw.disk_writes.inline() {
                     let t = std::time::Instant::now();
                     let r = writer.append(&buf);
                     pw.disk_writes.took(t.elapsed(), &px.write_counts);

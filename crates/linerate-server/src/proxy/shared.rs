@@ -123,6 +123,24 @@ const WRITE_WINDOW: Duration = Duration::from_millis(100);
 const WRITE_BUDGET: Duration = Duration::from_millis(50);
 /// How long a worker sends its writes to the fill threads after going over budget.
 const POOL_FOR: Duration = Duration::from_secs(1);
+/// A body declared longer than this (more than one 256 KiB read from the origin) is
+/// created and written on the fill threads, whatever the worker's recent writes: a
+/// fill's create waits for the inode and directory blocks a journal commit is writing
+/// (the group commit keeps one running), and those waits, not the copies, left the
+/// worker's core 12-15 % idle on 2 MiB misses (off-CPU trace: `__ext4_new_inode` ->
+/// `do_get_write_access`). The fill threads take the waits; the hand-off (about 11 µs
+/// each way and back, measured as the cost of pooling 64 KiB misses) is one per 256 KiB
+/// chunk, a few per cent of such a fill, where a 64 KiB object's create and one write
+/// would pay it twice for about 9 µs of waiting: small bodies stay on the worker.
+/// Measured: 2 MiB misses +11 % median req/s (three alternating pairs), core idle 14 % -> 3 %.
+const POOL_BODY_OVER: u64 = 256 * 1024;
+
+/// Whether a fill of a body declared `expected` bytes long (`None`: not declared) makes
+/// and writes its file on the fill threads whatever the worker's recent writes
+/// ([`POOL_BODY_OVER`]).
+pub(crate) fn large_body(expected: Option<u64>) -> bool {
+    expected.is_some_and(|n| n > POOL_BODY_OVER)
+}
 
 /// Whether this worker writes fill data itself or hands it to the fill threads.
 ///
@@ -617,5 +635,17 @@ mod tests {
         // Back on the worker once POOL_FOR has passed.
         w.pool_until.set(Some(Instant::now()));
         assert!(w.inline());
+    }
+
+    /// Guards which bodies go to the fill threads from their first write: those of
+    /// more than one origin read, never an undeclared or a small one.
+    #[test]
+    fn only_bodies_of_several_reads_go_to_the_fill_threads_at_once() {
+        assert!(!large_body(None));
+        assert!(!large_body(Some(0)));
+        assert!(!large_body(Some(64 * 1024)));
+        assert!(!large_body(Some(POOL_BODY_OVER)));
+        assert!(large_body(Some(POOL_BODY_OVER + 1)));
+        assert!(large_body(Some(1 << 20)));
     }
 }
