@@ -340,7 +340,7 @@ fn run_controlled(
                 }
             }
             Some(
-                crate::proxy::ProxyShared::new(c, lock, options.cluster.clone())
+                crate::proxy::ProxyShared::new(c, lock, options.cluster.clone(), options.workers)
                     .map_err(ServerError::Cache)?,
             )
         }

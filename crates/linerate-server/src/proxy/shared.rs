@@ -52,8 +52,12 @@ pub(crate) struct WritePool {
     tx: Mutex<std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>>,
 }
 
-/// Append threads: enough for a few disks' worth of concurrent fills.
-const WRITE_THREADS: usize = 4;
+/// Fill threads per worker, and at least: every large body's writes run there
+/// ([`large_body`]), page-cache copies that the workers' cores did before, so they
+/// scale with the workers; two per worker so that threads waiting for a journal commit
+/// leave others to copy.
+const WRITE_THREADS_PER_WORKER: usize = 2;
+const MIN_WRITE_THREADS: usize = 4;
 
 impl WritePool {
     fn start(threads: usize) -> std::io::Result<WritePool> {
@@ -258,6 +262,7 @@ impl ProxyShared {
         opts: CacheOptions,
         lock: Option<linerate_cache::StoreLock>,
         cluster: Option<crate::clusteropts::CheckedCluster>,
+        workers: usize,
     ) -> Result<Arc<ProxyShared>, String> {
         let cluster = cluster.map(crate::cluster::Cluster::new).transpose()?;
         let store = match lock {
@@ -287,7 +292,10 @@ impl ProxyShared {
                 opts: r.clone(),
             })
             .collect();
-        let writes = WritePool::start(WRITE_THREADS).map_err(|e| format!("fill threads: {e}"))?;
+        let threads = workers
+            .saturating_mul(WRITE_THREADS_PER_WORKER)
+            .max(MIN_WRITE_THREADS);
+        let writes = WritePool::start(threads).map_err(|e| format!("fill threads: {e}"))?;
         let tags = crate::purgelog::Tags::new(&opts.tag_header);
         let purges = cluster.as_ref().and_then(|_| {
             let dir = &opts.store.disks.first()?.path;
