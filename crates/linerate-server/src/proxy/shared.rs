@@ -136,7 +136,9 @@ const POOL_FOR: Duration = Duration::from_secs(1);
 /// each way and back, measured as the cost of pooling 64 KiB misses) is one per 256 KiB
 /// chunk, a few per cent of such a fill, where a 64 KiB object's create and one write
 /// would pay it twice for about 9 µs of waiting: small bodies stay on the worker.
-/// Measured: 2 MiB misses +11 % median req/s (three alternating pairs), core idle 14 % -> 3 %.
+/// Measured: 2 MiB misses +10 % median req/s (four alternating pairs), the core busy
+/// 0.96 of the time where it was 0.87 (docs/benchmarks.md, "Large bodies written on the
+/// fill threads").
 const POOL_BODY_OVER: u64 = 256 * 1024;
 
 /// Whether a fill of a body declared `expected` bytes long (`None`: not declared) makes
@@ -146,10 +148,11 @@ pub(crate) fn large_body(expected: Option<u64>) -> bool {
     expected.is_some_and(|n| n > POOL_BODY_OVER)
 }
 
-/// Whether this worker writes fill data itself or hands it to the fill threads.
+/// Whether this worker writes a small body's fill data itself or hands it to the fill
+/// threads (a large body's always go there: [`large_body`]).
 ///
 /// A fill's writes go to the page cache: nginx does them on its event loop and so does
-/// linerate, while they are quick (a hand-off per chunk cost about 17 futex and 7
+/// linerate for small bodies, while they are quick (a hand-off per chunk cost about 17 futex and 7
 /// eventfd system calls per 64 KiB miss). The buffered-write `RWF_NOWAIT` that would
 /// say "this would block" is not supported by ext4 (EOPNOTSUPP here, kernel 6.18), so
 /// the worker times its writes instead: an occasional slow one (a journal commit the
