@@ -26,8 +26,15 @@ use crate::state::Inner;
 use crate::state::PublishDone;
 
 /// Most objects published by one flush: bounds how long the first of them waits for
-/// the rest's headers and renames.
-const MAX_BATCH: usize = 256;
+/// the rest's headers and renames (about 13 µs a rename: some 27 ms for a full batch).
+/// Large, because a `syncfs` writes back everything dirty on the disk: every object
+/// complete when it starts is covered by it, and one left for the next flush waits a
+/// whole flush more. At 256, 64 KiB misses (7,000+ a second on one core, a flush taking
+/// tens of milliseconds on the benchmark's disk) left the publisher behind and up to
+/// 7 % of objects unstored; at 2,048 every one was stored and req/s rose 4 % (median of
+/// five alternating pairs; docs/benchmarks.md, "Large bodies written on the fill
+/// threads").
+const MAX_BATCH: usize = 2048;
 
 /// The publisher of disk `i`: runs until shutdown, then publishes what is queued.
 pub(crate) fn run(inner: &Inner, i: usize) {
