@@ -299,6 +299,13 @@ def start_origin(cfg) -> Origin:
     return Origin(p, port, work, has_status)
 
 
+def nginx_aio(mode) -> str:
+    """The proxy's aio lines for `--nginx-aio` (`True`, from bench/zipf.py: `write`)."""
+    if mode is True or mode == "write":
+        return "    aio threads;\n    aio_write on;"
+    return "    aio threads;" if mode == "threads" else ""
+
+
 def start_nginx_proxy(cfg, origin: Origin) -> B.Server:
     work = cfg.pwork / "nginx"
     shutil.rmtree(work, ignore_errors=True)
@@ -311,9 +318,10 @@ def start_nginx_proxy(cfg, origin: Origin) -> B.Server:
             work=work, host=HOST, port=port, origin_port=origin.port, cache=cache_dir(cfg, "nginx"),
             nofile=nofile, worker_connections=max(1024, nofile - 100), slice=SLICE,
             open_file_cache=B.nginx_open_file_cache(cfg.nginx_open_file_cache),
-            # bench/zipf.py's cache test: cache files read (and written) by a thread pool
-            # when not in memory, as an operator of a library larger than memory runs it.
-            aio="    aio threads;\n    aio_write on;" if getattr(cfg, "nginx_aio", False) else "",
+            # `--nginx-aio` and bench/zipf.py's cache test: cache files read (and
+            # temporary files written) by a thread pool, as an operator of a library
+            # larger than memory runs it.
+            aio=nginx_aio(getattr(cfg, "nginx_aio", "off")),
         )
     )
     with open(work / "stderr.log", "ab") as f:
@@ -997,6 +1005,10 @@ def main() -> int:
     ap.add_argument("--nginx-open-file-cache", type=int, default=NGINX_OPEN_FILE_CACHE,
                     help="nginx proxy's open_file_cache max (4096, linerate's cache.open_files; 0 = off, "
                          "as proxy.py had it before the warm-small test)")
+    ap.add_argument("--nginx-aio", choices=["off", "threads", "write"], default="off",
+                    help="nginx proxy with `aio threads;` (cache files read by its thread pool, as "
+                         "operators of large libraries run it), or with `aio_write on;` too (temporary "
+                         "files written there as well); default off")
     ap.add_argument("--durability", default="sync_before_publish", choices=["sync_before_publish", "no_sync"],
                     help="linerate's [cache] durability (default: its default; nginx never flushes)")
     ap.add_argument("--cache-fs", default="disk", choices=["disk", "ram"],
@@ -1153,7 +1165,8 @@ def main() -> int:
             "nginx": B.nginx_version(cfg.nginx), "generator": cfg.generator, "rounds": cfg.rounds,
             "duration_s": cfg.duration, "warmup_s": cfg.warmup, "herd_rate": cfg.herd_rate,
             "herd_clients": cfg.herd_clients, "slice": SLICE, "linerate_args": cfg.linerate_args, "durability": cfg.durability,
-            "nginx_open_file_cache": cfg.nginx_open_file_cache, "cache_fs": cfg.cache_fs,
+            "nginx_open_file_cache": cfg.nginx_open_file_cache, "nginx_aio": cfg.nginx_aio,
+            "cache_fs": cfg.cache_fs,
             "cache_fs_options": cfg.cache_fs_options,
             "warm_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in WARM_TESTS.items()},
             "miss_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in MISS_TESTS.items()},
