@@ -278,6 +278,32 @@ def mount_ram_fs(cfg) -> Path:
     return mnt
 
 
+# `--writeback steady`: dirty page cache is written back from this much on (the kernel's
+# default, 10 % of available memory, is gigabytes: more than a miss run writes).
+STEADY_DIRTY_BACKGROUND_BYTES = 64 << 20
+
+
+def steady_writeback() -> None:
+    """`--writeback steady`: the kernel writes dirty pages back from 64 MiB on
+    (`vm.dirty_background_bytes`), restored at exit. A cache filling for longer than it
+    takes to dirty a tenth of its memory (seconds at these rates) writes back every byte
+    it stores as it goes; by default that work would fall outside a miss run's window
+    (and `miss_test`'s `sync` between runs) for a server that never flushes (nginx),
+    while linerate's flush (`sync_before_publish`) does it inside. Needs root."""
+    sysctl = Path("/proc/sys/vm")
+    saved = {k: (sysctl / k).read_text().strip() for k in ("dirty_background_bytes", "dirty_background_ratio")}
+    (sysctl / "dirty_background_bytes").write_text(str(STEADY_DIRTY_BACKGROUND_BYTES))
+
+    def restore() -> None:
+        # Writing one of the pair zeroes the other: restore the one that was set.
+        key = "dirty_background_bytes" if saved["dirty_background_bytes"] != "0" else "dirty_background_ratio"
+        (sysctl / key).write_text(saved[key])
+
+    atexit.register(restore)
+    log(f"writeback: steady (vm.dirty_background_bytes {STEADY_DIRTY_BACKGROUND_BYTES >> 20} MiB "
+        f"during the run; was bytes {saved['dirty_background_bytes']}, ratio {saved['dirty_background_ratio']})")
+
+
 def start_origin(cfg) -> Origin:
     work = cfg.pwork / "origin"
     shutil.rmtree(work, ignore_errors=True)
@@ -1017,6 +1043,10 @@ def main() -> int:
     ap.add_argument("--cache-fs-size", default="8G", help="size of the --cache-fs ram filesystem")
     ap.add_argument("--cache-fs-options", default="",
                     help="more mount options for the --cache-fs ram filesystem (e.g. lazytime)")
+    ap.add_argument("--writeback", default="deferred", choices=["deferred", "steady"],
+                    help="deferred: the kernel's dirty-page thresholds as they are (gigabytes: a server "
+                         "that never flushes writes nothing back within a miss run); steady: written back "
+                         "from 64 MiB on, as a cache filling for longer than that does (needs root)")
     ap.add_argument("--linerate-args", default="", help="extra arguments for linerate serve (one string)")
     ap.add_argument("--generator", default=None)
     ap.add_argument("--out", type=Path, default=None, help="results JSON (default WORKDIR/proxy-results.json)")
@@ -1044,6 +1074,8 @@ def main() -> int:
     cfg.pwork = cfg.workdir / "proxy"
     cfg.pwork.mkdir(exist_ok=True)
     cfg.cache_root = mount_ram_fs(cfg) if cfg.cache_fs == "ram" else None
+    if cfg.writeback == "steady":
+        steady_writeback()
     cfg.kernel_cache = build_kernel_cache(cfg) if any(s in KERNEL_SERVERS for s in servers) else None
     # bench.py's cold workload uses these names; run_generator reads them from cfg.
     cfg.idle_settle = 0.0
@@ -1167,7 +1199,7 @@ def main() -> int:
             "herd_clients": cfg.herd_clients, "slice": SLICE, "linerate_args": cfg.linerate_args, "durability": cfg.durability,
             "nginx_open_file_cache": cfg.nginx_open_file_cache, "nginx_aio": cfg.nginx_aio,
             "cache_fs": cfg.cache_fs,
-            "cache_fs_options": cfg.cache_fs_options,
+            "cache_fs_options": cfg.cache_fs_options, "writeback": cfg.writeback,
             "warm_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in WARM_TESTS.items()},
             "miss_tests": {t: {"prefix": v[0], "count": v[1], "connections": v[2]} for t, v in MISS_TESTS.items()},
             "failed": failed,
