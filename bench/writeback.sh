@@ -9,6 +9,7 @@
 #   none, steady     no flush, written back from 64 MiB dirty on (vm.dirty_background_bytes):
 #                    what it costs once a cache has filled for longer than it takes to
 #                    dirty a tenth of memory, when every byte stored is written back
+#   tmpfile          as flush, files created unnamed (O_TMPFILE) and linked, not renamed
 # Needs root (mount, sysctl); restores the sysctl and unmounts at exit.
 #
 #   sudo bench/writeback.sh [FILES] [SIZE] [ROUNDS]     # default 40000 65536 2
@@ -59,6 +60,7 @@ run() {  # NAME MODE
 
 for r in $(seq "$ROUNDS"); do
     run "flush" flush
+    run "tmpfile" tmpfile
     run "none, deferred" none
     echo $((64 << 20)) > /proc/sys/vm/dirty_background_bytes
     run "none, steady" none
