@@ -461,7 +461,7 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
             &mut out,
             "linerate_cache_fill_writes_total",
             "counter",
-            "Fill disk writes (temporary file creates and body appends) by where they ran: on the worker (a small body's page-cache writes while they are quick) or on the fill threads (a body declared over 256 KiB always; others for a second after slow ones).",
+            "Fill disk writes (temporary file creates and body appends) by where they ran: on the worker (a small body's page-cache writes while they are quick) or on the fill threads (a body declared over 256 KiB always; others for a while after slow ones).",
         );
         let _ = writeln!(
             out,
@@ -475,7 +475,7 @@ pub(crate) fn prometheus(stats: &[Arc<WorkerStats>], facts: &Facts) -> String {
             &mut out,
             "linerate_cache_fill_slow_writes_total",
             "counter",
-            "Times a worker's slow fill writes (over 1 ms each) added up to over 50 ms in 100 ms, sending its writes to the fill threads for a second.",
+            "Times a worker's slow fill writes (over 1 ms each) added up to over 50 ms in 100 ms, sending its writes to the fill threads for 250 ms, twice as long each time it recurs within a second of the last period (up to 8 s).",
         );
         let _ = writeln!(out, "linerate_cache_fill_slow_writes_total {slow}");
         gauge(
