@@ -292,7 +292,10 @@ def steady_writeback() -> None:
     while linerate's flush (`sync_before_publish`) does it inside. Needs root."""
     sysctl = Path("/proc/sys/vm")
     saved = {k: (sysctl / k).read_text().strip() for k in ("dirty_background_bytes", "dirty_background_ratio")}
-    (sysctl / "dirty_background_bytes").write_text(str(STEADY_DIRTY_BACKGROUND_BYTES))
+    try:
+        (sysctl / "dirty_background_bytes").write_text(str(STEADY_DIRTY_BACKGROUND_BYTES))
+    except OSError as e:
+        raise SystemExit(f"--writeback steady sets vm.dirty_background_bytes and needs root: {e}")
 
     def restore() -> None:
         # Writing one of the pair zeroes the other: restore the one that was set.
