@@ -127,11 +127,11 @@ const WRITE_WINDOW: Duration = Duration::from_millis(100);
 const WRITE_BUDGET: Duration = Duration::from_millis(50);
 /// How long a worker sends its writes to the fill threads after going over budget the
 /// first time. A lone episode (a commit the worker waited 50 ms for: 3 of 9 rounds of
-/// 5 s 64 KiB miss runs had one, and made 4-10 % fewer misses than their run's other
-/// rounds with a second of hand-offs) then costs a quarter second of them; a disk that
-/// stays slow sends the writes away
-/// again, for twice as long each time (up to [`POOL_FOR_MAX`]), so a lasting problem
-/// pays the worker's 50 ms of waits at most once per [`POOL_FOR_MAX`].
+/// 5 s 64 KiB miss runs had one, and those rounds, with a second of hand-offs after
+/// it, made 4-10 % fewer misses than their run's other rounds) then costs a quarter
+/// second of them; a disk that stays slow sends the writes away again, for twice as
+/// long each time (up to [`POOL_FOR_MAX`]), so a lasting problem costs the worker its
+/// 50 ms of waits once per [`POOL_FOR_MAX`] at most.
 const POOL_FOR: Duration = Duration::from_millis(250);
 /// The longest a worker's writes go to the fill threads in one go.
 const POOL_FOR_MAX: Duration = Duration::from_secs(8);
@@ -175,8 +175,10 @@ pub(crate) fn large_body(expected: Option<u64>) -> bool {
 /// over its bound (`behind`).
 #[derive(Debug, Default)]
 pub(crate) struct DiskWrites {
+    /// The end of the hand-off period in progress; cleared by the first write after
+    /// it, so that outside one a write reads no clock.
     pool_until: std::cell::Cell<Option<Instant>>,
-    /// The last hand-off period: when it ends and how long it is.
+    /// The last hand-off period (kept after it ends): when it ends and how long it is.
     last_pool: std::cell::Cell<Option<(Instant, Duration)>>,
     /// Start of the current window and the write time summed in it.
     window: std::cell::Cell<Option<(Instant, Duration)>>,
