@@ -68,9 +68,9 @@ impl ObjectHeader {
         if self.key.len() > MAX_KEY_LEN {
             return Err(HeaderError::TooLarge);
         }
-        let mut meta = Vec::new();
-        self.meta.encode_into(&mut meta)?;
-        let header_len = FIXED_LEN + self.key.len() + meta.len() + CHECKSUM_LEN;
+        // The metadata is encoded in place, after the fixed part that gives its length.
+        let meta_len = self.meta.encoded_len();
+        let header_len = FIXED_LEN + self.key.len() + meta_len + CHECKSUM_LEN;
         if header_len > MAX_HEADER_LEN {
             return Err(HeaderError::TooLarge);
         }
@@ -80,7 +80,7 @@ impl ObjectHeader {
         out.extend_from_slice(&0u16.to_le_bytes()); // flags, none defined in v1
         out.extend_from_slice(&(header_len as u32).to_le_bytes());
         out.extend_from_slice(&(self.key.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(meta_len as u32).to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes()); // reserved
         out.extend_from_slice(&self.body_offset.to_le_bytes());
         out.extend_from_slice(&self.body_len.to_le_bytes());
@@ -88,7 +88,8 @@ impl ObjectHeader {
         out.extend_from_slice(&self.created_ms.to_le_bytes());
         debug_assert_eq!(out.len(), FIXED_LEN);
         out.extend_from_slice(&self.key);
-        out.extend_from_slice(&meta);
+        self.meta.encode_into(&mut out)?;
+        debug_assert_eq!(out.len(), header_len - CHECKSUM_LEN);
         let sum = xxhash_rust::xxh3::xxh3_64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         Ok(out)

@@ -204,6 +204,18 @@ impl ObjectMeta {
         Ok(())
     }
 
+    /// How many bytes [`ObjectMeta::encode_into`] writes (when it succeeds).
+    pub fn encoded_len(&self) -> usize {
+        let fixed = 2 + 2 + 8 + 8 + 8 + 2 + 2;
+        let etag = self.etag.as_ref().map_or(0, Vec::len);
+        let fields: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| 2 + n.len() + 2 + v.len())
+            .sum();
+        fixed + etag + fields
+    }
+
     /// Decode what [`ObjectMeta::encode_into`] wrote; `buf` must be exactly the encoding.
     pub fn decode(buf: &[u8]) -> Result<ObjectMeta, HeaderError> {
         let mut r = Reader { buf, pos: 0 };
@@ -351,8 +363,19 @@ mod tests {
         };
         let mut buf = Vec::new();
         meta.encode_into(&mut buf).unwrap();
+        // The header's length fields are written from this before the encoding.
+        assert_eq!(meta.encoded_len(), buf.len());
         let back = ObjectMeta::decode(&buf).unwrap();
         assert_eq!(back, meta);
+        let bare = ObjectMeta {
+            etag: None,
+            last_modified_s: None,
+            headers: Vec::new(),
+            ..meta.clone()
+        };
+        let mut bare_buf = Vec::new();
+        bare.encode_into(&mut bare_buf).unwrap();
+        assert_eq!(bare.encoded_len(), bare_buf.len());
         assert_eq!(back.header(b"content-type"), Some(&b"video/mp4"[..]));
         assert_eq!(
             ObjectMeta::decode(&buf[..buf.len() - 1]),

@@ -266,9 +266,9 @@ impl Store {
             created_ms,
         };
         let too_large = |_| Begin::Refused(WriteRefused::TooLarge);
+        // Encoded once to check it fits; its length does not depend on the offset.
         let header_len = header.encode().map_err(too_large)?.len();
         header.body_offset = body_offset_for(header_len, expected_len);
-        header.encode().map_err(too_large)?;
         let reserve = charge_for(header.body_offset + expected_len.unwrap_or(0));
         if disk.reserve(reserve) == Reservation::Refused {
             return Err(Begin::Refused(WriteRefused::NoSpace));
