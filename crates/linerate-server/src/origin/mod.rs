@@ -50,7 +50,7 @@ use conn::{Conn, ServerPool};
 #[allow(unused_imports)]
 pub(crate) use error::{OriginError, ERROR_KINDS};
 pub(crate) use request::{wire_target, OriginRequest};
-pub(crate) use response::{InterimSink, OriginResponse};
+pub(crate) use response::{recycle_head_buffer, InterimSink, OriginResponse};
 #[allow(unused_imports)]
 pub(crate) use shared::{OriginShared, OriginSnapshot, ServerSnapshot, ServerState};
 

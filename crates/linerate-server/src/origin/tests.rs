@@ -322,6 +322,73 @@ async fn long_body_in_the_same_write_is_an_error() {
     assert_eq!(c.pool(0).open(), 0);
 }
 
+/// The body bytes that came with the head are handed over where they lie: all of a
+/// small body (the connection pooled at once), the first part of a longer one (the
+/// rest from `read`), none when bytes past the end came with them (`read` reports
+/// those) or for chunked framing.
+#[tokio::test]
+async fn body_read_with_the_head_is_handed_over_in_place() {
+    let origin = serve(|mut s, _| {
+        while let Some(req) = read_request(&mut s) {
+            let reply: &[u8] = if req.starts_with(b"GET /whole") {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+            } else if req.starts_with(b"GET /chunked") {
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+            } else if req.starts_with(b"GET /long") {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloEXTRA"
+            } else {
+                // The head and the first part together, the rest a moment later.
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello")
+                    .unwrap();
+                thread::sleep(Duration::from_millis(100));
+                b" world"
+            };
+            if s.write_all(reply).is_err() {
+                return;
+            }
+        }
+    });
+    let c = client(options(&[origin.addr]));
+    let mut r = c.send(&get(b"/whole")).await.unwrap();
+    let (bytes, range) = r
+        .take_ahead(1024)
+        .await
+        .expect("the body came with the head");
+    assert_eq!(&bytes[range], b"hello");
+    assert!(r.is_released());
+    assert_eq!(c.pool(0).idle(), 1);
+    assert_eq!(r.read(&mut Vec::new(), 10).await.unwrap(), 0);
+
+    let mut r = c.send(&get(b"/part")).await.unwrap();
+    let (bytes, range) = r
+        .take_ahead(1024)
+        .await
+        .expect("the first part came with the head");
+    assert_eq!(&bytes[range], b"hello");
+    assert!(!r.is_released());
+    assert!(r.take_ahead(1024).await.is_none(), "handed over once");
+    assert_eq!(body_of(&mut r).await.unwrap(), b" world");
+    assert!(r.is_released());
+
+    let mut r = c.send(&get(b"/chunked")).await.unwrap();
+    assert!(r.take_ahead(1024).await.is_none());
+    assert_eq!(body_of(&mut r).await.unwrap(), b"hi");
+
+    let mut r = c.send(&get(b"/long")).await.unwrap();
+    assert!(
+        r.take_ahead(1024).await.is_none(),
+        "bytes past the end came too"
+    );
+    let mut buf = Vec::new();
+    assert_eq!(r.read(&mut buf, 1024).await.unwrap(), 5);
+    assert!(matches!(
+        r.read(&mut buf, 1024).await,
+        Err(OriginError::BodyLong)
+    ));
+    assert_eq!(c.pool(0).open(), 0, "closed after the long body");
+    assert_eq!(origin.accepts(), 1);
+}
+
 #[tokio::test]
 async fn long_body_arriving_later_is_an_error() {
     let origin = serve(|mut s, _| {

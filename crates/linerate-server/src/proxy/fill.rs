@@ -538,7 +538,11 @@ async fn store(
         g.progress(Phase::Writing);
     }
     let mut writer = writer;
-    let mut buf = Vec::with_capacity(FILL_CHUNK);
+    // The body bytes that came with the head go to the store from the buffer they
+    // arrived in (a small object's whole body: no copy, and no read buffer at all);
+    // later reads go into `buf`, which the first of them sizes.
+    let mut ahead = resp.take_ahead(FILL_CHUNK).await;
+    let mut buf = Vec::new();
     // For a resume after a peer breaks off: where this response's body starts in the
     // object, how long it is, and the validator that pins its version.
     let first_byte = match (answer, &job.slice) {
@@ -554,21 +558,32 @@ async fn store(
     let mut written = 0u64;
     let mut tried = Vec::new();
     loop {
-        buf.clear();
-        let Ok(read) = tokio::time::timeout_at(deadline, resp.read(&mut buf, FILL_CHUNK)).await
-        else {
-            tracing::info!("origin body too slow (fill_timeout); object discarded");
-            writer.abort(WriteFailure::Aborted);
-            return Phase::Failed(Failure {
-                status: StatusCode::GatewayTimeout,
-                detail: "fill_timeout",
-                stale_ok: false,
-                fwd_status: None,
-            });
+        let read = match ahead.take() {
+            Some((bytes, range)) => {
+                buf = bytes;
+                Ok(range)
+            }
+            None => {
+                buf.clear();
+                let Ok(read) =
+                    tokio::time::timeout_at(deadline, resp.read(&mut buf, FILL_CHUNK)).await
+                else {
+                    tracing::info!("origin body too slow (fill_timeout); object discarded");
+                    writer.abort(WriteFailure::Aborted);
+                    return Phase::Failed(Failure {
+                        status: StatusCode::GatewayTimeout,
+                        detail: "fill_timeout",
+                        stale_ok: false,
+                        fwd_status: None,
+                    });
+                };
+                read.map(|n| 0..n)
+            }
         };
         match read {
-            Ok(0) => break,
-            Ok(n) => {
+            Ok(range) if range.is_empty() => break,
+            Ok(range) => {
+                let n = range.len();
                 written += n as u64;
                 if let Some(p) = source.peer() {
                     p.count_bytes(n as u64);
@@ -578,14 +593,14 @@ async fn store(
                 // body or after slow ones (`DiskWrites`).
                 let appended = if !large && pw.disk_writes.inline() {
                     let t = std::time::Instant::now();
-                    let r = writer.append(&buf);
+                    let r = writer.append(&buf[range]);
                     pw.disk_writes.took(t.elapsed(), &px.write_counts);
                     Some((writer, buf, r))
                 } else {
                     px.write_counts.pooled.fetch_add(1, Ordering::Relaxed);
                     px.writes
                         .run(move || {
-                            let r = writer.append(&buf);
+                            let r = writer.append(&buf[range]);
                             (writer, buf, r)
                         })
                         .await
@@ -667,6 +682,7 @@ async fn store(
     }
     // The body is complete: the origin connection goes back, and a peer it came from
     // stops counting it in flight (its bounded load) before the publish is waited for.
+    crate::origin::recycle_head_buffer(buf);
     drop(resp);
     drop(source);
     // The body is complete: its readers (the clients) are told so now and finish; the

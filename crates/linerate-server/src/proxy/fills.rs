@@ -101,12 +101,12 @@ impl Fills {
         if let Some(tx) = map.get(key) {
             return Claim::Follower(tx.subscribe());
         }
-        let (tx, _) = watch::channel(Phase::Pending);
-        let rx = tx.subscribe();
-        map.insert(key.into(), tx);
+        let (tx, rx) = watch::channel(Phase::Pending);
+        map.insert(key.into(), tx.clone());
         Claim::Leader(FillGuard {
             fills: Arc::clone(self),
             key: key.into(),
+            tx,
             rx,
             done: false,
         })
@@ -140,14 +140,12 @@ impl Fills {
             .len()
     }
 
-    fn publish(&self, key: &[u8], state: Phase, remove: bool) {
+    /// Send a fill's last state on `tx` and release `key`, at once for every claim: a
+    /// claim after this leads a new fill, never follows the one that ended.
+    fn end(&self, key: &[u8], tx: &watch::Sender<Phase>, state: Phase) {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(tx) = map.get(key) {
-            tx.send_replace(state);
-        }
-        if remove {
-            map.remove(key);
-        }
+        tx.send_replace(state);
+        map.remove(key);
     }
 }
 
@@ -156,6 +154,8 @@ impl Fills {
 pub(crate) struct FillGuard {
     fills: Arc<Fills>,
     key: Box<[u8]>,
+    /// The state, as the table's entry sends it (news needs no lookup).
+    tx: watch::Sender<Phase>,
     /// The leader's own view of the state (what its client follows).
     rx: watch::Receiver<Phase>,
     done: bool,
@@ -175,29 +175,26 @@ impl FillGuard {
     /// The store has the object in flight (`Writing`, or `Elsewhere`): followers may
     /// look it up now.
     pub(crate) fn progress(&self, phase: Phase) {
-        self.fills.publish(&self.key, phase, false);
+        self.tx.send_replace(phase);
     }
 
     /// Publish how the fill ended and release the key.
     pub(crate) fn finish(mut self, end: Phase) {
         self.done = true;
-        self.fills.publish(&self.key, end, true);
+        self.fills.end(&self.key, &self.tx, end);
     }
 }
 
 impl Drop for FillGuard {
     fn drop(&mut self) {
         if !self.done {
-            self.fills.publish(
-                &self.key,
-                Phase::Failed(Failure {
-                    status: StatusCode::BadGateway,
-                    detail: "fill_abandoned",
-                    stale_ok: true,
-                    fwd_status: None,
-                }),
-                true,
-            );
+            let failed = Phase::Failed(Failure {
+                status: StatusCode::BadGateway,
+                detail: "fill_abandoned",
+                stale_ok: true,
+                fwd_status: None,
+            });
+            self.fills.end(&self.key, &self.tx, failed);
         }
     }
 }
