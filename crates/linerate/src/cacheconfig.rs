@@ -702,6 +702,19 @@ profile = "video"
         assert_eq!(again.to_toml(), printed, "{printed}");
     }
 
+    /// Automatic workers: one per CPU serving files, two per CPU caching (a miss can
+    /// block its worker in the file system); a count given is kept as it is.
+    #[test]
+    fn cache_mode_runs_two_workers_per_cpu_unless_told() {
+        let cpus = linerate_server::options::default_workers();
+        assert_eq!(Config::parse("").unwrap().to_options().workers, cpus);
+        let cache = Config::parse(MINIMAL).unwrap().to_options();
+        assert_eq!(cache.workers, crate::config::CACHE_WORKERS_PER_CPU * cpus);
+        assert_eq!(crate::config::CACHE_WORKERS_PER_CPU, 2);
+        let told = Config::parse(&format!("[server]\nworkers = 3\n{MINIMAL}")).unwrap();
+        assert_eq!(told.to_options().workers, 3);
+    }
+
     #[test]
     fn defaults_and_mode_switch() {
         assert!(Config::parse("").unwrap().to_options().cache.is_none());

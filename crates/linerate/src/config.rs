@@ -96,13 +96,22 @@ pub struct Config {
     cluster_options: Option<linerate_server::clusteropts::CheckedCluster>,
 }
 
+/// Workers per allowed CPU in cache mode when `server.workers` is 0. A miss blocks its
+/// worker in the file system now and then (a create waiting for a journal commit, a
+/// write throttled by writeback) and every connection of that worker waits with it; a
+/// second event loop pinned to the same CPU runs meanwhile. Measured on one core
+/// against one worker: 64 KiB misses +10 %, 2 MiB misses +2-6 %, warm hits level
+/// (docs/benchmarks.md, "Two workers per core"). Appliance mode creates no files.
+pub const CACHE_WORKERS_PER_CPU: usize = 2;
+
 /// `[server]`: listeners and workers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSection {
     /// Addresses to listen on. Default `["127.0.0.1:8080"]`.
     pub listen: Vec<SocketAddr>,
-    /// Worker threads; 0 = one per allowed CPU. Default 0.
+    /// Worker threads; 0 = one per allowed CPU, two in cache mode
+    /// ([`CACHE_WORKERS_PER_CPU`]). Default 0.
     #[serde(deserialize_with = "workers")]
     pub workers: u64,
     /// Pin workers to CPUs. Default true.
@@ -369,6 +378,8 @@ impl Config {
         o.listen = self.server.listen.clone();
         if self.server.workers > 0 {
             o.workers = self.server.workers as usize;
+        } else if self.cache_mode() {
+            o.workers = CACHE_WORKERS_PER_CPU * defaults::default_workers();
         }
         o.pin_workers = if self.server.pin_workers {
             Pinning::Pinned

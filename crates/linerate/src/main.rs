@@ -30,7 +30,7 @@ use config::Config;
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// linerate: a video edge cache that serves HLS/DASH segments and byte ranges with
-/// sendfile, one pinned worker per core.
+/// sendfile, pinned workers (one per core; two in cache mode).
 #[derive(Parser)]
 #[command(name = "linerate", version, about)]
 struct Cli {
@@ -82,7 +82,7 @@ struct ServeArgs {
     /// Directory to serve; replaces `appliance.root`.
     #[arg(long)]
     root: Option<PathBuf>,
-    /// Worker threads (0 = one per CPU); replaces `server.workers`.
+    /// Worker threads (0 = one per CPU, two in cache mode); replaces `server.workers`.
     #[arg(long)]
     workers: Option<u64>,
     /// Admin API address, `ip:port` or `off`; replaces `admin.listen`.
