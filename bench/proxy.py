@@ -343,6 +343,7 @@ def start_nginx_proxy(cfg, origin: Origin) -> B.Server:
     (work / "tmp").mkdir(parents=True)
     port = B.free_port()
     nofile = B.hard_nofile()
+    workers = getattr(cfg, "nginx_workers", 1)  # bench/zipf.py's configuration has none
     (work / "nginx.conf").write_text(
         PROXY_CONF.format(
             work=work, host=HOST, port=port, origin_port=origin.port, cache=cache_dir(cfg, "nginx"),
@@ -352,11 +353,11 @@ def start_nginx_proxy(cfg, origin: Origin) -> B.Server:
             # temporary files written) by a thread pool, as an operator of a library
             # larger than memory runs it.
             aio=nginx_aio(getattr(cfg, "nginx_aio", "off")),
-            workers=getattr(cfg, "nginx_workers", 1),
+            workers=workers,
             # Several workers: a listening socket each, so the kernel spreads the
             # connections over them (as linerate's workers have), not one worker's
             # `multi_accept` taking them all.
-            reuseport=" reuseport" if getattr(cfg, "nginx_workers", 1) > 1 else "",
+            reuseport=" reuseport" if workers > 1 else "",
         )
     )
     with open(work / "stderr.log", "ab") as f:

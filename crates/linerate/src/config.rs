@@ -97,9 +97,9 @@ pub struct Config {
 }
 
 /// Workers per allowed CPU in cache mode when `server.workers` is 0. A miss blocks its
-/// worker in the file system now and then (a create waiting for a journal commit, a
-/// write throttled by writeback) and every connection of that worker waits with it; a
-/// second event loop pinned to the same CPU runs meanwhile. Measured on one core
+/// worker in the file system now and then (an off-CPU trace: creates waiting for
+/// journal commits, 3 % of the time) and every connection of that worker waits with it;
+/// a second event loop pinned to the same CPU runs meanwhile. Measured on one core
 /// against one worker: 64 KiB misses +10 %, 2 MiB misses +2-6 %, warm hits level
 /// (docs/benchmarks.md, "Two workers per core"). Appliance mode creates no files.
 pub const CACHE_WORKERS_PER_CPU: usize = 2;
